@@ -1,0 +1,21 @@
+# Developer tasks. `make demo` and `make test` set up what they need on a fresh machine.
+.PHONY: demo test lint bench setup
+
+setup:
+	scripts/bootstrap.sh --test
+
+demo:
+	scripts/bootstrap.sh
+	.venv/bin/skiplock demo $(ARGS)
+
+test:
+	scripts/bootstrap.sh --test
+	.venv/bin/python -m pytest $(ARGS)
+
+lint:
+	.venv/bin/ruff check .
+
+bench:
+	scripts/bootstrap.sh
+	.venv/bin/python -m pip install -q -e '.[bench]'
+	.venv/bin/python bench/throughput.py $(ARGS)

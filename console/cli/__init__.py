@@ -1,0 +1,26 @@
+"""`skiplock`: the command line. One module per concern registers its commands here.
+
+Every command takes `--dsn` (default: $DATABASE_URL) and `--config` (default:
+$SKIPLOCK_CONFIG). Bad input ends with a one-line message and a non-zero exit, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from console.cli.common import main_group
+from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+
+main = main_group
+
+
+def run() -> None:  # pragma: no cover - thin wrapper for `python -m console`
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    main()
+
+
+__all__ = ["main", "click"]

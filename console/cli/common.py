@@ -1,0 +1,106 @@
+"""What every command shares: the `skiplock` group, --dsn/--config, and error reporting."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import sys
+from datetime import timedelta
+
+import click
+
+from console.config import Config, ConfigError, load_config
+from console.db import DatabaseError, resolve_dsn
+
+
+class Context:
+    def __init__(self, dsn: str | None, config_path: str | None):
+        self._dsn = dsn
+        self._config_path = config_path
+        self._config: Config | None = None
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            self._config = load_config(self._config_path)
+        return self._config
+
+    @property
+    def dsn(self) -> str:
+        return resolve_dsn(self._dsn, self.config)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--dsn", envvar="DATABASE_URL", help="PostgreSQL connection string [env: DATABASE_URL].")
+@click.option("--config", "config_path", envvar="SKIPLOCK_CONFIG", type=click.Path(dir_okay=False),
+              help="TOML configuration file [env: SKIPLOCK_CONFIG].")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
+@click.pass_context
+def main_group(ctx: click.Context, dsn: str | None, config_path: str | None, verbose: bool) -> None:
+    """Skiplock: a PostgreSQL job queue and the console that keeps it healthy."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.DEBUG if verbose else logging.INFO,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
+    ctx.obj = Context(dsn, config_path)
+
+
+def dsn_option(func):
+    """Lets `--dsn` also follow the subcommand (`skiplock migrate --dsn ...`)."""
+
+    @click.option("--dsn", "sub_dsn", envvar=None, default=None, help="PostgreSQL connection string [env: DATABASE_URL].")
+    @functools.wraps(func)
+    def wrapper(*args, sub_dsn=None, **kwargs):
+        ctx = click.get_current_context()
+        if sub_dsn:
+            ctx.obj._dsn = sub_dsn
+        return func(*args, **kwargs)
+
+    return wrapper
+
+
+def friendly_errors(func):
+    """Turn the errors a user can fix into one-line messages and exit code 2 (1 for runtime)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as exc:
+            raise click.UsageError(f"configuration: {exc}") from None
+        except DatabaseError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+
+    return wrapper
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, None: 1}
+
+
+def parse_duration(text: str) -> timedelta:
+    """'90s', '15m', '1h', '7d' (a bare number is seconds) -> timedelta; ValueError otherwise."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (use e.g. 90s, 15m, 1h, 7d)")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+class DurationType(click.ParamType):
+    name = "DURATION"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+DURATION = DurationType()

@@ -1,0 +1,87 @@
+"""Queue commands: migrate, worker, enqueue."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from console import queue as q
+from console import tasks
+from console.cli.common import dsn_option, friendly_errors, main_group
+from console.db import connect, migrate, require_schema
+
+
+@main_group.command("migrate")
+@dsn_option
+@friendly_errors
+@click.pass_obj
+def migrate_cmd(obj) -> None:
+    """Create or update the skiplock schema (idempotent; safe to run from several processes)."""
+    with connect(obj.dsn, application_name="skiplock-migrate") as conn:
+        applied = migrate(conn)
+    if applied:
+        for name in applied:
+            click.echo(f"applied {name}")
+    else:
+        click.echo("schema is up to date")
+
+
+@main_group.command("worker")
+@dsn_option
+@click.option("--tasks", "task_modules", required=True, help="Module(s) that register handlers, comma-separated (e.g. myapp.tasks).")
+@click.option("--queues", default=None, help="Queues to work, comma-separated (default: all).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Handler threads [config: worker.concurrency].")
+@click.option("--lease", type=click.FloatRange(min=0.1), default=None, help="Lease in seconds [config: worker.lease].")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Most jobs per claim [config: worker.batch_size].")
+@friendly_errors
+@click.pass_obj
+def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | None, lease: float | None, batch_size: int | None) -> None:
+    """Run a worker process until SIGTERM/Ctrl-C (graceful) or a second signal (immediate)."""
+    from console.worker import Worker
+
+    cfg = obj.config
+    try:
+        tasks.load_modules(task_modules)
+    except ImportError as exc:
+        raise click.UsageError(f"--tasks: cannot import {task_modules!r}: {exc}") from None
+    worker = Worker(
+        obj.dsn,
+        queues=queues.split(",") if queues else None,
+        concurrency=concurrency or cfg.worker.concurrency,
+        batch_size=batch_size or cfg.worker.batch_size,
+        lease=lease or cfg.worker.lease,
+        poll_interval=cfg.worker.poll_interval,
+        shutdown_grace=cfg.worker.shutdown_grace,
+        flush_interval=cfg.worker.flush_interval,
+        backoff_base=cfg.queue.backoff_base,
+        backoff_cap=cfg.queue.backoff_cap,
+        history=cfg.queue.error_history,
+    )
+    worker.install_signal_handlers()
+    sys.exit(worker.run())
+
+
+@main_group.command("enqueue")
+@dsn_option
+@click.argument("kind")
+@click.argument("payload", default="{}")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--priority", type=int, default=0, show_default=True)
+@click.option("--idempotency-key", default=None)
+@click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+@friendly_errors
+@click.pass_obj
+def enqueue_cmd(obj, kind: str, payload: str, queue: str, priority: int, idempotency_key: str | None, max_attempts: int | None) -> None:
+    """Enqueue one job (PAYLOAD is JSON) and print its id."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.UsageError(f"PAYLOAD is not valid JSON: {exc}") from None
+    with connect(obj.dsn, application_name="skiplock-cli", autocommit=False) as conn:
+        require_schema(conn)
+        job_id = q.enqueue(conn, kind, data, queue=queue, priority=priority, idempotency_key=idempotency_key,
+                           max_attempts=max_attempts or obj.config.queue.max_attempts)
+        conn.commit()
+    click.echo(job_id)

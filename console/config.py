@@ -1,0 +1,202 @@
+"""Configuration: every setting declared as data, read from a TOML file and the environment.
+
+Sources, lowest to highest precedence: the defaults below, the TOML file named by `--config`
+or `SKIPLOCK_CONFIG`, then environment variables `SKIPLOCK_<SECTION>_<KEY>`. A value that does
+not parse or is out of range stops start-up with a `ConfigError` naming the setting; an unknown
+key in the file is refused too, because a typo silently ignored is a setting never applied.
+
+Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`) are not settings: they
+are kept as parsed in `Config.tables` for the module that owns them to validate.
+
+This module does not connect to anything and holds no global state; `load_config()` returns a
+fresh `Config` each time.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value; the message names the setting and where it came from."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    section: str
+    key: str
+    type: type
+    default: Any
+    help: str
+    check: Callable[[Any], str | None] | None = None  # returns a complaint, or None when fine
+    secret: bool = False
+
+    @property
+    def env_var(self) -> str:
+        return f"SKIPLOCK_{self.section}_{self.key}".upper()
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+SETTINGS: tuple[Setting, ...] = (
+    # [database]
+    Setting("database", "dsn", str, "", "PostgreSQL connection string; `--dsn` and DATABASE_URL override it.", secret=True),
+    Setting("database", "pool_size", int, 4, "Connections the web console and scheduler keep open.", positive),
+    Setting("database", "statement_timeout_ms", int, 2000, "Time limit for every console and collector query.", positive),
+    # [queue]
+    Setting("queue", "max_attempts", int, 5, "Attempts a job gets when enqueue() does not say.", positive),
+    Setting("queue", "backoff_base", float, 2.0, "Seconds before the first retry; doubles each attempt.", positive),
+    Setting("queue", "backoff_cap", float, 3600.0, "Longest wait between two attempts, in seconds.", positive),
+    Setting("queue", "error_history", int, 20, "Error entries kept on a job (oldest dropped first).", positive),
+    # [worker]
+    Setting("worker", "concurrency", int, 4, "Handler threads per worker process.", positive),
+    Setting("worker", "batch_size", int, 10, "Most jobs claimed in one statement.", positive),
+    Setting("worker", "lease", float, 60.0, "Seconds a claim is held before the reaper may rescue it; heartbeats extend it.", positive),
+    Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
+    Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
+    Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+)
+
+_BY_KEY = {(s.section, s.key): s for s in SETTINGS}
+
+
+def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
+    where = f"{setting.dotted} ({origin})"
+    try:
+        if setting.type is bool:
+            if isinstance(raw, bool):
+                value = raw
+            elif isinstance(raw, str) and raw.lower() in {"1", "true", "yes", "on"}:
+                value = True
+            elif isinstance(raw, str) and raw.lower() in {"0", "false", "no", "off"}:
+                value = False
+            else:
+                raise ValueError
+        elif setting.type is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            value = int(raw)
+        elif setting.type is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+        elif setting.type is str:
+            if not isinstance(raw, str):
+                raise ValueError
+            value = raw
+        else:
+            value = setting.type(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {raw!r} is not a valid {setting.type.__name__}") from None
+    if setting.check is not None:
+        complaint = setting.check(value)
+        if complaint:
+            raise ConfigError(f"{where}: {raw!r} {complaint}")
+    return value
+
+
+class Config:
+    """Validated settings: `config.worker.lease`, `config.get("worker", "lease")`."""
+
+    def __init__(self, values: dict[tuple[str, str], Any], tables: dict[str, Any], path: Path | None):
+        self._values = values
+        self.tables = tables
+        self.path = path
+        sections: dict[str, dict[str, Any]] = {}
+        for (section, key), value in values.items():
+            sections.setdefault(section, {})[key] = value
+        for section, keys in sections.items():
+            setattr(self, section, SimpleNamespace(**keys))
+
+    def get(self, section: str, key: str) -> Any:
+        return self._values[(section, key)]
+
+    def as_dict(self, *, redact: bool = True) -> dict[str, dict[str, Any]]:
+        """Current settings by section, secrets masked: what the maintenance page shows."""
+        out: dict[str, dict[str, Any]] = {}
+        for setting in SETTINGS:
+            value = self._values[(setting.section, setting.key)]
+            if redact and setting.secret and value:
+                value = "********"
+            out.setdefault(setting.section, {})[setting.key] = value
+        return out
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build a Config from defaults, the TOML file, the environment and explicit overrides.
+
+    `overrides` maps "section.key" to a value (tests and the CLI use it) and wins over all.
+    """
+    env = os.environ if env is None else env
+    path = path or env.get("SKIPLOCK_CONFIG") or None
+    file_data: dict[str, Any] = {}
+    config_path = Path(path) if path else None
+    if config_path is not None:
+        try:
+            file_data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_path} does not exist") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+
+    values = {(s.section, s.key): s.default for s in SETTINGS}
+    tables: dict[str, Any] = {}
+    known_sections = {s.section for s in SETTINGS}
+    for section, content in file_data.items():
+        if isinstance(content, list):
+            tables[section] = content
+            continue
+        if section not in known_sections and not isinstance(content, dict):
+            raise ConfigError(f"config file {config_path}: unknown setting {section!r}")
+        if not isinstance(content, dict):
+            raise ConfigError(f"config file {config_path}: [{section}] must be a table")
+        for key, raw in content.items():
+            if isinstance(raw, list) and (section, key) not in _BY_KEY:
+                tables[f"{section}.{key}"] = raw  # e.g. [[alerts.rules]]
+                continue
+            setting = _BY_KEY.get((section, key))
+            if setting is None:
+                raise ConfigError(f"config file {config_path}: unknown setting {section}.{key}")
+            values[(section, key)] = _coerce(setting, raw, f"in {config_path}")
+
+    for setting in SETTINGS:
+        if setting.env_var in env:
+            values[(setting.section, setting.key)] = _coerce(
+                setting, env[setting.env_var], f"from ${setting.env_var}"
+            )
+
+    for dotted, raw in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        setting = _BY_KEY.get((section, key))
+        if setting is None:
+            raise ConfigError(f"unknown setting {dotted}")
+        values[(section, key)] = _coerce(setting, raw, "override")
+
+    return Config(values, tables, config_path)

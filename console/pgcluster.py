@@ -1,0 +1,186 @@
+"""A private, throwaway PostgreSQL cluster for the demo, the tests and the benchmarks.
+
+It runs Debian's (or any local) PostgreSQL server binaries in a data directory of its own, on
+a free loopback port, with `pg_stat_statements` preloaded. `initdb`, `pg_ctl` and `postgres`
+refuse to run as root, so as root they run as the `postgres` user, and the directory lives
+under /tmp (never under /root or a pytest tmp_path, which that user cannot reach).
+
+It will not touch the system's own cluster and never installs anything: when no server
+binaries are found it raises `PostgresNotFound` naming the package to install.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+INSTALL_HINT = (
+    "No PostgreSQL server binaries (initdb, pg_ctl) were found. Install them, for example "
+    "`apt-get install postgresql-15` on Debian/Ubuntu or `brew install postgresql@15` on macOS, "
+    "or set PG_BIN to the folder that holds them."
+)
+
+DEFAULT_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "listen_addresses": "127.0.0.1",
+    "track_io_timing": "on",
+    "max_connections": "200",
+}
+
+# Durability off: for tests and benchmarks that say so. Never for data anyone keeps.
+RELAXED_DURABILITY = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+class PostgresNotFound(RuntimeError):
+    pass
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def find_bindir() -> Path:
+    """The folder holding initdb and pg_ctl: $PG_BIN, `pg_config --bindir`, then Debian's layout."""
+    candidates: list[str] = []
+    if os.environ.get("PG_BIN"):
+        candidates.append(os.environ["PG_BIN"])
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        try:
+            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=True)
+            candidates.append(out.stdout.strip())
+        except (OSError, subprocess.CalledProcessError):
+            pass
+
+    def version_key(path: str) -> float:
+        try:
+            return float(Path(path).parent.name)
+        except ValueError:
+            return 0.0
+
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version_key, reverse=True)
+    candidates += ["/usr/local/pgsql/bin", "/opt/homebrew/bin", "/usr/local/bin", "/usr/bin"]
+    for folder in candidates:
+        if (Path(folder) / "initdb").is_file() and (Path(folder) / "pg_ctl").is_file():
+            return Path(folder)
+    raise PostgresNotFound(INSTALL_HINT)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateCluster:
+    """Start with `start()` (or `with PrivateCluster() as cluster:`), read `dsn`, `stop()`.
+
+    `base_dir` is created when not given and removed on stop unless `keep=True`. An existing
+    data directory in `base_dir` is reused (the demo restarts on the same data).
+    """
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike[str] | None = None,
+        *,
+        port: int | None = None,
+        settings: dict[str, str] | None = None,
+        keep: bool = False,
+    ):
+        self.bindir = find_bindir()
+        self._made_base = base_dir is None
+        self.base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="skiplock-pg-", dir="/tmp"))
+        self.port = port or free_port()
+        self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
+        self.keep = keep
+        self.running = False
+
+    @property
+    def data_dir(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def log_file(self) -> Path:
+        return self.base / "postgres.log"
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def dsn_for(self, dbname: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def _as_owner(self, args: list[str]) -> list[str]:
+        if os.geteuid() == 0:
+            return ["runuser", "-u", "postgres", "--", *args]
+        return args
+
+    def _run(self, args: list[str], what: str) -> None:
+        result = subprocess.run(self._as_owner(args), capture_output=True, text=True)
+        if result.returncode != 0:
+            log = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
+            raise ClusterError(f"{what} failed: {result.stderr.strip() or result.stdout.strip()}\n{log}")
+
+    def start(self) -> str:
+        self.base.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres", "postgres")
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._run(
+                [str(self.bindir / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+                 "-A", "trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"],
+                "initdb",
+            )
+        options = [f"-p {self.port}", f"-k {self.base}"] + [f"-c {k}={v}" for k, v in self.settings.items()]
+        self._run(
+            [str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
+             "-w", "-t", "60", "-o", " ".join(options), "start"],
+            "pg_ctl start",
+        )
+        self.running = True
+        return self.dsn
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop and start on the same port and data (fault tests restart PostgreSQL under load)."""
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"], "pg_ctl stop")
+        self.running = False
+        self.start()
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def stop(self) -> None:
+        if self.running or (self.data_dir / "postmaster.pid").exists():
+            try:
+                self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], "pg_ctl stop")
+            except ClusterError:
+                pid = self.postmaster_pid()
+                if pid:
+                    try:
+                        os.kill(pid, 9)
+                        time.sleep(0.2)
+                    except ProcessLookupError:
+                        pass
+            self.running = False
+        if not self.keep:
+            shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> PrivateCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,404 @@
+"""The queue protocol: enqueue, claim, heartbeat, complete, fail, release, pause, reap.
+
+Every function takes a psycopg connection and runs one statement from `sql/queue.sql`.
+`enqueue` and `enqueue_many` join the caller's transaction, so a job exists if and only if the
+business change commits. The others are meant for autocommit connections (the worker's): each
+is its own short transaction, and no transaction is ever held across a job's work.
+
+Completion, failure, heartbeat and release are fenced by the claim's token (`locked_by` and
+`attempts`): after the reaper rescued a job, the old owner's calls match nothing and return
+False/empty, so a rescued job is never overwritten.
+
+This module does not loop, sleep or spawn threads; `console.worker` does.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import traceback as traceback_module
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from console.fingerprint import fingerprint as make_fingerprint
+from console.sqlfiles import query
+
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_LEASE = 60.0
+DEFAULT_BACKOFF_BASE = 2.0
+DEFAULT_BACKOFF_CAP = 3600.0
+DEFAULT_HISTORY = 20
+TRACEBACK_HEAD = 4000  # characters of traceback kept per error entry
+STATUSES = ("pending", "running", "completed", "failed")
+NOTIFY_CHANNEL = "skiplock_jobs"
+CONTROL_CHANNEL = "skiplock_control"
+
+
+class InvalidJob(ValueError):
+    """The job cannot be enqueued as given (the message says which argument and why)."""
+
+
+class DoNotRetry(Exception):
+    """Raise from a handler to send the job straight to the dead letters, whatever attempts remain."""
+
+
+@dataclass
+class Job:
+    id: int
+    queue: str
+    kind: str
+    payload: Any
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    idempotency_key: str | None
+    locked_by: str
+    locked_at: datetime
+    lease_until: datetime
+    created_at: datetime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def attempt(self) -> int:
+        """This claim's attempt number (1 for the first run): with locked_by, the fencing token."""
+        return self.attempts
+
+    @property
+    def side_effect_key(self) -> str:
+        """A key that stays the same across attempts, for the handler's own side effects."""
+        return self.idempotency_key or f"skiplock-job-{self.id}"
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        names = cls.__dataclass_fields__.keys() - {"extra"}
+        return cls(**{name: row[name] for name in names})
+
+
+def _payload(payload: Any) -> Jsonb:
+    try:
+        json.dumps(payload, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    return Jsonb(payload)
+
+
+def _check(kind: str, queue: str, priority: int, max_attempts: int | None) -> None:
+    if not isinstance(kind, str) or not kind.strip():
+        raise InvalidJob("kind must be a non-empty string")
+    if not isinstance(queue, str) or not queue.strip():
+        raise InvalidJob("queue must be a non-empty string")
+    if not isinstance(priority, int) or not -32768 <= priority <= 32767:
+        raise InvalidJob("priority must be an integer between -32768 and 32767")
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise InvalidJob("max_attempts must be a positive integer")
+
+
+def enqueue(
+    conn: psycopg.Connection,
+    kind: str,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    run_at: datetime | None = None,
+    idempotency_key: str | None = None,
+    max_attempts: int | None = None,
+) -> int:
+    """Insert a job in the caller's transaction and return its id.
+
+    With an idempotency key that a job in the table already has, nothing is inserted and that
+    job's id is returned. Workers are woken (NOTIFY) when the transaction commits.
+    """
+    _check(kind, queue, priority, max_attempts)
+    params = {
+        "queue": queue,
+        "kind": kind,
+        "payload": _payload({} if payload is None else payload),
+        "priority": priority,
+        "run_at": run_at,
+        "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
+        "idempotency_key": idempotency_key,
+    }
+    with conn.cursor() as cur:
+        row = cur.execute(query("queue", "enqueue"), params).fetchone()
+        if row is not None:
+            return row[0]
+        found = cur.execute(query("queue", "ids_by_keys"), {"keys": [idempotency_key]}).fetchone()
+        if found is None:  # the conflicting row left the table between the two statements
+            return enqueue(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
+                           idempotency_key=idempotency_key, max_attempts=max_attempts)
+        return found[1]
+
+
+@dataclass
+class NewJob:
+    """One job for `enqueue_many`."""
+
+    kind: str
+    payload: Any = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+
+
+def enqueue_many(conn: psycopg.Connection, jobs: Iterable[NewJob | dict[str, Any]]) -> list[int]:
+    """Insert a batch in one round trip (caller's transaction); ids in the input's order."""
+    items = [job if isinstance(job, NewJob) else NewJob(**job) for job in jobs]
+    if not items:
+        return []
+    for item in items:
+        _check(item.kind, item.queue, item.priority, item.max_attempts)
+    keys = [item.idempotency_key for item in items]
+    present_keys = [k for k in keys if k is not None]
+    if len(present_keys) != len(set(present_keys)):
+        raise InvalidJob("the same idempotency key appears twice in one batch")
+    params = {
+        "queues": [i.queue for i in items],
+        "kinds": [i.kind for i in items],
+        "payloads": [_payload({} if i.payload is None else i.payload) for i in items],
+        "priorities": [i.priority for i in items],
+        "run_ats": [i.run_at for i in items],
+        "max_attempts": [i.max_attempts or DEFAULT_MAX_ATTEMPTS for i in items],
+        "keys": keys,
+    }
+    with conn.cursor() as cur:
+        rows = cur.execute(query("queue", "enqueue_many"), params).fetchall()
+        if not present_keys:
+            return [row[0] for row in rows]
+        by_key = {key: job_id for job_id, key, _ in rows if key is not None}
+        missing = [k for k in present_keys if k not in by_key]
+        if missing:
+            by_key.update(dict(cur.execute(query("queue", "ids_by_keys"), {"keys": missing}).fetchall()))
+        keyless = iter(job_id for job_id, key, _ in rows if key is None)
+        return [by_key[k] if k is not None else next(keyless) for k in keys]
+
+
+def _own_transaction(conn: psycopg.Connection, what: str):
+    """A transaction that commits when the block ends. Refuses to nest inside the caller's open
+    transaction: a claim must commit at once, and a savepoint around FOR UPDATE creates
+    MultiXacts (the advisor flags exactly that)."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise RuntimeError(f"{what} must run outside an open transaction (use an autocommit connection)")
+    return conn.transaction()
+
+
+def claim(
+    conn: psycopg.Connection,
+    worker: str,
+    *,
+    queues: Sequence[str] | None = None,
+    limit: int = 1,
+    lease: float = DEFAULT_LEASE,
+) -> list[Job]:
+    """Claim up to `limit` eligible jobs for `worker` and commit at once."""
+    params = {"worker": worker, "queues": list(queues) if queues else None, "limit": limit, "lease": float(lease)}
+    with _own_transaction(conn, "claim"), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("queue", "claim"), params, prepare=True).fetchall()
+    return [Job.from_row(row) for row in rows]
+
+
+def complete_and_claim(
+    conn: psycopg.Connection,
+    worker: str,
+    done: Sequence[Job],
+    *,
+    queues: Sequence[str] | None = None,
+    limit: int = 1,
+    lease: float = DEFAULT_LEASE,
+) -> tuple[list[int], list[Job]]:
+    """Complete `done` (fenced) and claim up to `limit` more, in one statement and one commit.
+
+    Returns (ids actually completed, newly claimed jobs). An id missing from the first list
+    lost its claim (the reaper rescued it) and was left alone.
+    """
+    params = {
+        "worker": worker,
+        "ids": [j.id for j in done],
+        "attempts": [j.attempts for j in done],
+        "queues": list(queues) if queues else None,
+        "limit": limit,
+        "lease": float(lease),
+    }
+    with _own_transaction(conn, "complete_and_claim"), conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("queue", "complete_and_claim"), params, prepare=True).fetchall()
+    completed = list(rows[0]["completed_ids"]) if rows else []
+    claimed = [Job.from_row(row) for row in rows if row["id"] is not None]
+    return completed, claimed
+
+
+def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:
+    """Mark jobs completed if each is still held by its claim; return the ids completed."""
+    if not jobs:
+        return []
+    owners = {j.locked_by for j in jobs}
+    completed: list[int] = []
+    with conn.transaction(), conn.cursor() as cur:
+        for owner in owners:
+            mine = [j for j in jobs if j.locked_by == owner]
+            rows = cur.execute(
+                query("queue", "complete_many"),
+                {"worker": owner, "ids": [j.id for j in mine], "attempts": [j.attempts for j in mine]},
+            ).fetchall()
+            completed += [r[0] for r in rows]
+    return completed
+
+
+def complete(conn: psycopg.Connection, job: Job) -> bool:
+    """Mark one job completed; False when the claim was lost (the job is not touched)."""
+    return bool(complete_many(conn, [job]))
+
+
+def backoff_delay(attempt: int, base: float = DEFAULT_BACKOFF_BASE, cap: float = DEFAULT_BACKOFF_CAP) -> float:
+    """Exponential backoff with jitter: base·2^(attempt-1), capped, then scaled by 0.5-1.0."""
+    raw = min(cap, base * (2 ** max(attempt - 1, 0)))
+    return raw * (0.5 + random.random() / 2)
+
+
+def error_entry(job: Job, error: BaseException | str, *, error_class: str | None = None) -> dict[str, Any]:
+    if isinstance(error, BaseException):
+        error_class = error_class or type(error).__name__
+        message = str(error)
+        tb = "".join(traceback_module.format_exception(error))[-TRACEBACK_HEAD:]
+    else:
+        error_class = error_class or "Error"
+        message = str(error)
+        tb = None
+    return {
+        "attempt": job.attempts,
+        "at": datetime.now().astimezone().isoformat(),
+        "worker": job.locked_by,
+        "error_class": error_class,
+        "message": message[:2000],
+        "traceback": tb,
+    }
+
+
+def fail(
+    conn: psycopg.Connection,
+    job: Job,
+    error: BaseException | str,
+    *,
+    retry: bool | None = None,
+    backoff_base: float = DEFAULT_BACKOFF_BASE,
+    backoff_cap: float = DEFAULT_BACKOFF_CAP,
+    history: int = DEFAULT_HISTORY,
+    error_class: str | None = None,
+) -> str | None:
+    """Record a failed attempt. Returns the job's new status ('pending' for a retry, 'failed' for
+    a dead letter), or None when the claim was lost and nothing was written."""
+    if retry is None:
+        retry = not isinstance(error, DoNotRetry)
+    entry = error_entry(job, error, error_class=error_class)
+    params = {
+        "id": job.id,
+        "attempt": job.attempts,
+        "worker": job.locked_by,
+        "retry": retry,
+        "delay": backoff_delay(job.attempts, backoff_base, backoff_cap),
+        "last_error": f"{entry['error_class']}: {entry['message']}"[:2000],
+        "fingerprint": make_fingerprint(entry["error_class"], entry["message"]),
+        "entry": Jsonb(entry),
+        "history": history,
+    }
+    with conn.transaction(), conn.cursor() as cur:
+        row = cur.execute(query("queue", "fail"), params).fetchone()
+    return row[0] if row else None
+
+
+def heartbeat(conn: psycopg.Connection, job: Job | Sequence[Job], lease: float = DEFAULT_LEASE) -> bool | list[int]:
+    """Extend the lease of a job (or several of one worker) still held by its claim.
+
+    For one job returns True/False; for a sequence, the ids whose lease was extended. The job
+    objects' `lease_until` is updated in place.
+    """
+    many = not isinstance(job, Job)
+    jobs = list(job) if many else [job]
+    if not jobs:
+        return []
+    with conn.transaction(), conn.cursor() as cur:
+        rows = cur.execute(
+            query("queue", "heartbeat"),
+            {"worker": jobs[0].locked_by, "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs], "lease": float(lease)},
+        ).fetchall()
+    extended = {r[0]: r[1] for r in rows}
+    for j in jobs:
+        if j.id in extended:
+            j.lease_until = extended[j.id]
+    return list(extended) if many else bool(extended)
+
+
+def release(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:
+    """Return held jobs to pending without counting the attempt (graceful shutdown)."""
+    if not jobs:
+        return []
+    with conn.transaction(), conn.cursor() as cur:
+        rows = cur.execute(
+            query("queue", "release"),
+            {"worker": jobs[0].locked_by, "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs]},
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def reap(
+    conn: psycopg.Connection,
+    *,
+    batch_size: int = 1000,
+    max_batches: int | None = None,
+    backoff_base: float = DEFAULT_BACKOFF_BASE,
+    backoff_cap: float = DEFAULT_BACKOFF_CAP,
+    history: int = DEFAULT_HISTORY,
+) -> dict[str, int]:
+    """Rescue expired leases in batches of at most `batch_size`, each its own transaction.
+
+    Returns {"pending": n, "failed": m, "batches": b}.
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    totals = {"pending": 0, "failed": 0, "batches": 0}
+    params = {"batch_size": batch_size, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "history": history}
+    while max_batches is None or totals["batches"] < max_batches:
+        with conn.transaction(), conn.cursor() as cur:
+            rows = cur.execute(query("queue", "reap"), params).fetchall()
+        if not rows:
+            break
+        totals["batches"] += 1
+        for _, status in rows:
+            totals[status] += 1
+        if len(rows) < batch_size:
+            break
+    return totals
+
+
+def set_paused(conn: psycopg.Connection, queue_name: str, paused: bool, *, actor: str | None = None) -> None:
+    if not queue_name or not queue_name.strip():
+        raise InvalidJob("queue must be a non-empty string")
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(query("queue", "set_paused"), {"queue": queue_name, "paused": paused, "actor": actor})
+        cur.execute(query("queue", "notify_control"), {"message": json.dumps({"queue": queue_name, "paused": paused})})
+
+
+def pause(conn: psycopg.Connection, queue_name: str, *, actor: str | None = None) -> None:
+    """Stop claims from `queue_name`; its jobs stay pending and in-flight jobs finish."""
+    set_paused(conn, queue_name, True, actor=actor)
+
+
+def resume(conn: psycopg.Connection, queue_name: str, *, actor: str | None = None) -> None:
+    set_paused(conn, queue_name, False, actor=actor)
+
+
+def paused_queues(conn: psycopg.Connection) -> list[str]:
+    return [r[0] for r in conn.execute(query("queue", "paused_queues")).fetchall()]
+
+
+def get_job(conn: psycopg.Connection, job_id: int) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("queue", "get_job"), {"id": job_id}).fetchone()

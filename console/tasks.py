@@ -1,0 +1,53 @@
+"""The handler registry: `@console.task("send_email")` binds a job kind to a function.
+
+A handler is called as `handler(job)` with a `console.queue.Job` (id, attempt, payload,
+side_effect_key, ...). Returning normally completes the job; raising fails the attempt
+(retried with backoff); raising `console.DoNotRetry` sends it straight to the dead letters.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[Any], Any]
+
+_registry: dict[str, Handler] = {}
+
+
+class UnknownTask(LookupError):
+    """A job's kind has no handler in this worker."""
+
+
+def task(kind: str) -> Callable[[Handler], Handler]:
+    if not isinstance(kind, str) or not kind:
+        raise ValueError("a task kind must be a non-empty string")
+
+    def register(func: Handler) -> Handler:
+        existing = _registry.get(kind)
+        if existing is not None and existing is not func and getattr(existing, "__qualname__", None) != func.__qualname__:
+            raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
+        _registry[kind] = func
+        return func
+
+    return register
+
+
+def handler_for(kind: str) -> Handler:
+    try:
+        return _registry[kind]
+    except KeyError:
+        raise UnknownTask(f"no handler registered for kind {kind!r} in this worker (known: {', '.join(sorted(_registry)) or 'none'})") from None
+
+
+def registered() -> dict[str, Handler]:
+    return dict(_registry)
+
+
+def load_modules(names: str | list[str]) -> list[str]:
+    """Import the user's task modules ("myapp.tasks,myapp.more") so their decorators run."""
+    modules = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
+    for name in modules:
+        importlib.import_module(name)
+    return modules

@@ -1,0 +1,360 @@
+"""The worker runtime: claim in batches, run handlers outside any transaction, finish fenced.
+
+One process runs:
+- the main loop (this module's `Worker.run`), the only user of the main connection: it
+  completes what finished and claims the next batch in one statement (`complete_and_claim`),
+  records failures, and writes the worker's counters every `flush_interval` seconds;
+- `concurrency` handler threads that run the user's functions and report back;
+- a listener thread (LISTEN skiplock_jobs/skiplock_control) that only wakes the main loop:
+  NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
+- a heartbeat thread that extends the leases of long-running jobs.
+
+Lost connections are retried with backoff; work finished meanwhile is completed after the
+reconnect (fenced, so a job rescued in the meantime is left alone). SIGTERM stops claiming,
+lets in-flight jobs finish for `shutdown_grace` seconds, releases what is left (attempt not
+counted) and exits 0. After SIGKILL, the reaper rescues the jobs when their leases expire.
+
+It does not reap, archive or collect: the scheduler does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb  # noqa: F401  (re-exported for handlers' convenience)
+
+from console import queue as q
+from console import tasks
+from console.db import DatabaseError, connect, require_schema
+from console.histogram import Histogram
+from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.worker")
+
+
+@dataclass
+class Outcome:
+    job: q.Job
+    error: BaseException | None
+    seconds: float
+
+
+class Counters:
+    """Cumulative since the process started; written whole to the registry row."""
+
+    def __init__(self) -> None:
+        self.claimed = self.completed = self.failed = self.retried = self.lost = 0
+        self.claim_calls = 0
+        self.claim_seconds_sum = 0.0
+        self.pickup_count = 0
+        self.pickup_seconds_sum = 0.0
+        self.claim_histogram = Histogram()
+        self.pickup_histogram = Histogram()
+        self.runtime_histogram = Histogram()
+
+    def as_params(self) -> dict:
+        return {
+            "claimed": self.claimed,
+            "completed": self.completed,
+            "failed": self.failed,
+            "retried": self.retried,
+            "lost": self.lost,
+            "claim_calls": self.claim_calls,
+            "claim_seconds_sum": self.claim_seconds_sum,
+            "claim_histogram": self.claim_histogram.snapshot(),
+            "pickup_count": self.pickup_count,
+            "pickup_seconds_sum": self.pickup_seconds_sum,
+            "pickup_histogram": self.pickup_histogram.snapshot(),
+            "runtime_histogram": self.runtime_histogram.snapshot(),
+        }
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 4,
+        batch_size: int = 10,
+        lease: float = q.DEFAULT_LEASE,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 30.0,
+        flush_interval: float = 5.0,
+        backoff_base: float = q.DEFAULT_BACKOFF_BASE,
+        backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
+        history: int = q.DEFAULT_HISTORY,
+        name: str | None = None,
+    ):
+        if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, batch_size, lease and poll_interval must be positive")
+        self.dsn = dsn
+        self.queues = [x for x in (queues or []) if x] or None
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.flush_interval = flush_interval
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.history = history
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.counters = Counters()
+
+        self._work: queue_module.Queue[q.Job | None] = queue_module.Queue()
+        self._results: queue_module.Queue[Outcome] = queue_module.Queue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._stop_now = threading.Event()
+        self._stop_requested_at: float | None = None
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
+        self._conn: psycopg.Connection | None = None
+
+    # --- control -------------------------------------------------------------------------
+
+    def stop(self, *, immediately: bool = False) -> None:
+        """Ask the worker to stop: gracefully, or at once (release in-flight jobs now)."""
+        if self._stopping.is_set() or immediately:
+            self._stop_now.set()
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum, _frame):
+            log.info("received %s: %s", signal.Signals(signum).name,
+                     "stopping now" if self._stopping.is_set() else f"finishing in-flight jobs (up to {self.shutdown_grace:g}s)")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # --- threads -------------------------------------------------------------------------
+
+    def _handler_loop(self) -> None:
+        while True:
+            job = self._work.get()
+            if job is None:
+                return
+            started = time.monotonic()
+            error: BaseException | None = None
+            try:
+                tasks.handler_for(job.kind)(job)
+            except BaseException as exc:  # a handler's failure is the job's, never the worker's
+                error = exc
+            self._results.put(Outcome(job, error, time.monotonic() - started))
+            self._wake.set()
+
+    def _listen_loop(self) -> None:
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                with connect(self.dsn, application_name="skiplock-worker-listen") as conn:
+                    conn.execute("LISTEN skiplock_jobs")
+                    conn.execute("LISTEN skiplock_control")
+                    delay = 0.5
+                    self._wake.set()  # a (re)connect may have missed notifications: look now
+                    while not self._stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
+                                self._wake.set()
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("listener lost its connection (%s); retrying in %.1fs", exc.__class__.__name__, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(self.lease / 3.0, 0.2)
+        conn: psycopg.Connection | None = None
+        while not self._stopping.wait(interval) or self._in_flight:
+            if self._stop_now.is_set():
+                break
+            now = time.monotonic()
+            with self._lock:
+                due = [job for job, started in self._in_flight.values() if now - started >= interval]
+            if not due:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name="skiplock-worker-heartbeat")
+                q.heartbeat(conn, due, lease=self.lease)
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("heartbeat failed (%s); will retry", exc.__class__.__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    # --- main loop -----------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn, application_name="skiplock-worker")
+            self._conn.execute(
+                query("queue", "register_worker"),
+                {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
+            )
+        return self._conn
+
+    def _flush(self, *, stopping: bool = False) -> None:
+        params = self.counters.as_params()
+        params.update(id=self.id, in_flight=len(self._in_flight), stopping=stopping)
+        self._connection().execute(query("queue", "flush_worker"), params)
+
+    def _record_failures(self, conn: psycopg.Connection, failures: list[Outcome]) -> None:
+        while failures:
+            outcome = failures[0]
+            error = outcome.error
+            status = q.fail(
+                conn, outcome.job, error,
+                retry=not isinstance(error, q.DoNotRetry),
+                backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
+                error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
+            )
+            failures.pop(0)
+            if status is None:
+                self.counters.lost += 1
+            elif status == "failed":
+                self.counters.failed += 1
+            else:
+                self.counters.retried += 1
+            log.info("job %s (%s) attempt %s failed: %s -> %s", outcome.job.id, outcome.job.kind,
+                     outcome.job.attempts, type(error).__name__, status or "claim lost")
+
+    def _dispatch(self, jobs: list[q.Job], claim_seconds: float) -> None:
+        self.counters.claim_calls += 1
+        self.counters.claim_seconds_sum += claim_seconds
+        self.counters.claim_histogram.observe(claim_seconds)
+        now = time.monotonic()
+        for job in jobs:
+            self.counters.claimed += 1
+            pickup = max((job.locked_at - job.run_at).total_seconds(), 0.0)
+            self.counters.pickup_count += 1
+            self.counters.pickup_seconds_sum += pickup
+            self.counters.pickup_histogram.observe(pickup)
+            with self._lock:
+                self._in_flight[job.id] = (job, now)
+            self._work.put(job)
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code (0 after a graceful stop)."""
+        conn = self._connection()
+        require_schema(conn)
+        threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
+        threads += [
+            threading.Thread(target=self._listen_loop, name="listener", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+        log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)
+
+        done: list[q.Job] = []
+        failures: list[Outcome] = []
+        last_flush = time.monotonic()
+        reconnect_delay = 0.5
+        while True:
+            self._wake.clear()
+            while True:
+                try:
+                    outcome = self._results.get_nowait()
+                except queue_module.Empty:
+                    break
+                self.counters.runtime_histogram.observe(outcome.seconds)
+                with self._lock:
+                    self._in_flight.pop(outcome.job.id, None)
+                (done.append(outcome.job) if outcome.error is None else failures.append(outcome))
+
+            stopping = self._stopping.is_set()
+            try:
+                conn = self._connection()
+                self._record_failures(conn, failures)
+                free = self.concurrency - len(self._in_flight)
+                limit = 0 if stopping else min(self.batch_size, free)
+                claimed: list[q.Job] = []
+                if limit > 0:
+                    started = time.monotonic()
+                    completed, claimed = q.complete_and_claim(conn, self.id, done, queues=self.queues, limit=limit, lease=self.lease)
+                    self._dispatch(claimed, time.monotonic() - started)
+                elif done:
+                    completed = q.complete_many(conn, done)
+                else:
+                    completed = []
+                if done:
+                    self.counters.completed += len(completed)
+                    self.counters.lost += len(done) - len(completed)
+                    done = []
+                if time.monotonic() - last_flush >= self.flush_interval:
+                    self._flush()
+                    last_flush = time.monotonic()
+                reconnect_delay = 0.5
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
+                log.warning("database connection lost (%s); reconnecting in %.1fs", str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, reconnect_delay)
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                if self._stop_now.wait(reconnect_delay):
+                    break
+                reconnect_delay = min(reconnect_delay * 2, 5.0)
+                continue
+
+            if stopping:
+                out_of_time = self._stop_now.is_set() or (
+                    time.monotonic() - (self._stop_requested_at or 0) >= self.shutdown_grace
+                )
+                if not self._in_flight and self._results.empty():
+                    break
+                if out_of_time:
+                    break
+                self._wake.wait(0.1)
+                continue
+            if claimed and len(claimed) == limit:
+                continue  # more may be waiting: claim again at once
+            if not self._results.empty():
+                continue
+            self._wake.wait(self.poll_interval)
+
+        return self._shutdown()
+
+    def _shutdown(self) -> int:
+        for _ in range(self.concurrency):
+            self._work.put(None)
+        finished: list[q.Job] = []
+        failures: list[Outcome] = []
+        while not self._results.empty():
+            outcome = self._results.get_nowait()
+            with self._lock:
+                self._in_flight.pop(outcome.job.id, None)
+            (finished.append(outcome.job) if outcome.error is None else failures.append(outcome))
+        with self._lock:
+            left = [job for job, _ in self._in_flight.values()]
+        try:
+            conn = self._connection()
+            self.counters.completed += len(q.complete_many(conn, finished))
+            self._record_failures(conn, failures)
+            if left:
+                released = q.release(conn, left)
+                log.info("released %d unfinished job(s) back to pending", len(released))
+            self._flush(stopping=True)
+        except (psycopg.Error, DatabaseError) as exc:
+            log.warning("could not release jobs at shutdown (%s); the reaper will rescue them", type(exc).__name__)
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+        log.info("worker %s stopped: %d completed, %d failed, %d retried", self.id,
+                 self.counters.completed, self.counters.failed, self.counters.retried)
+        return 0

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for Skiplock's demo and tests, then the project itself
+# into .venv. Safe to run again: each step checks before it installs.
+#   scripts/bootstrap.sh          PostgreSQL server binaries + .venv with the project
+#   scripts/bootstrap.sh --test   ... plus Chromium for the browser tests and the test extras
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+apt_updated=0
+apt_install() {
+  command -v apt-get >/dev/null || { echo "please install: $*" >&2; return 1; }
+  if [ "$apt_updated" = 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+# PostgreSQL server binaries (never upgrade an installed server: guard on the binary).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null && [ -z "${PG_BIN:-}" ]; then
+  echo "installing PostgreSQL server binaries (postgresql-15)"
+  apt_install postgresql-15 || apt_install postgresql
+fi
+if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  echo "installing Chromium for the browser tests"
+  apt_install chromium
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+extras=""
+[ "$want_test" = 1 ] && extras="[test]"
+stamp=".venv/.installed${extras}"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".${extras}"
+  touch "$stamp"
+fi

@@ -1,0 +1,291 @@
+-- The queue protocol. Every statement here is one short transaction on its own (workers run
+-- in autocommit), except `enqueue*`, which joins the caller's transaction on purpose.
+
+-- name: enqueue
+-- Insert one job; with an idempotency key already present, insert nothing (the caller then
+-- looks the existing id up). pg_notify rides in the same statement: PostgreSQL delivers it
+-- when the caller's transaction commits, and folds identical payloads into one.
+WITH inserted AS (
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    VALUES (
+        %(queue)s,
+        %(kind)s,
+        %(payload)s,
+        %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s,
+        %(idempotency_key)s
+    )
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+)
+SELECT
+    inserted.id,
+    pg_notify('skiplock_jobs', inserted.queue) AS notified
+FROM inserted;
+
+-- name: enqueue_many
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        %(queues)s::text[],
+        %(kinds)s::text[],
+        %(payloads)s::jsonb[],
+        %(priorities)s::smallint[],
+        %(run_ats)s::timestamptz[],
+        %(max_attempts)s::integer[],
+        %(keys)s::text[]
+    ) WITH ORDINALITY AS i (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, position)
+),
+inserted AS (
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    SELECT
+        input.queue,
+        input.kind,
+        input.payload,
+        input.priority,
+        coalesce(input.run_at, now()),
+        input.max_attempts,
+        input.idempotency_key
+    FROM input
+    ORDER BY input.position
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, idempotency_key
+),
+notified AS (
+    SELECT pg_notify('skiplock_jobs', q.queue)
+    FROM (SELECT DISTINCT inserted.queue FROM inserted) AS q
+)
+SELECT
+    inserted.id,
+    inserted.idempotency_key,
+    (SELECT count(*) FROM notified) AS notifications
+FROM inserted
+ORDER BY inserted.id;
+
+-- name: ids_by_keys
+SELECT
+    j.idempotency_key,
+    j.id
+FROM skiplock.jobs AS j
+WHERE j.idempotency_key = ANY(%(keys)s::text[])
+ORDER BY j.id;
+
+-- name: claim
+-- Claim up to %(limit)s eligible jobs in one statement. The inner SELECT walks the partial
+-- claim index in its own order and skips rows other workers hold; paused queues are left
+-- alone (a hashed subplan, evaluated once per statement).
+WITH candidates AS (
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.jobs AS j
+SET status = 'running',
+    locked_by = %(worker)s,
+    locked_at = now(),
+    lease_until = now() + make_interval(secs => %(lease)s),
+    attempts = j.attempts + 1
+FROM candidates AS c
+WHERE j.id = c.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at;
+
+-- name: complete_and_claim
+-- The worker's steady state in one round trip and one commit: complete the jobs it finished
+-- (fenced by owner and attempt) and claim the next batch. The claim cannot pick the rows just
+-- completed: they were running, not pending, in the statement's snapshot.
+WITH finished AS (
+    UPDATE skiplock.jobs AS j
+    SET status = 'completed',
+        finished_at = now(),
+        lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+    WHERE j.id = d.id
+      AND j.attempts = d.attempt
+      AND j.locked_by = %(worker)s
+      AND j.status = 'running'
+    RETURNING j.id
+),
+candidates AS (
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE skiplock.jobs AS j
+    SET status = 'running',
+        locked_by = %(worker)s,
+        locked_at = now(),
+        lease_until = now() + make_interval(secs => %(lease)s),
+        attempts = j.attempts + 1
+    FROM candidates AS c
+    WHERE j.id = c.id
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at
+)
+SELECT
+    f.completed_ids,
+    claimed.*
+FROM (SELECT coalesce(array_agg(finished.id), '{}') AS completed_ids FROM finished) AS f
+LEFT JOIN claimed ON true;
+
+-- name: complete_many
+UPDATE skiplock.jobs AS j
+SET status = 'completed',
+    finished_at = now(),
+    lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.id;
+
+-- name: fail
+-- Record a failed attempt, fenced like completion. Retry with backoff while attempts remain
+-- (and the error allows it); otherwise the job becomes a dead letter ('failed').
+UPDATE skiplock.jobs AS j
+SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+    run_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts
+                  THEN now() + make_interval(secs => %(delay)s)
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN NULL ELSE now() END,
+    lease_until = NULL,
+    last_error = %(last_error)s,
+    error_fingerprint = %(fingerprint)s,
+    errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s
+                  THEN (j.errors - 0) || jsonb_build_array(%(entry)s::jsonb)
+                  ELSE j.errors || jsonb_build_array(%(entry)s::jsonb) END
+WHERE j.id = %(id)s
+  AND j.attempts = %(attempt)s
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.status;
+
+-- name: heartbeat
+UPDATE skiplock.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.id, j.lease_until;
+
+-- name: release
+-- Give jobs back on shutdown without counting the attempt (the work never ran to an end).
+UPDATE skiplock.jobs AS j
+SET status = 'pending',
+    attempts = j.attempts - 1,
+    locked_by = NULL,
+    locked_at = NULL,
+    lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.id;
+
+-- name: reap
+-- Rescue up to %(batch_size)s running jobs whose lease expired. FOR UPDATE SKIP LOCKED plus the
+-- repeated predicate make it safe against a worker completing the same job at this moment:
+-- whichever commits first wins, and the other's fenced UPDATE matches nothing.
+WITH expired AS (
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'running'
+      AND j.lease_until < now()
+    ORDER BY j.lease_until
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.jobs AS j
+SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+    run_at = CASE WHEN j.attempts < j.max_attempts
+                  THEN now() + make_interval(secs => least(%(backoff_cap)s,
+                           %(backoff_base)s * power(2, greatest(j.attempts - 1, 0)))
+                           * (0.5 + random() / 2))
+                  ELSE j.run_at END,
+    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE now() END,
+    last_error = 'LeaseExpired: lease expired while held by ' || coalesce(j.locked_by, 'unknown worker'),
+    error_fingerprint = 'LeaseExpired: lease expired while held by <worker>',
+    errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s THEN j.errors - 0 ELSE j.errors END
+             || jsonb_build_array(jsonb_build_object(
+                    'attempt', j.attempts,
+                    'at', now(),
+                    'worker', j.locked_by,
+                    'error_class', 'LeaseExpired',
+                    'message', 'lease expired at ' || j.lease_until::text || '; rescued by the reaper',
+                    'traceback', NULL)),
+    lease_until = NULL
+FROM expired AS e
+WHERE j.id = e.id
+  AND j.status = 'running'
+  AND j.lease_until < now()
+RETURNING j.id, j.status;
+
+-- name: set_paused
+INSERT INTO skiplock.queues AS q (name, paused, paused_at, paused_by, updated_at)
+VALUES (%(queue)s, %(paused)s, CASE WHEN %(paused)s THEN now() END, %(actor)s, now())
+ON CONFLICT (name) DO UPDATE
+SET paused = excluded.paused,
+    paused_at = excluded.paused_at,
+    paused_by = excluded.paused_by,
+    updated_at = now()
+RETURNING q.name, q.paused;
+
+-- name: notify_control
+SELECT pg_notify('skiplock_control', %(message)s);
+
+-- name: paused_queues
+SELECT q.name
+FROM skiplock.queues AS q
+WHERE q.paused
+ORDER BY q.name;
+
+-- name: get_job
+SELECT j.*
+FROM skiplock.jobs AS j
+WHERE j.id = %(id)s;
+
+-- name: register_worker
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE
+SET last_seen = now(),
+    stopped_at = NULL;
+
+-- name: flush_worker
+-- The worker process keeps its counters since start and writes them whole (a lost flush is
+-- repaired by the next one). Collectors take deltas between samples.
+UPDATE skiplock.workers AS w
+SET last_seen = now(),
+    stopped_at = CASE WHEN %(stopping)s THEN now() ELSE NULL END,
+    in_flight = %(in_flight)s,
+    claimed = %(claimed)s,
+    completed = %(completed)s,
+    failed = %(failed)s,
+    retried = %(retried)s,
+    lost = %(lost)s,
+    claim_calls = %(claim_calls)s,
+    claim_seconds_sum = %(claim_seconds_sum)s,
+    claim_histogram = %(claim_histogram)s,
+    pickup_count = %(pickup_count)s,
+    pickup_seconds_sum = %(pickup_seconds_sum)s,
+    pickup_histogram = %(pickup_histogram)s,
+    runtime_histogram = %(runtime_histogram)s
+WHERE w.id = %(id)s;

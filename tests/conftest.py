@@ -1,0 +1,114 @@
+"""The test harness: one private PostgreSQL cluster per test session, a fresh database per test.
+
+Unless DATABASE_URL names a server to use, the session starts a throwaway cluster with
+`console.pgcluster.PrivateCluster` (pg_stat_statements preloaded, durability off because the
+data is thrown away) and always stops it. Each test gets its own database, created from a
+template that was migrated once, so tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from console.db import connect, migrate
+from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
+
+TEMPLATE = "skiplock_template"
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """The PrivateCluster (None when DATABASE_URL points at an existing server)."""
+    if os.environ.get("DATABASE_URL"):
+        yield None
+        return
+    cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s"})
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(pg_cluster) -> str:
+    return os.environ["DATABASE_URL"] if pg_cluster is None else pg_cluster.dsn
+
+
+def dsn_for(admin_dsn: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(admin_dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def template_db(admin_dsn) -> str:
+    with connect(admin_dsn) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    with connect(dsn_for(admin_dsn, TEMPLATE)) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        migrate(conn)
+    return TEMPLATE
+
+
+@pytest.fixture
+def make_database(admin_dsn, template_db):
+    """Factory: a new migrated database; dropped after the test."""
+    created: list[str] = []
+
+    def make(template: str | None = template_db) -> str:
+        name = f"t_{os.getpid()}_{next(_counter)}"
+        with connect(admin_dsn) as conn:
+            if template:
+                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+            else:
+                conn.execute(f'CREATE DATABASE "{name}"')
+        created.append(name)
+        return dsn_for(admin_dsn, name)
+
+    yield make
+    with connect(admin_dsn) as conn:
+        for name in created:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def dsn(make_database) -> str:
+    """A fresh, migrated database for this test."""
+    return make_database()
+
+
+@pytest.fixture
+def conn(dsn):
+    """An autocommit connection to the test's database."""
+    with connect(dsn, application_name="skiplock-test") as connection:
+        yield connection
+
+
+@pytest.fixture
+def tx_conn(dsn):
+    """A connection with autocommit off, as application code usually has."""
+    with connect(dsn, application_name="skiplock-test", autocommit=False) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="session")
+def python_exe() -> str:
+    return sys.executable
+
+
+@pytest.fixture
+def subprocess_env(dsn) -> dict[str, str]:
+    """Environment for child processes (workers, CLI): the test's database and the tests folder
+    on the path, so `--tasks tests.sample_tasks` imports."""
+    env = dict(os.environ)
+    env["DATABASE_URL"] = dsn
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env

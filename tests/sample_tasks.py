@@ -1,0 +1,47 @@
+"""Handlers the worker tests run in real worker processes (`--tasks tests.sample_tasks`)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+
+import console
+
+
+@console.task("noop")
+def noop(job):
+    return None
+
+
+@console.task("record")
+def record(job):
+    """Write one row per execution to a side table, so tests can count how often a job ran."""
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO public.executions (job_id, attempt, worker_pid) VALUES (%s, %s, %s)",
+            (job.id, job.attempt, os.getpid()),
+        )
+    delay = float(job.payload.get("sleep", 0)) if isinstance(job.payload, dict) else 0
+    if delay:
+        time.sleep(delay)
+
+
+@console.task("flaky")
+def flaky(job):
+    """Fails its first `fail_times` attempts, then succeeds."""
+    record(job)
+    if job.attempt <= int(job.payload.get("fail_times", 1)):
+        raise RuntimeError(f"transient failure on attempt {job.attempt} of job {job.id}")
+
+
+@console.task("doomed")
+def doomed(job):
+    raise console.DoNotRetry(f"order {job.payload.get('order', 0)} cannot be shipped")
+
+
+@console.task("slow")
+def slow(job):
+    record(job)
+    time.sleep(float(job.payload.get("sleep", 5)))
