@@ -1,0 +1,83 @@
+"""The canonical metric names: the same in samples, the UI, the JSON API, alert rules and
+`/metrics` (which prefixes them with `skiplock_`).
+
+Each entry says what the number is, its unit and its labels. A name not listed here cannot be
+stored, charted or alerted on, so a typo in an alert rule is refused at load time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    help: str
+    unit: str
+    labels: tuple[str, ...] = ()
+    kind: str = "gauge"  # every stored sample is a gauge; rates are computed by the collector
+
+
+_METRICS = [
+    # --- the queue --------------------------------------------------------------------
+    Metric("queue_depth", "Jobs in the queue by state (eligible, scheduled, running, failed).", "jobs", ("queue", "state")),
+    Metric("queue_age_seconds", "Age of the oldest eligible pending job (how long the head has waited).", "seconds", ("queue",)),
+    Metric("claim_latency_seconds", "Claim round-trip time: from workers' counters, pg_stat_statements, or a rolled-back probe claim.", "seconds", ("queue", "source", "quantile")),
+    Metric("claim_buffers_per_call", "Shared buffers (hit + read) per claim call since the last sample; climbs with dead index entries.", "buffers"),
+    Metric("pickup_delay_seconds", "Time from a job becoming due to a worker claiming it.", "seconds", ("quantile",)),
+    Metric("throughput", "Jobs finished per second by outcome (completed, failed, retried), from worker counters.", "jobs/s", ("outcome",)),
+    Metric("retry_rate", "Share of finished attempts that were retried since the last sample.", "ratio"),
+    Metric("stuck_leases", "Running jobs whose lease has expired and that the reaper has not yet rescued.", "jobs", ("queue",)),
+    Metric("dead_letters", "Jobs in the failed state (the dead-letter set).", "jobs", ("queue",)),
+    Metric("dead_letter_growth", "Dead letters added per hour over the last sample interval.", "jobs/h", ("queue",)),
+    Metric("workers_live", "Worker processes seen within three flush intervals.", "workers"),
+    Metric("workers_in_flight", "Jobs being worked right now, from worker registry rows.", "jobs"),
+    # --- the jobs tables ----------------------------------------------------------------
+    Metric("table_live_tuples", "Live rows (statistics).", "rows", ("table",)),
+    Metric("table_dead_tuples", "Dead rows waiting for vacuum (statistics).", "rows", ("table",)),
+    Metric("table_dead_ratio", "Dead rows / (live + dead).", "ratio", ("table",)),
+    Metric("table_size_bytes", "On-disk size by part (heap, indexes, toast).", "bytes", ("table", "part")),
+    Metric("table_autovacuum_threshold", "Dead rows at which autovacuum starts, from the table's reloptions and the server settings.", "rows", ("table",)),
+    Metric("table_autovacuum_behind", "1 when dead rows exceed the autovacuum threshold and no vacuum is running.", "bool", ("table",)),
+    Metric("table_last_autovacuum_age_seconds", "Seconds since the last (auto)vacuum finished on the table.", "seconds", ("table",)),
+    Metric("table_last_autoanalyze_age_seconds", "Seconds since the last (auto)analyze finished on the table.", "seconds", ("table",)),
+    Metric("table_vacuum_count", "Vacuum and autovacuum runs so far.", "runs", ("table", "kind")),
+    Metric("vacuum_in_progress", "1 while a vacuum runs on the table.", "bool", ("table",)),
+    Metric("vacuum_heap_scanned_ratio", "Share of the heap the running vacuum has scanned.", "ratio", ("table",)),
+    Metric("vacuum_index_passes", "Index vacuum passes of the running vacuum.", "passes", ("table",)),
+    Metric("vacuum_removed_nothing", "1 when the last vacuum ran but dead rows did not fall: a horizon is blocking it.", "bool", ("table",)),
+    Metric("table_xid_age", "Transaction-ID age of the table (and its TOAST) against wraparound.", "xids", ("table", "part")),
+    Metric("table_mxid_age", "MultiXact-ID age of the table against wraparound.", "mxids", ("table",)),
+    # --- the database ---------------------------------------------------------------------
+    Metric("xmin_horizon_age_seconds", "Age of the oldest thing holding back the xmin horizon (transaction, slot, prepared transaction, standby).", "seconds", ("holder",)),
+    Metric("xmin_horizon_age_xids", "Transactions between the horizon and now.", "xids", ("holder",)),
+    Metric("idle_in_transaction_sessions", "Sessions idle inside an open transaction (excluding the console).", "sessions"),
+    Metric("lock_waits", "Sessions waiting on a heavyweight lock, by relation (jobs tables singled out).", "sessions", ("relation",)),
+    Metric("lwlock_waits", "Sessions waiting on an LWLock, by wait event (MultiXact/SLRU singled out).", "sessions", ("event",)),
+    Metric("slru_blocks_read_per_second", "SLRU blocks read per second, by SLRU (pg_stat_slru deltas).", "blocks/s", ("slru",)),
+    Metric("multixact_consumption_per_second", "MultiXact IDs consumed per second.", "mxids/s"),
+    Metric("wal_bytes_per_second", "WAL written per second.", "bytes/s"),
+    Metric("replica_lag_seconds", "Replay lag of each standby.", "seconds", ("standby",)),
+    Metric("replica_lag_bytes", "Bytes of WAL each standby has not replayed.", "bytes", ("standby",)),
+    Metric("connections", "Backends by state, excluding the console's own.", "connections", ("state",)),
+    Metric("max_connections", "The server's max_connections.", "connections"),
+    Metric("notify_queue_usage", "Fraction of the NOTIFY queue in use.", "ratio"),
+    # --- the console itself ---------------------------------------------------------------
+    Metric("collector_duration_seconds", "Time each collector took in the last cycle.", "seconds", ("collector",)),
+    Metric("collection_duration_seconds", "Time the whole collection cycle took.", "seconds"),
+    Metric("collector_errors", "1 when the collector failed or timed out in the last cycle.", "bool", ("collector",)),
+]
+
+METRICS: dict[str, Metric] = {m.name: m for m in _METRICS}
+
+
+class UnknownMetric(ValueError):
+    pass
+
+
+def check_metric(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise UnknownMetric(f"unknown metric {name!r}; known metrics: {', '.join(sorted(METRICS))}") from None

@@ -1,0 +1,94 @@
+"""Stored samples: the shared record that collectors write and pages, alerts, the advisor and
+`/metrics` read. Metric names are the canonical ones in `console.catalog`.
+
+A `Sample` is (metric, labels, value, at); `value is None` means "not available". Reads are
+bounded by time and walk `samples_metric_time_idx`; none scans the whole table.
+
+This module does not measure anything (`console.collectors` does) and does not decide what is
+healthy (alerts and the advisor do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from console.catalog import check_metric
+from console.sqlfiles import query
+
+
+@dataclass(frozen=True)
+class Sample:
+    metric: str
+    labels: dict[str, str] = field(default_factory=dict)
+    value: float | None = None
+    at: datetime | None = None
+
+    def label_key(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted(self.labels.items()))
+
+
+def store(conn: psycopg.Connection, samples: Iterable[Sample], at: datetime | None = None) -> int:
+    """Insert samples in one statement; `at` (default now) applies to those without their own."""
+    rows = list(samples)
+    if not rows:
+        return 0
+    for sample in rows:
+        check_metric(sample.metric)
+    by_time: dict[datetime, list[Sample]] = {}
+    default_at = at or datetime.now(UTC)
+    for sample in rows:
+        by_time.setdefault(sample.at or default_at, []).append(sample)
+    with conn.cursor() as cur:
+        for when, group in by_time.items():
+            cur.execute(
+                query("samples", "insert_samples"),
+                {
+                    "at": when,
+                    "metrics": [s.metric for s in group],
+                    "labels": [Jsonb({k: str(v) for k, v in s.labels.items()}) for s in group],
+                    "values": [None if s.value is None else float(s.value) for s in group],
+                },
+            )
+    return len(rows)
+
+
+def latest(conn: psycopg.Connection, metric: str | None = None, *, within: timedelta = timedelta(minutes=10)) -> list[Sample]:
+    """The newest sample of each (metric, labels) stored within `within` (default 10 min)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("samples", "latest"), {"metric": metric, "within": within.total_seconds()}).fetchall()
+    return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
+
+
+def series(
+    conn: psycopg.Connection,
+    metric: str,
+    *,
+    since: datetime | timedelta,
+    labels: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Points [{at, labels, value}] of one metric since a time. Windows over 6 h read the
+    per-minute rollup, over 2 days the per-hour rollup, so a 7-day chart stays cheap."""
+    check_metric(metric)
+    start = datetime.now(UTC) - since if isinstance(since, timedelta) else since
+    span = datetime.now(UTC) - start
+    params = {"metric": metric, "since": start, "labels": Jsonb(labels) if labels else None}
+    with conn.cursor(row_factory=dict_row) as cur:
+        if span <= timedelta(hours=6):
+            return cur.execute(query("samples", "series_raw"), params).fetchall()
+        resolution = "minute" if span <= timedelta(days=2) else "hour"
+        rows = cur.execute(query("samples", "series_rollup"), {**params, "resolution": resolution}).fetchall()
+        if rows:
+            return rows
+        return cur.execute(query("samples", "series_raw"), params).fetchall()
+
+
+def last_collection(conn: psycopg.Connection) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("samples", "last_collection")).fetchone()

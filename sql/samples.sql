@@ -1,0 +1,54 @@
+-- Reading and writing stored samples. Every read is bounded by time and walks an index.
+
+-- name: insert_samples
+INSERT INTO skiplock.samples (collected_at, metric, labels, value)
+SELECT %(at)s, s.metric, s.labels, s.value
+FROM unnest(%(metrics)s::text[], %(labels)s::jsonb[], %(values)s::double precision[]) AS s (metric, labels, value);
+
+-- name: latest
+-- The newest value of every (metric, labels) seen within the last %(within)s seconds.
+SELECT DISTINCT ON (s.metric, s.labels)
+    s.metric,
+    s.labels,
+    s.value,
+    s.collected_at
+FROM skiplock.samples AS s
+WHERE s.collected_at >= now() - make_interval(secs => %(within)s)
+  AND (%(metric)s::text IS NULL OR s.metric = %(metric)s)
+ORDER BY s.metric, s.labels, s.collected_at DESC;
+
+-- name: series_raw
+SELECT
+    s.collected_at AS at,
+    s.labels,
+    s.value
+FROM skiplock.samples AS s
+WHERE s.metric = %(metric)s
+  AND s.collected_at >= %(since)s
+  AND (%(labels)s::jsonb IS NULL OR s.labels @> %(labels)s::jsonb)
+ORDER BY s.collected_at;
+
+-- name: series_rollup
+SELECT
+    r.bucket AS at,
+    r.labels,
+    r.avg_value AS value,
+    r.max_value,
+    r.min_value
+FROM skiplock.samples_rollup AS r
+WHERE r.resolution = %(resolution)s
+  AND r.metric = %(metric)s
+  AND r.bucket >= %(since)s
+  AND (%(labels)s::jsonb IS NULL OR r.labels @> %(labels)s::jsonb)
+ORDER BY r.bucket;
+
+-- name: last_collection
+SELECT
+    c.started_at,
+    c.finished_at,
+    c.duration_ms,
+    c.collectors,
+    c.leader
+FROM skiplock.collection_runs AS c
+ORDER BY c.started_at DESC
+LIMIT 1;
