@@ -1,0 +1,26 @@
+-- name: record
+INSERT INTO skiplock.audit_log (actor, action, target, selection, reason, rows, outcome, detail)
+VALUES (%(actor)s, %(action)s, %(target)s, %(selection)s, %(reason)s, %(rows)s, %(outcome)s, %(detail)s)
+RETURNING id, at;
+
+-- name: search
+-- Newest first, keyset-paginated on id; every filter optional.
+SELECT
+    a.id,
+    a.at,
+    a.actor,
+    a.action,
+    a.target,
+    a.selection,
+    a.reason,
+    a.rows,
+    a.outcome,
+    a.detail
+FROM skiplock.audit_log AS a
+WHERE (%(actor)s::text IS NULL OR a.actor = %(actor)s)
+  AND (%(action)s::text IS NULL OR a.action = %(action)s)
+  AND (%(since)s::timestamptz IS NULL OR a.at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR a.at < %(until)s)
+  AND (%(before_id)s::bigint IS NULL OR a.id < %(before_id)s)
+ORDER BY a.id DESC
+LIMIT %(limit)s;
