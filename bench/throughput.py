@@ -348,7 +348,7 @@ def sustained(dsn: str, args) -> None:
                     while time.time() < end:
                         time.sleep(args.interval)
                         now = time.time()
-                        done = conn.execute("SELECT coalesce(sum(completed), 0) FROM skiplock.workers").fetchone()[0]
+                        done = conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0]
                         rates.append((done - last_c) / (now - last_t))
                         last_t, last_c = now, done
                         print(f"    {contender} t={now - end + args.duration:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
@@ -471,7 +471,7 @@ def main(argv=None) -> None:
         print(f"pgqueuer {version('pgqueuer')}")
     except Exception:  # noqa: BLE001 - informational only
         pass
-    modes = list(args.modes)
+    modes = list(args.modes) if args.grid else []
     if args.sustained and args.sustained_mode not in modes:
         modes.append(args.sustained_mode)
     for mode in modes:
