@@ -215,7 +215,7 @@ def test_traffic_enqueues_at_the_rate_and_holds_an_idle_transaction(dsn, conn):
                 row = watcher.execute(
                     "SELECT state, backend_xid IS NOT NULL, backend_xmin IS NOT NULL FROM pg_stat_activity "
                     "WHERE application_name = %s", (IDLE_APPLICATION_NAME,)).fetchone()
-                if row and row[0] == "idle in transaction":
+                if row and row[0] == "idle in transaction" and row[1]:  # after BEGIN and the query
                     seen_idle["row"] = row
                 time.sleep(0.05)
 
