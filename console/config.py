@@ -63,19 +63,8 @@ def one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
-def is_duration(value: str) -> str | None:
-    try:
-        duration(value)
-    except ValueError:
-        return "is not a duration (use e.g. 90s, 15m, 1h, 7d)"
-    return None
-
-
-def is_positive_duration(value: str) -> str | None:
-    complaint = is_duration(value)
-    if complaint is None and duration(value) <= timedelta(0):
-        complaint = "must be longer than 0"
-    return complaint
+def positive_duration(value: timedelta) -> str | None:
+    return None if value > timedelta(0) else "must be longer than 0"
 
 
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -117,9 +106,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
     # [maintenance]
-    Setting("maintenance", "archive_after", str, "1h", "Completed jobs older than this leave the hot table (a duration: 90s, 15m, 1h, 7d).", is_duration),
+    Setting("maintenance", "archive_after", duration, timedelta(hours=1), "Completed jobs older than this leave the hot table (e.g. 1h, 7d)."),
     Setting("maintenance", "archive_mode", str, "archive", "What archival does with them: `archive` (move to skiplock.jobs_archive) or `delete`.", one_of("archive", "delete")),
-    Setting("maintenance", "archive_retention", str, "30d", "Archived jobs older than this are removed; whole day partitions are dropped (a duration).", is_positive_duration),
+    Setting("maintenance", "archive_retention", duration, timedelta(days=30), "Archived jobs older than this are removed (whole day partitions are dropped).", positive_duration),
     Setting("maintenance", "partitions_ahead", int, 7, "Days of archive partitions created ahead of time.", positive),
     Setting("maintenance", "batch_size", int, 1000, "Most rows one maintenance transaction touches (archive, retention, reap, replay, purge).", positive),
     Setting("maintenance", "rate", float, 0.0, "Most rows per second archival and retention move; 0 = no cap beyond the pause.", non_negative),

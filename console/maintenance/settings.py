@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from console.config import duration
-
 
 @dataclass(frozen=True)
 class MaintenanceSettings:
@@ -31,9 +29,9 @@ class MaintenanceSettings:
     def from_config(cls, config: Any) -> MaintenanceSettings:
         m = config.maintenance
         return cls(
-            archive_after=duration(m.archive_after),
+            archive_after=m.archive_after,
             archive_mode=m.archive_mode,
-            archive_retention=duration(m.archive_retention),
+            archive_retention=m.archive_retention,
             partitions_ahead=m.partitions_ahead,
             batch_size=m.batch_size,
             rate=m.rate or None,  # 0 in the config means "no cap"
