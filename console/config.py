@@ -78,6 +78,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+    # [scheduler]
+    Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),
+    Setting("scheduler", "reap_interval", float, 30.0, "Seconds between reaper runs (expired leases back to pending or failed).", positive),
+    Setting("scheduler", "reap_batch_size", int, 1000, "Most jobs the reaper rescues in one transaction.", positive),
+    Setting("scheduler", "archive_interval", float, 300.0, "Seconds between archiver runs (completed jobs out of the hot table).", positive),
+    Setting("scheduler", "retention_interval", float, 300.0, "Seconds between sample retention and rollup runs.", positive),
+    Setting("scheduler", "election_interval", float, 5.0, "Seconds between leader elections: a standby takes over within this long after the leader dies.", positive),
+    Setting("scheduler", "misfire_grace", float, 30.0, "Seconds a job may start late (e.g. after a pause) before that run is skipped.", positive),
+    Setting("scheduler", "retention_raw_hours", float, 48.0, "Hours raw samples are kept.", positive),
+    Setting("scheduler", "retention_minute_days", float, 14.0, "Days per-minute rollups are kept.", positive),
+    Setting("scheduler", "retention_hour_days", float, 400.0, "Days per-hour rollups (and collection run rows) are kept.", positive),
+    Setting("scheduler", "retention_batch_size", int, 5000, "Most rows one retention statement deletes.", positive),
+    Setting("scheduler", "lock_timeout_ms", int, 200, "lock_timeout of collector queries (size functions wait on locks).", positive),
+    Setting("scheduler", "depth_exact_limit", int, 100000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
+    Setting("scheduler", "failed_queue_limit", int, 20000, "Newest dead letters read for the per-queue split; beyond it shares are scaled to the exact total.", positive),
+    Setting("scheduler", "probe_queues", int, 3, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}

@@ -12,8 +12,9 @@ import sys
 
 import click
 
-from console.cli.common import main_group
+import console.cli.scheduler  # noqa: F401  (registers collect, scheduler)
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli.common import main_group
 
 main = main_group
 
