@@ -12,8 +12,8 @@ import sys
 
 import click
 
-import console.cli.scheduler  # noqa: F401  (registers collect, scheduler)
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import scheduler  # noqa: F401  (registers collect, scheduler)
 from console.cli.common import main_group
 
 main = main_group
