@@ -34,3 +34,8 @@ LIMIT 1;
 
 -- name: db_now
 SELECT now() AS now, clock_timestamp() AS clock;
+
+-- name: state_of
+SELECT s.state
+FROM skiplock.collector_state AS s
+WHERE s.name = %(name)s;

@@ -46,3 +46,26 @@ def collect_cmd(obj, once: bool, as_json: bool) -> None:
             click.echo(f"  {name:<12} {info['ms']:8.1f} ms  {info['samples']:4d} samples  {status}", err=bool(info["error"]))
     if report.errors:
         sys.exit(1)
+
+
+@main_group.command("scheduler")
+@dsn_option
+@click.option("--collect-interval", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds between collection cycles [config: scheduler.collect_interval].")
+@friendly_errors
+@click.pass_obj
+def scheduler_cmd(obj, collect_interval: float | None) -> None:
+    """Run the scheduler until SIGTERM/Ctrl-C: collectors, reaper, archiver, sample retention.
+
+    Run one or several (for failover) per database: one leads, elected with an advisory lock,
+    and a standby takes over within [scheduler] election_interval seconds when it dies.
+    """
+    from console.config import load_config
+    from console.scheduler import Scheduler
+
+    config = obj.config
+    if collect_interval is not None:
+        config = load_config(config.path, overrides={"scheduler.collect_interval": collect_interval})
+    scheduler = Scheduler(obj.dsn, config)
+    scheduler.install_signal_handlers()
+    sys.exit(scheduler.run())
