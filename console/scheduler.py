@@ -32,8 +32,8 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import signal
 import secrets
+import signal
 import socket
 import threading
 import time
