@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from console.cli.common import main_group
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli.common import main_group
 
 main = main_group
 
