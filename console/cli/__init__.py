@@ -13,6 +13,7 @@ import sys
 import click
 
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import alerts  # noqa: F401  (registers the alerts group)
 from console.cli.common import main_group
 
 main = main_group
