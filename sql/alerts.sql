@@ -358,3 +358,27 @@ FROM skiplock.alert_outbox AS o
 WHERE (%(alert_id)s::bigint IS NULL OR o.alert_id = %(alert_id)s)
 ORDER BY o.created_at DESC, o.id DESC
 LIMIT %(limit)s;
+
+-- name: prune_deliveries
+-- Retention, one bounded batch: delivery-log rows older than the cutoff.
+DELETE FROM skiplock.alert_deliveries AS d
+WHERE d.id IN (
+    SELECT x.id
+    FROM skiplock.alert_deliveries AS x
+    WHERE x.at < %(cutoff)s
+    ORDER BY x.at
+    LIMIT %(batch)s
+);
+
+-- name: prune_outbox
+-- Retention, one bounded batch: settled notifications older than the cutoff (their few
+-- delivery rows go with them).
+DELETE FROM skiplock.alert_outbox AS o
+WHERE o.id IN (
+    SELECT x.id
+    FROM skiplock.alert_outbox AS x
+    WHERE x.status <> 'pending'
+      AND x.finished_at < %(cutoff)s
+    ORDER BY x.finished_at
+    LIMIT %(batch)s
+);

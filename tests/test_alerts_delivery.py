@@ -217,3 +217,18 @@ def test_secrets_never_reach_logs_or_the_delivery_log(conn, caplog):
     for secret in (SECRET, "url-secret-777", "header-secret-888"):
         assert secret not in caplog.text and secret not in stored
     assert receiver.requests[0]["headers"]["Authorization"] == "Bearer header-secret-888"
+
+
+def test_prune_removes_old_settled_rows_in_batches(conn):
+    with Receiver([410]) as receiver:
+        rules = ruleset(receiver)
+        transition(conn, rules, 0, 500)
+        transition(conn, rules, 10, 1)
+        transition(conn, rules, 20, 500)
+        drain(conn, rules)
+    transition(conn, rules, 30, 500, queue="sms")  # still pending: never pruned
+    conn.execute("UPDATE skiplock.alert_outbox SET finished_at = now() - interval '40 days' WHERE status <> 'pending'")
+    conn.execute("UPDATE skiplock.alert_deliveries SET at = now() - interval '40 days'")
+    removed = outbox.prune(conn, keep=timedelta(days=30), batch=1)
+    assert removed == 6  # 3 delivery rows + 3 settled notifications
+    assert conn.execute("SELECT status FROM skiplock.alert_outbox").fetchall() == [("pending",)]

@@ -38,6 +38,7 @@ from console import audit
 from console.alerts import outbox
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
+from console.db import time_limited
 from console.sqlfiles import query
 
 log = logging.getLogger(__name__)
@@ -58,13 +59,19 @@ class AlertSettings:
     delivery_batch: int = 100
     console_url: str = ""
     runbook_base_url: str = ""
+    keep_days: float = 30.0
+    statement_timeout_ms: int = 5000  # every evaluation and outbox statement runs under it
 
     @classmethod
     def from_config(cls, config) -> AlertSettings:
         if config is None or not hasattr(config, "alerts"):
             return cls()
         section = config.alerts
-        return cls(**{name: getattr(section, name) for name in cls.__dataclass_fields__ if hasattr(section, name)})
+        values = {name: getattr(section, name) for name in cls.__dataclass_fields__ if hasattr(section, name)}
+        database = getattr(config, "database", None)
+        if database is not None and hasattr(database, "statement_timeout_ms"):
+            values["statement_timeout_ms"] = database.statement_timeout_ms
+        return cls(**values)
 
 
 @dataclass
@@ -241,7 +248,7 @@ def evaluate(conn: psycopg.Connection, ruleset: RuleSet, settings: AlertSettings
     job runs between collections so a stuck collector is noticed even though it writes nothing.
     """
     settings = settings or AlertSettings()
-    with conn.transaction():
+    with time_limited(conn, settings.statement_timeout_ms):
         conn.execute(query("alerts", "evaluation_lock"), {"key": EVALUATION_LOCK_KEY})
         if now is None:
             now = conn.execute("SELECT now()").fetchone()[0]

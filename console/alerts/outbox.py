@@ -36,6 +36,7 @@ from psycopg.types.json import Jsonb
 
 from console.alerts.rules import Destination
 from console.alerts.transports import DeliveryError, PermanentError, TransientError, transport_for
+from console.db import time_limited
 from console.sqlfiles import query
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Sender:
         return report
 
     def _claim(self) -> dict[str, Any] | None:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        with time_limited(self.conn, self.settings.statement_timeout_ms) as cur:
             return cur.execute(query("alerts", "outbox_claim"), {"lease": self.lease}).fetchone()
 
     def _deliver(self, row: Mapping[str, Any], destination: Destination | None) -> str:
@@ -143,7 +144,7 @@ class Sender:
                 next_at = self._now() + timedelta(seconds=delay)
         status_column = {"delivered": "delivered", "retried": "pending", "failed": "failed", "gave_up": "gave_up"}[outcome]
         log_outcome = {"delivered": "delivered", "retried": "retry", "failed": "failed", "gave_up": "gave_up"}[outcome]
-        with self.conn.transaction():
+        with time_limited(self.conn, self.settings.statement_timeout_ms):
             settled = self.conn.execute(query("alerts", "outbox_settle"), {
                 "id": row["id"], "attempt": row["attempts"], "status": status_column, "next_attempt_at": next_at,
                 "error": error,
@@ -210,3 +211,18 @@ def pending_summary(conn: psycopg.Connection) -> list[dict[str, Any]]:
 def recent(conn: psycopg.Connection, *, limit: int = 50, alert_id: int | None = None) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(query("alerts", "outbox_recent"), {"limit": limit, "alert_id": alert_id}).fetchall()
+
+
+def prune(conn: psycopg.Connection, *, keep: timedelta, batch: int = 1000, max_batches: int = 10) -> int:
+    """Delete delivery-log rows and settled notifications older than `keep`, in batches of
+    `batch` rows (each its own short transaction); return how many rows went."""
+    cutoff = conn.execute("SELECT now()").fetchone()[0] - keep
+    removed = 0
+    for name in ("prune_deliveries", "prune_outbox"):
+        for _ in range(max_batches):
+            with conn.transaction():
+                count = conn.execute(query("alerts", name), {"cutoff": cutoff, "batch": batch}).rowcount
+            removed += count
+            if count < batch:
+                break
+    return removed

@@ -102,11 +102,12 @@ CREATE TABLE skiplock.alert_outbox (
 CREATE INDEX alert_outbox_pending_idx ON skiplock.alert_outbox (next_attempt_at, id) WHERE status = 'pending';
 CREATE INDEX alert_outbox_order_idx ON skiplock.alert_outbox (alert_id, destination, id) WHERE status = 'pending';
 CREATE INDEX alert_outbox_created_idx ON skiplock.alert_outbox (created_at DESC);
+CREATE INDEX alert_outbox_finished_idx ON skiplock.alert_outbox (finished_at) WHERE status <> 'pending';
 
 -- The delivery log: every attempt (and every "send test"), with the receiver's answer.
 CREATE TABLE skiplock.alert_deliveries (
     id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    outbox_id     bigint      REFERENCES skiplock.alert_outbox (id),
+    outbox_id     bigint      REFERENCES skiplock.alert_outbox (id) ON DELETE CASCADE,
     destination   text        NOT NULL,
     at            timestamptz NOT NULL DEFAULT now(),
     attempt       integer     NOT NULL DEFAULT 1,
