@@ -79,14 +79,16 @@ def _read_state(path: Path) -> dict | None:
     return state if state.get("children") and state.get("dsn") else None
 
 
-def _completed_jobs(dsn: str) -> int:
+def _scalar(dsn: str, statement: str) -> int:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            return conn.execute(
-                "SELECT coalesce(sum(completed), 0) FROM skiplock.workers"
-            ).fetchone()[0]
+            return conn.execute(statement).fetchone()[0]
     except psycopg.Error:
         return 0
+
+
+def _completed_jobs(dsn: str) -> int:
+    return _scalar(dsn, "SELECT coalesce(sum(completed), 0) FROM skiplock.workers")
 
 
 @pytest.fixture
@@ -121,6 +123,11 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
 
         # Real traffic: workers report completed jobs within a bounded time.
         _wait_for(lambda: _completed_jobs(state["dsn"]) > 0, 60, "completed jobs", proc, log)
+        if "scheduler" in state["children"]:
+            # The collectors measured the traffic: a non-zero throughput sample is stored.
+            _wait_for(lambda: _scalar(state["dsn"], "SELECT count(*) FROM skiplock.samples "
+                                                    "WHERE metric = 'throughput' AND value > 0"),
+                      60, "a non-zero throughput sample", proc, log)
         if state.get("url"):
             with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
                 assert response.status == 200

@@ -433,6 +433,10 @@ class Demo:
             f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
             "             retries, dead letters in three error groups, a burst every 4 min, an idle-in-transaction",
             "             session every 10 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
+        ]
+        if "scheduler" in self.children:
+            lines.append("  Scheduler  collectors and reaper every 10 s, archiver every minute (completed jobs older than 2 min)")
+        lines += [
             f"  Processes  {', '.join(f'{name} (pid {c.pid})' for name, c in self.children.items())}",
             f"  Logs       {self.logs}/",
         ]
