@@ -12,8 +12,12 @@ import sys
 
 import click
 
+from console.cli import (  # noqa: F401  (registers users, serve)
+    core,  # noqa: F401  (registers migrate, worker, enqueue)
+    users,
+    web,
+)
 from console.cli.common import main_group
-from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
 
 main = main_group
 
