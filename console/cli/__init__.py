@@ -12,11 +12,8 @@ import sys
 
 import click
 
-from console.cli import (  # noqa: F401  (registers users, serve)
-    core,  # noqa: F401  (registers migrate, worker, enqueue)
-    users,
-    web,
-)
+from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import users, web  # noqa: F401  (registers users, serve)
 from console.cli.common import main_group
 
 main = main_group
