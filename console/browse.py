@@ -296,17 +296,20 @@ def export_jobs(conn_factory, f: JobFilter, *, limit: int, batch: int = 1000) ->
 def get_job(conn: psycopg.Connection, job_id: int, *, archive: bool = True) -> dict[str, Any] | None:
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("browse", "get_job"), {"id": job_id}).fetchone()
-        if row is None and archive:
-            row = cur.execute(query("browse", "get_archived_job"), {"id": job_id}).fetchone()
+    if row is None and archive:
+        from console.maintenance import archived_job
+
+        found = archived_job(conn, job_id)
+        row = {**found, "archived": True} if found else None
     return row
 
 
 def job_actions_audit(conn: psycopg.Connection, job_id: int) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("browse", "job_audit"), {"target": f"job:{job_id}"}).fetchall()
+        return cur.execute(query("browse", "job_audit"), {"target": f"job:{job_id}", "id": job_id}).fetchall()
 
 
-def _as_time(value: Any) -> datetime | None:
+def parse_entry_time(value: Any) -> datetime | None:
     if isinstance(value, datetime):
         return value
     if isinstance(value, str):
@@ -324,7 +327,7 @@ def timeline(job: Mapping[str, Any], actions: list[dict[str, Any]] = ()) -> list
     events: list[dict[str, Any]] = [{"at": job["created_at"], "event": "enqueued", "detail": f"queue {job['queue']}", "tone": ""}]
     for entry in job.get("errors") or []:
         events.append({
-            "at": _as_time(entry.get("at")),
+            "at": parse_entry_time(entry.get("at")),
             "event": f"attempt {entry.get('attempt')} failed" if entry.get("error_class") != "Cancelled" else "cancelled",
             "detail": f"{entry.get('error_class')}: {entry.get('message')}" + (f" (worker {entry['worker']})" if entry.get("worker") else ""),
             "tone": "bad",
@@ -361,29 +364,51 @@ def allowed_actions(job: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str, reason: str | None = None) -> dict[str, Any]:
-    """Apply one action to one job and write the audit row, in one transaction.
+def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str, reason: str | None = None,
+               dsn: str | None = None) -> dict[str, Any]:
+    """Apply one action to one job, audited.
 
+    replay and purge go through console.maintenance's bulk operation (the same function the
+    dead-letters page, the CLI and the API use; it needs `dsn` for its own connection);
+    run_now and cancel are single statements here, with the audit row in the same transaction.
     Raises JobNotFound, or JobStateConflict when the job's state does not allow the action
     (including when it changed since the page was drawn)."""
     if action not in ACTIONS:
         raise InvalidFilter(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
     reason = (reason or "").strip()[:500] or None
+    if action in ("replay", "purge"):
+        from console.maintenance import bulk
+        from console.maintenance.errors import NothingMatches
+
+        current = get_job(conn, job_id, archive=False)
+        if current is None:
+            raise JobNotFound(f"job {job_id} is not in the jobs table")
+        if current["status"] != "failed":
+            raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to failed jobs")
+        try:
+            run = bulk.replay if action == "replay" else bulk.purge
+            result = run(dsn, {"ids": [job_id]}, actor=actor, reason=reason)
+        except NothingMatches:
+            raise JobStateConflict(f"job {job_id} is no longer a dead letter") from None
+        if result.get("state") != "done" or not result.get("done"):
+            raise JobStateConflict(f"{action} of job {job_id} did not complete ({result.get('state')}: {result.get('error') or 'no rows'})")
+        return {"id": job_id, "queue": current["queue"], "operation": result.get("id")}
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         if action == "cancel":
             message = f"cancelled by {actor}" + (f": {reason}" if reason else "")
             row = cur.execute(query("browse", "cancel_job"), {"id": job_id, "message": message}).fetchone()
         else:
-            row = cur.execute(query("browse", f"{action}_job" if action != "run_now" else "run_now"), {"id": job_id}).fetchone()
+            row = cur.execute(query("browse", "run_now"), {"id": job_id}).fetchone()
         if row is None:
             current = cur.execute(query("browse", "get_job"), {"id": job_id}).fetchone()
             if current is None:
                 raise JobNotFound(f"job {job_id} is not in the jobs table")
             states = " or ".join(ACTIONS[action][0])
-            raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to {states} jobs")
+            raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to {states} jobs"
+                                   + (" due later" if action == "run_now" else ""))
         audit.record(conn, actor=actor, action=action, target=f"job:{job_id}", reason=reason, rows=1,
-                     selection={"id": job_id}, detail={"queue": row["queue"]})
-    return row
+                     selection={"ids": [job_id]}, detail={"queue": row["queue"]})
+    return dict(row)
 
 
 # --- queues -----------------------------------------------------------------------------------

@@ -33,7 +33,9 @@ SELECT
     j.error_fingerprint,
     j.created_at,
     j.finished_at,
-    left(j.payload::text, 400) AS payload_head
+    -- Small payloads only (pg_column_size reads the stored size, it does not detoast): the
+    -- listing shows a preview, redacted for viewers, and never ships megabytes per row.
+    CASE WHEN pg_column_size(j.payload) <= 4096 THEN j.payload END AS payload
 FROM skiplock.jobs AS j
 {where}
   AND {keyset}
@@ -87,23 +89,18 @@ SELECT j.*, false AS archived
 FROM skiplock.jobs AS j
 WHERE j.id = %(id)s;
 
--- name: get_archived_job
-SELECT a.*, true AS archived
-FROM skiplock.jobs_archive AS a
-WHERE a.id = %(id)s
-LIMIT 1;
-
 -- name: job_audit
 -- Operator actions on one job (newest last). audit_log has no index on target, so this reads
 -- at most the newest 10000 rows of the log; older actions are on the audit page.
 SELECT r.at, r.actor, r.action, r.reason, r.outcome
 FROM (
-    SELECT a.at, a.actor, a.action, a.reason, a.outcome, a.target
+    SELECT a.at, a.actor, a.action, a.reason, a.outcome, a.target, a.selection
     FROM skiplock.audit_log AS a
     ORDER BY a.id DESC
     LIMIT 10000
 ) AS r
 WHERE r.target = %(target)s
+   OR r.selection @> jsonb_build_object('ids', jsonb_build_array(%(id)s::bigint))
 ORDER BY r.at;
 
 -- name: queue_pending
@@ -174,20 +171,6 @@ WHERE j.status = 'running'
 ORDER BY j.lease_until
 LIMIT 500;
 
--- name: replay_job
--- A dead letter goes back to pending with fresh attempts; its error history stays.
-UPDATE skiplock.jobs AS j
-SET status = 'pending',
-    run_at = now(),
-    attempts = 0,
-    locked_by = NULL,
-    locked_at = NULL,
-    lease_until = NULL,
-    finished_at = NULL
-WHERE j.id = %(id)s
-  AND j.status = 'failed'
-RETURNING j.id, j.queue;
-
 -- name: run_now
 -- A pending job waiting for its backoff (or scheduled later) becomes eligible now.
 UPDATE skiplock.jobs AS j
@@ -202,17 +185,11 @@ RETURNING j.id, j.queue;
 UPDATE skiplock.jobs AS j
 SET status = 'failed',
     finished_at = now(),
-    last_error = %(message)s,
+    last_error = %(message)s::text,
     error_fingerprint = 'Cancelled',
     errors = j.errors || jsonb_build_array(jsonb_build_object(
         'attempt', j.attempts, 'at', now(), 'worker', NULL,
-        'error_class', 'Cancelled', 'message', %(message)s, 'traceback', NULL))
+        'error_class', 'Cancelled', 'message', %(message)s::text, 'traceback', NULL))
 WHERE j.id = %(id)s
   AND j.status = 'pending'
 RETURNING j.id, j.queue;
-
--- name: purge_job
-DELETE FROM skiplock.jobs AS j
-WHERE j.id = %(id)s
-  AND j.status = 'failed'
-RETURNING j.id, j.queue, j.kind, j.error_fingerprint;

@@ -75,6 +75,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.core:bp",        # /, /healthz
     "console.web.auth:bp",        # /login, /logout
     "console.web.api:bp",         # /api/v1/openapi.json
+    "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
 )
 
 
