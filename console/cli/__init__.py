@@ -13,6 +13,8 @@ import sys
 import click
 
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import demo  # noqa: F401  (registers demo)
+from console.cli import settings  # noqa: F401  (registers config example|show)
 from console.cli import users, web  # noqa: F401  (registers users, serve)
 from console.cli.common import main_group
 
