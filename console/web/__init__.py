@@ -76,6 +76,10 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.auth:bp",        # /login, /logout
     "console.web.api:bp",         # /api/v1/openapi.json
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
+    "console.web.queues:bp",      # /queues, pause/resume
+    "console.web.workers:bp",     # /workers
+    "console.web.auditlog:bp",    # /audit
+    "console.web.admin:bp",       # /admin/users (admin)
 )
 
 
