@@ -40,9 +40,11 @@ class Options:
     statement_timeout_ms: int = 2000
     lock_timeout_ms: int = 200
     # Pending/running entries counted exactly before scaling to the planner's estimate.
-    depth_exact_limit: int = 100_000
+    depth_exact_limit: int = 20_000
     # Dead letters read (with a heap fetch each, for the queue name) for the per-queue split.
-    failed_queue_limit: int = 20_000
+    failed_queue_limit: int = 10_000
+    # Dead letters counted exactly (an index-only walk of jobs_failed_idx) for the total.
+    failed_total_limit: int = 200_000
     # Queues probed one by one with a rolled-back claim (besides one probe over all queues).
     probe_queues: int = 3
     # Seconds between re-reads of pg_stat_statements query text to find the claim statement.
@@ -73,6 +75,7 @@ def collector_connection(dsn: str, options: Options | None = None) -> psycopg.Co
         f"-c statement_timeout={int(options.statement_timeout_ms)}"
         f" -c lock_timeout={int(options.lock_timeout_ms)}"
         " -c idle_in_transaction_session_timeout=30000"
+        " -c jit=off"  # small catalog and index reads: compiling them costs more than running them
     )
     return connect(dsn, application_name=COLLECTOR_APP, autocommit=True, options=pg_options)
 
@@ -102,9 +105,21 @@ class Context:
         seconds = (self.now - self.previous_at).total_seconds()
         return seconds if seconds > 0 else None
 
-    def rows(self, concern: str, name: str, params: dict[str, Any] | None = None, *, text: Any = None) -> list[dict[str, Any]]:
-        """Run a named query (or an already composed `text`) and return dict rows."""
+    def rows(self, concern: str, name: str, params: dict[str, Any] | None = None, *, text: Any = None,
+             walk_index: bool = False) -> list[dict[str, Any]]:
+        """Run a named query (or an already composed `text`) and return dict rows.
+
+        `walk_index=True` runs it in a short transaction with bitmap and sequential scans off,
+        for the capped jobs-table counts: the planner otherwise likes a bitmap scan of every
+        pending entry plus a sort when the cap is a large share of the backlog, which makes the
+        cost grow with the backlog instead of stopping at the cap.
+        """
         statement = text if text is not None else query(concern, name)
+        if walk_index:
+            with self.conn.transaction(), self.conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(query("collectors_runs", "walk_index_hints"), {})
+                cur.execute(statement, params or {})
+                return cur.fetchall() if cur.description else []
         with self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(statement, params or {})
             return cur.fetchall() if cur.description else []

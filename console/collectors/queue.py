@@ -3,8 +3,11 @@
 Counts walk the partial indexes (pending: jobs_claim_idx, running: jobs_lease_idx, failed:
 jobs_failed_idx) and stop at a cap, so a ten-million-row table costs the same as a small one.
 Below the cap the numbers are exact. Above it, pending counts are scaled to the planner's
-estimate of pending rows (pg_stats on jobs.status x reltuples) and `queue_depth_estimated` is 1;
-the per-queue dead-letter split is scaled the same way to the exact-up-to-the-cap total.
+estimate of pending rows (pg_stats on jobs.status x reltuples, as of the last ANALYZE) and
+`queue_depth_estimated` is 1. The split by queue and state then comes from the head of the
+claim index (the first `depth_exact_limit` entries in claim order), so jobs scheduled for later,
+which sort last, are under-represented in it. The per-queue dead-letter split is scaled the
+same way to the total (exact up to `failed_total_limit`).
 Completed rows are never counted, only estimated from the same statistics.
 """
 
@@ -19,10 +22,10 @@ from console.samples import Sample
 def collect(ctx: Context) -> Iterable[Sample]:
     opts = ctx.options
     cap = opts.depth_exact_limit
-    pending = ctx.rows("collectors_queue", "pending_by_queue", {"cap": cap})
-    running = ctx.rows("collectors_queue", "running_by_queue", {"cap": cap})
-    failed_total = ctx.rows("collectors_queue", "failed_total", {"cap": cap})[0]["failed"]
-    failed_rows = ctx.rows("collectors_queue", "failed_by_queue", {"cap": opts.failed_queue_limit})
+    pending = ctx.rows("collectors_queue", "pending_by_queue", {"cap": cap}, walk_index=True)
+    running = ctx.rows("collectors_queue", "running_by_queue", {"cap": cap}, walk_index=True)
+    failed_total = ctx.rows("collectors_queue", "failed_total", {"cap": opts.failed_total_limit}, walk_index=True)[0]["failed"]
+    failed_rows = ctx.rows("collectors_queue", "failed_by_queue", {"cap": opts.failed_queue_limit}, walk_index=True)
     estimates = {r["status"]: r["estimate"] for r in ctx.rows("collectors_queue", "status_estimates")}
     known = [r["name"] for r in ctx.rows("collectors_queue", "known_queues")]
 
