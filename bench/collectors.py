@@ -63,10 +63,8 @@ NAIVE = {
 }
 
 PLANNED = [
-    ("collectors_queue", "pending_by_queue", {"cap": Options().depth_exact_limit}),
-    ("collectors_queue", "running_by_queue", {"cap": Options().depth_exact_limit}),
-    ("collectors_queue", "failed_total", {"cap": Options().failed_total_limit}),
-    ("collectors_queue", "failed_by_queue", {"cap": Options().failed_queue_limit}),
+    ("collectors_queue", "queue_snapshot", {"cap": Options().depth_exact_limit, "failed_total_cap": Options().failed_total_limit,
+                                            "failed_queue_cap": Options().failed_queue_limit}),
     ("collectors_statements", "probe_queues", {"limit": 3}),
     ("queue", "claim", {"worker": "probe", "queues": None, "limit": 1, "lease": 1.0}),
 ]
@@ -97,11 +95,9 @@ def build(dsn: str, rows: int) -> None:
 
 def plans(dsn: str) -> bool:
     ok = True
-    with connect(dsn) as conn:
+    with collector_connection(dsn) as conn:  # the collectors' own session settings
         for concern, name, params in PLANNED:
             with conn.transaction(force_rollback=True):
-                if concern == "collectors_queue":  # run as the collector runs them (Context.rows walk_index)
-                    conn.execute(query("collectors_runs", "walk_index_hints"))
                 text = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query(concern, name), params))
             seq = "Seq Scan on jobs" in text
             ok &= not seq

@@ -118,9 +118,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "retention_hour_days", float, 400.0, "Days per-hour rollups (and collection run rows) are kept.", positive),
     Setting("scheduler", "retention_batch_size", int, 5000, "Most rows one retention statement deletes.", positive),
     Setting("scheduler", "lock_timeout_ms", int, 200, "lock_timeout of collector queries (size functions wait on locks).", positive),
-    Setting("scheduler", "depth_exact_limit", int, 20000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
-    Setting("scheduler", "failed_queue_limit", int, 10000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
-    Setting("scheduler", "probe_queues", int, 3, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
+    Setting("scheduler", "depth_exact_limit", int, 10000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
+    Setting("scheduler", "failed_queue_limit", int, 5000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
+    Setting("scheduler", "failed_total_limit", int, 50000, "Dead letters counted exactly per cycle; beyond it the total is the planner's estimate.", positive),
+    Setting("scheduler", "probe_queues", int, 1, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
     # [maintenance]
     Setting("maintenance", "archive_after", duration, timedelta(hours=1), "Completed jobs older than this leave the hot table (e.g. 1h, 7d)."),
     Setting("maintenance", "archive_mode", str, "archive", "What archival does with them: `archive` (move to skiplock.jobs_archive) or `delete`.", one_of("archive", "delete")),

@@ -40,8 +40,3 @@ SELECT s.state
 FROM skiplock.collector_state AS s
 WHERE s.name = %(name)s;
 
--- name: walk_index_hints
--- For the capped counts on skiplock.jobs (inside their own short transaction).
-SELECT
-    set_config('enable_bitmapscan', 'off', true),
-    set_config('enable_seqscan', 'off', true);
