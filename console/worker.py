@@ -7,7 +7,16 @@ One process runs:
 - `concurrency` handler threads that run the user's functions and report back;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control) that only wakes the main loop:
   NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
-- a heartbeat thread that extends the leases of long-running jobs.
+- a heartbeat thread that extends the leases of long-running jobs;
+- a vacuum thread: every `vacuum_interval` seconds, if this worker claimed jobs since its last
+  look, it runs `VACUUM skiplock.jobs` unless another worker (or autovacuum) already is.
+
+Why the worker vacuums: each claim leaves a dead entry at the head of the claim index, and
+every later claim scans past all of them until a vacuum removes them; autovacuum looks at a
+table at most once per `autovacuum_naptime` (a server-wide setting, 1 minute by default), long
+enough for a busy queue to slow down severalfold (docs/benchmarks.md, research/baseline-perf.md).
+One advisory lock keeps it to one vacuum at a time across the fleet, SKIP_LOCKED steps aside
+from a running autovacuum, and VACUUM takes no row locks, so claims never wait on it.
 
 Lost connections are retried with backoff; work finished meanwhile is completed after the
 reconnect (fenced, so a job rescued in the meantime is left alone). SIGTERM stops claiming,
@@ -40,6 +49,9 @@ from console.histogram import Histogram
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
+
+# Longest a finished job waits for its completion to ride along with the next batch claim.
+BATCH_WAIT = 0.05
 
 
 @dataclass
@@ -94,6 +106,7 @@ class Worker:
         backoff_base: float = q.DEFAULT_BACKOFF_BASE,
         backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
         history: int = q.DEFAULT_HISTORY,
+        vacuum_interval: float = 10.0,
         name: str | None = None,
     ):
         if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
@@ -109,6 +122,8 @@ class Worker:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.history = history
+        self.vacuum_interval = vacuum_interval
+        self.vacuums = 0
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
 
@@ -199,6 +214,34 @@ class Worker:
         if conn is not None:
             conn.close()
 
+    def _vacuum_loop(self) -> None:
+        conn: psycopg.Connection | None = None
+        claimed_at_last_look = 0
+        while not self._stopping.wait(self.vacuum_interval):
+            claimed = self.counters.claimed
+            if claimed == claimed_at_last_look:
+                continue  # nothing claimed here since the last look: nothing of ours to clean
+            claimed_at_last_look = claimed
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name="skiplock-worker-vacuum")
+                if not conn.execute(query("queue", "try_vacuum_lock")).fetchone()[0]:
+                    continue  # another worker is vacuuming right now
+                try:
+                    started = time.monotonic()
+                    conn.execute(query("queue", "vacuum_jobs"))
+                    self.vacuums += 1
+                    log.debug("vacuumed skiplock.jobs in %.2fs", time.monotonic() - started)
+                finally:
+                    conn.execute(query("queue", "vacuum_unlock"))
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("vacuum of skiplock.jobs failed (%s); will retry", exc.__class__.__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
     # --- main loop -----------------------------------------------------------------------
 
     def _connection(self) -> psycopg.Connection:
@@ -259,14 +302,21 @@ class Worker:
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
         ]
+        if self.vacuum_interval > 0:
+            threads.append(threading.Thread(target=self._vacuum_loop, name="vacuum", daemon=True))
         for thread in threads:
             thread.start()
         log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)
 
         done: list[q.Job] = []
+        done_since = 0.0  # when the oldest finished-but-not-yet-completed job finished
         failures: list[Outcome] = []
         last_flush = time.monotonic()
         reconnect_delay = 0.5
+        # Claim in real batches: wait for `target` free slots before claiming again, unless the
+        # worker is idle or a finished job has waited BATCH_WAIT for its completion. Refilling
+        # each slot as it frees would cost one round trip per job (and fragment every batch).
+        target = min(self.batch_size, self.concurrency)
         while True:
             self._wake.clear()
             while True:
@@ -277,24 +327,34 @@ class Worker:
                 self.counters.runtime_histogram.observe(outcome.seconds)
                 with self._lock:
                     self._in_flight.pop(outcome.job.id, None)
-                (done.append(outcome.job) if outcome.error is None else failures.append(outcome))
+                if outcome.error is None:
+                    if not done:
+                        done_since = time.monotonic()
+                    done.append(outcome.job)
+                else:
+                    failures.append(outcome)
 
             stopping = self._stopping.is_set()
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
                 free = self.concurrency - len(self._in_flight)
-                limit = 0 if stopping else min(self.batch_size, free)
+                overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
+                if stopping or free == 0:
+                    limit = 0
+                elif free >= target or not self._in_flight or overdue:
+                    limit = min(self.batch_size, free)
+                else:
+                    limit = 0
                 claimed: list[q.Job] = []
+                completed: list[int] | None = None
                 if limit > 0:
                     started = time.monotonic()
                     completed, claimed = q.complete_and_claim(conn, self.id, done, queues=self.queues, limit=limit, lease=self.lease)
                     self._dispatch(claimed, time.monotonic() - started)
-                elif done:
+                elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)
-                else:
-                    completed = []
-                if done:
+                if done and completed is not None:
                     self.counters.completed += len(completed)
                     self.counters.lost += len(done) - len(completed)
                     done = []
@@ -326,7 +386,10 @@ class Worker:
                 continue  # more may be waiting: claim again at once
             if not self._results.empty():
                 continue
-            self._wake.wait(self.poll_interval)
+            timeout = self.poll_interval
+            if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
+                timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
+            self._wake.wait(timeout)
 
         return self._shutdown()
 
