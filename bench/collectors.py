@@ -6,12 +6,15 @@ INSERT ... SELECT generate_series on a throwaway cluster with durability off, th
 ANALYZE. Then it times --cycles full collection cycles (every collector, and the store of the
 samples, state and run row) and the same number of "naive" cycles: the queries a typical queue
 dashboard runs (count(*) GROUP BY queue, status; the oldest pending job per queue; stuck leases;
-dead letters per queue). It prints the medians, per collector too, the ratio, and the plans of
-the collector queries that touch the jobs table (and fails if any is a sequential scan of it).
+dead letters per queue). It prints the medians, per collector too, the ratio, the server's own
+execution time per cycle for both (pg_stat_statements, which a busy machine's scheduling delays
+do not inflate), the load average, and the plans of the collector queries that touch the jobs
+table (and fails if any is a sequential scan of it).
 
     .venv/bin/python bench/collectors.py                       # 10 M rows, 20 cycles
     .venv/bin/python bench/collectors.py --rows 1000000 --cycles 10
     .venv/bin/python bench/collectors.py --dsn postgresql://...  # an existing, empty database
+    .venv/bin/python bench/collectors.py --data-dir /tmp/skiplock-bench-collectors  # build once, rerun
 
 The machine's cores may be shared with other work: say so next to any figure you record.
 """
@@ -19,6 +22,7 @@ The machine's cores may be shared with other work: say so next to any figure you
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -93,6 +97,13 @@ def build(dsn: str, rows: int) -> None:
           + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) + f"; jobs table with indexes: {size}")
 
 
+def already_built(dsn: str, rows: int) -> bool:
+    with connect(dsn) as conn:
+        if not conn.execute("SELECT to_regclass('skiplock.jobs') IS NOT NULL").fetchone()[0]:
+            return False
+        return conn.execute("SELECT max(id) FROM skiplock.jobs").fetchone()[0] == rows
+
+
 def plans(dsn: str) -> bool:
     ok = True
     with collector_connection(dsn) as conn:  # the collectors' own session settings
@@ -107,6 +118,20 @@ def plans(dsn: str) -> bool:
     return ok
 
 
+SERVER_TIME = """
+SELECT coalesce(sum(s.total_exec_time), 0)::float8
+FROM pg_stat_statements AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+"""
+
+
+def server_ms(dsn: str) -> float:
+    """Execution time PostgreSQL spent on this database's statements so far (pg_stat_statements):
+    what a phase cost the database itself, whatever the client's scheduling delays."""
+    with connect(dsn, application_name="bench-meter") as conn:
+        return conn.execute(SERVER_TIME).fetchone()[0]
+
+
 def ms(values: list[float]) -> str:
     return f"{statistics.median(values) * 1000:8.1f} ms"
 
@@ -117,7 +142,7 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=20, help="collection cycles timed (and naive cycles); default 20")
     parser.add_argument("--naive-cycles", type=int, default=None, help="naive cycles (default: --cycles)")
     parser.add_argument("--dsn", help="an existing empty database instead of a private cluster")
-    parser.add_argument("--keep", action="store_true", help="keep the private cluster's directory")
+    parser.add_argument("--data-dir", help="private cluster directory to keep and reuse (the table is built once per --rows)")
     args = parser.parse_args()
     if args.rows < 1000 or args.cycles < 1:
         parser.error("--rows must be at least 1000 and --cycles at least 1")
@@ -125,18 +150,24 @@ def main() -> int:
     cluster = None
     dsn = args.dsn
     if dsn is None:
-        cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "shared_buffers": "1GB", "max_wal_size": "8GB",
-                                           "checkpoint_timeout": "30min", "autovacuum": "off"}, keep=args.keep)
+        cluster = PrivateCluster(args.data_dir, settings={**RELAXED_DURABILITY, "shared_buffers": "1GB", "max_wal_size": "8GB",
+                                                          "checkpoint_timeout": "30min", "autovacuum": "off"},
+                                 keep=bool(args.data_dir))
         cluster.start()
         dsn = cluster.dsn_for("postgres")
     try:
         print(f"command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-        build(dsn, args.rows)
+        if not already_built(dsn, args.rows):
+            build(dsn, args.rows)
+        else:
+            print(f"reusing the {args.rows:,}-row table in {args.data_dir}")
         plans_ok = plans(dsn)
 
         options = Options()
+        load_before = os.getloadavg()[0]
         with collector_connection(dsn, options) as conn:
             collect(conn, options)  # warm-up; also the baseline for the rate collectors
+            server_before = server_ms(dsn)
             cycles = []
             per: dict[str, list[float]] = {}
             for _ in range(args.cycles):
@@ -147,6 +178,7 @@ def main() -> int:
                     per.setdefault(name, []).append(info["ms"] / 1000.0)
                     if info["error"]:
                         print(f"collector {name} failed: {info['error']}")
+            collector_server = (server_ms(dsn) - server_before) / args.cycles
             exact_options = Options(depth_exact_limit=args.rows)
             exact = []
             for _ in range(max(3, args.cycles // 4)):
@@ -156,6 +188,7 @@ def main() -> int:
 
         naive_cycles = []
         naive_per: dict[str, list[float]] = {}
+        server_before = server_ms(dsn)
         with connect(dsn, application_name="bench-naive") as conn:
             for _ in range(args.naive_cycles or args.cycles):
                 started = time.perf_counter()
@@ -165,7 +198,11 @@ def main() -> int:
                     naive_per.setdefault(name, []).append(time.perf_counter() - t0)
                 naive_cycles.append(time.perf_counter() - started)
 
-        print(f"\nfull collection cycle (all collectors + storing), median of {len(cycles)}: {ms(cycles)}")
+        naive_server = (server_ms(dsn) - server_before) / len(naive_cycles)
+        load_after = os.getloadavg()[0]
+
+        print(f"\nload average (1 min) before/after the timed phases: {load_before:.1f} / {load_after:.1f} on {os.cpu_count()} cores")
+        print(f"full collection cycle (all collectors + storing), median of {len(cycles)}: {ms(cycles)}")
         for name, values in per.items():
             print(f"  {name:<12} {ms(values)}")
         print(f"queue collector with exact counts (cap = {args.rows:,}), median of {len(exact)}: {ms(exact)}")
@@ -175,6 +212,8 @@ def main() -> int:
         ratio = statistics.median(naive_cycles) / statistics.median(cycles)
         queue_ratio = statistics.median(naive_cycles) / statistics.median(per["queue"])
         print(f"naive / full cycle: {ratio:.1f}x   naive / queue collector alone: {queue_ratio:.1f}x")
+        print(f"server execution time per cycle (pg_stat_statements): collectors {collector_server:.1f} ms, "
+              f"naive {naive_server:.1f} ms, ratio {naive_server / collector_server:.1f}x")
         print(f"no sequential scan of skiplock.jobs in the collector plans: {'yes' if plans_ok else 'NO'}")
         return 0 if plans_ok else 1
     finally:
