@@ -119,9 +119,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "retention_hour_days", float, 400.0, "Days per-hour rollups (and collection run rows) are kept.", positive),
     Setting("scheduler", "retention_batch_size", int, 5000, "Most rows one retention statement deletes.", positive),
     Setting("scheduler", "lock_timeout_ms", int, 200, "lock_timeout of collector queries (size functions wait on locks).", positive),
-    Setting("scheduler", "depth_exact_limit", int, 100000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
-    Setting("scheduler", "failed_queue_limit", int, 20000, "Newest dead letters read for the per-queue split; beyond it shares are scaled to the exact total.", positive),
-    Setting("scheduler", "probe_queues", int, 3, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
+    Setting("scheduler", "depth_exact_limit", int, 10000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
+    Setting("scheduler", "failed_queue_limit", int, 5000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
+    Setting("scheduler", "failed_total_limit", int, 50000, "Dead letters counted exactly per cycle; beyond it the total is the planner's estimate.", positive),
+    Setting("scheduler", "probe_queues", int, 1, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
     # [alerts] (rules and webhooks themselves are [[alerts.rules]] and [[webhooks]] tables)
     Setting("alerts", "evaluate", bool, True, "Evaluate alert rules after every collection cycle (the scheduler leader does).",),
     Setting("alerts", "series_window", float, 300.0, "Seconds a sample stays current for alert rules; older collections count as stale and hold every alert.", positive),
