@@ -78,6 +78,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+    # [advisor] thresholds of `skiplock check` and the advisor page (docs/advisor.md explains each)
+    Setting("advisor", "idle_in_transaction_warn", float, 10.0, "Seconds a session touching the jobs tables may sit idle in a transaction before the advisor warns.", positive),
+    Setting("advisor", "idle_in_transaction_fail", float, 60.0, "Seconds idle in a transaction on the jobs tables that the advisor calls a failure.", positive),
+    Setting("advisor", "transaction_age_warn", float, 60.0, "Age in seconds of a transaction touching the jobs tables that the advisor warns about.", positive),
+    Setting("advisor", "transaction_age_fail", float, 300.0, "Age in seconds of a transaction touching the jobs tables that the advisor calls a failure.", positive),
+    Setting("advisor", "xmin_horizon_warn", float, 300.0, "Seconds the xmin horizon may stand still before the advisor warns that vacuum is blocked.", positive),
+    Setting("advisor", "xmin_horizon_fail", float, 1800.0, "Seconds of a blocked xmin horizon that the advisor calls a failure.", positive),
+    Setting("advisor", "lock_wait_fail", float, 5.0, "Seconds a session may wait on a jobs-table row lock before the advisor calls it a failure.", positive),
+    Setting("advisor", "stuck_lease_grace", float, 120.0, "Seconds past its lease a running job may stay before the advisor says the reaper is not rescuing it.", positive),
+    Setting("advisor", "max_attempts_warn", int, 25, "A job allowed more attempts than this has no real retry cap (warn).", positive),
+    Setting("advisor", "max_attempts_fail", int, 100, "A job allowed more attempts than this is a failure of the retry policy.", positive),
+    Setting("advisor", "hot_loop_gap", float, 1.0, "Two attempts of a job closer than this many seconds count as a hot retry loop.", positive),
+    Setting("advisor", "dead_letter_age_warn", float, 7 * 86400.0, "Age in seconds of the oldest dead letter before the advisor calls the set a graveyard.", positive),
+    Setting("advisor", "completed_age", float, 86400.0, "Completed jobs older than this (seconds) should have left the hot table; the [maintenance] archival age wins when set.", positive),
+    Setting("advisor", "completed_rows_warn", int, 10000, "Old completed rows in the hot table (estimated) before the advisor warns.", positive),
+    Setting("advisor", "sample_pages", int, 1000, "Most pages of the jobs table the advisor samples to estimate old completed rows.", positive),
+    Setting("advisor", "claim_min_calls", int, 100, "Claim calls needed before a buffers-per-claim figure counts.", positive),
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}

@@ -14,6 +14,7 @@ import click
 
 from console.cli.common import main_group
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import advisor  # noqa: F401  (registers check)
 
 main = main_group
 
