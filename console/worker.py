@@ -204,6 +204,7 @@ class Worker:
     def _connection(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed:
             self._conn = connect(self.dsn, application_name="skiplock-worker")
+            require_schema(self._conn)  # before the registry row: a clear message, not UndefinedTable
             self._conn.execute(
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
@@ -252,8 +253,7 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
-        conn = self._connection()
-        require_schema(conn)
+        self._connection()
         threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
         threads += [
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),
@@ -349,6 +349,8 @@ class Worker:
             if left:
                 released = q.release(conn, left)
                 log.info("released %d unfinished job(s) back to pending", len(released))
+            with self._lock:
+                self._in_flight.clear()  # released (or rescued): this worker holds nothing now
             self._flush(stopping=True)
         except (psycopg.Error, DatabaseError) as exc:
             log.warning("could not release jobs at shutdown (%s); the reaper will rescue them", type(exc).__name__)

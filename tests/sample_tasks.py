@@ -45,3 +45,11 @@ def doomed(job):
 def slow(job):
     record(job)
     time.sleep(float(job.payload.get("sleep", 5)))
+
+
+@console.task("slow_first")
+def slow_first(job):
+    """Sleeps `first_sleep` seconds on its first attempt only (a worker killed mid-job), then is quick."""
+    record(job)
+    if job.attempt == 1:
+        time.sleep(float(job.payload.get("first_sleep", 30)))

@@ -12,9 +12,9 @@ import sys
 
 import click
 
-from console.cli.common import main_group
-from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
 from console.cli import advisor  # noqa: F401  (registers check)
+from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli.common import main_group
 
 main = main_group
 

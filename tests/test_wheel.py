@@ -1,0 +1,72 @@
+"""The built wheel works outside the checkout: sql/ (and templates/, static/) travel inside it.
+
+Builds the wheel with `python -m build`, installs it with its dependencies into a fresh virtual
+environment under /tmp, and runs `skiplock migrate` from a directory that is not the checkout,
+with no PYTHONPATH: only the installed copy can answer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from console.db import connect, migration_files
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed_venv():
+    base = Path(tempfile.mkdtemp(prefix="skiplock-wheel-", dir="/tmp"))
+    try:
+        dist = base / "dist"
+        subprocess.run([sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(ROOT)],
+                       check=True, capture_output=True, text=True, timeout=300)
+        (wheel,) = dist.glob("skiplock-*.whl")
+        venv = base / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+                       check=True, capture_output=True, text=True, timeout=600)
+        yield venv, base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV", "DATABASE_URL", "SKIPLOCK_CONFIG"}}
+    return {**env, **extra}
+
+
+def test_the_installed_wheel_carries_its_sql_templates_and_static_files(installed_venv):
+    venv, base = installed_venv
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "import console, console.resources as r; print(console.__file__); "
+         "print(*(r.resource_dir(n) for n in ('sql', 'templates', 'static')), sep='\\n')"],
+        cwd=base, env=clean_env(), check=True, capture_output=True, text=True,
+    ).stdout.split()
+    assert all(line.startswith(str(venv)) for line in out), out  # not the checkout's copy
+    assert out[1].endswith("console/_data/sql")
+
+
+def test_skiplock_migrate_runs_from_the_installed_wheel(installed_venv, make_database):
+    venv, base = installed_venv
+    dsn = make_database(template=None)
+    result = subprocess.run([str(venv / "bin" / "skiplock"), "migrate", "--dsn", dsn],
+                            cwd=base, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("applied ") == len(migration_files())
+    with connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('skiplock.jobs') IS NOT NULL").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM skiplock.schema_migrations").fetchone()[0] == len(migration_files())
+    again = subprocess.run([str(venv / "bin" / "skiplock"), "migrate", "--dsn", dsn],
+                           cwd=base, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert (again.returncode, again.stdout) == (0, "schema is up to date\n")
