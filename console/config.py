@@ -15,9 +15,11 @@ fresh `Config` each time.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -61,6 +63,31 @@ def one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
+def positive_duration(value: timedelta) -> str | None:
+    return None if value > timedelta(0) else "must be longer than 0"
+
+
+_DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(raw: Any) -> timedelta:
+    """A duration setting: '90s', '15m', '1h', '7d' (a bare number is seconds)."""
+    if isinstance(raw, timedelta):
+        return raw
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if isinstance(raw, int | float):
+        seconds = float(raw)
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", str(raw))
+        if not match:
+            raise ValueError(raw)
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2) or "s"]
+    if seconds < 0:
+        raise ValueError(raw)
+    return timedelta(seconds=seconds)
+
+
 SETTINGS: tuple[Setting, ...] = (
     # [database]
     Setting("database", "dsn", str, "", "PostgreSQL connection string; `--dsn` and DATABASE_URL override it.", secret=True),
@@ -78,6 +105,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+    # [maintenance]
+    Setting("maintenance", "archive_after", duration, timedelta(hours=1), "Completed jobs older than this leave the hot table (e.g. 1h, 7d)."),
+    Setting("maintenance", "archive_mode", str, "archive", "What archival does with them: `archive` (move to skiplock.jobs_archive) or `delete`.", one_of("archive", "delete")),
+    Setting("maintenance", "archive_retention", duration, timedelta(days=30), "Archived jobs older than this are removed (whole day partitions are dropped).", positive_duration),
+    Setting("maintenance", "partitions_ahead", int, 7, "Days of archive partitions created ahead of time.", positive),
+    Setting("maintenance", "batch_size", int, 1000, "Most rows one maintenance transaction touches (archive, retention, reap, replay, purge).", positive),
+    Setting("maintenance", "rate", float, 0.0, "Most rows per second archival and retention move; 0 = no cap beyond the pause.", non_negative),
+    Setting("maintenance", "pause_ms", float, 10.0, "Least pause between two maintenance batches, in milliseconds, so vacuum and workers keep up.", non_negative),
+    Setting("maintenance", "bulk_rate", float, 0.0, "Most rows per second a replay or purge touches when the operator does not say; 0 = no cap.", non_negative),
+    Setting("maintenance", "statement_timeout_ms", int, 10000, "Time limit for one maintenance batch statement.", positive),
     # [advisor] thresholds of `skiplock check` and the advisor page (docs/advisor.md explains each)
     Setting("advisor", "idle_in_transaction_warn", float, 10.0, "Seconds a session touching the jobs tables may sit idle in a transaction before the advisor warns.", positive),
     Setting("advisor", "idle_in_transaction_fail", float, 60.0, "Seconds idle in a transaction on the jobs tables that the advisor calls a failure.", positive),
@@ -91,7 +128,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("advisor", "max_attempts_fail", int, 100, "A job allowed more attempts than this is a failure of the retry policy.", positive),
     Setting("advisor", "hot_loop_gap", float, 1.0, "Two attempts of a job closer than this many seconds count as a hot retry loop.", positive),
     Setting("advisor", "dead_letter_age_warn", float, 7 * 86400.0, "Age in seconds of the oldest dead letter before the advisor calls the set a graveyard.", positive),
-    Setting("advisor", "completed_age", float, 86400.0, "Completed jobs older than this (seconds) should have left the hot table; the [maintenance] archival age wins when set.", positive),
+    Setting("advisor", "archive_slack", float, 900.0, "Seconds past maintenance.archive_after a completed job may stay in the hot table before the advisor counts it as late.", non_negative),
     Setting("advisor", "completed_rows_warn", int, 10000, "Old completed rows in the hot table (estimated) before the advisor warns.", positive),
     Setting("advisor", "sample_pages", int, 1000, "Most pages of the jobs table the advisor samples to estimate old completed rows.", positive),
     Setting("advisor", "claim_min_calls", int, 100, "Claim calls needed before a buffers-per-claim figure counts.", positive),

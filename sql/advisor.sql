@@ -494,20 +494,40 @@ SET taken_at = now(),
 SELECT to_regclass(%(name)s) IS NOT NULL AS exists;
 
 -- name: maintenance_last_run
--- The newest run of a maintenance task (reap, archive), when the maintenance module records
--- runs in skiplock.maintenance_runs. Read through to_jsonb so a column rename does not break it.
+-- The newest run of a maintenance task (reap, archive) and the newest that ended well
+-- (maintenance_runs_task_idx).
 SELECT
-    r.run ->> 'outcome' AS outcome,
-    r.run ->> 'error' AS error,
-    extract(epoch FROM now() - coalesce((r.run ->> 'finished_at')::timestamptz,
-                                        (r.run ->> 'started_at')::timestamptz)) AS age_s
-FROM (
-    SELECT to_jsonb(m) AS run
-    FROM skiplock.maintenance_runs AS m
-) AS r
-WHERE r.run ->> 'task' = %(task)s
-ORDER BY (r.run ->> 'started_at')::timestamptz DESC
+    r.outcome,
+    r.error,
+    r.rows,
+    r.actor,
+    extract(epoch FROM now() - coalesce(r.finished_at, r.started_at)) AS age_s,
+    (SELECT extract(epoch FROM now() - coalesce(o.finished_at, o.started_at))
+     FROM skiplock.maintenance_runs AS o
+     WHERE o.task = %(task)s
+       AND o.outcome = 'ok'
+     ORDER BY o.id DESC
+     LIMIT 1) AS last_ok_age_s
+FROM skiplock.maintenance_runs AS r
+WHERE r.task = %(task)s
+ORDER BY r.id DESC
 LIMIT 1;
+
+-- name: completed_counts
+-- Completed rows older than the archival age, counted through jobs_completed_idx up to a cap,
+-- and the oldest one.
+SELECT
+    (SELECT count(*) FROM (
+        SELECT 1 FROM skiplock.jobs AS j
+        WHERE j.status = 'completed' AND j.finished_at < now() - make_interval(secs => %(age_s)s)
+        LIMIT %(cap)s
+    ) AS o) AS old_completed,
+    (SELECT count(*) FROM (
+        SELECT 1 FROM skiplock.jobs AS j WHERE j.status = 'completed' LIMIT %(cap)s
+    ) AS c) AS completed,
+    (SELECT extract(epoch FROM now() - min(j.finished_at))
+     FROM skiplock.jobs AS j
+     WHERE j.status = 'completed') AS oldest_completed_s;
 
 -- name: capabilities
 -- What this server and role let the advisor read, asked without provoking an error.

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
 
+from console import maintenance
 from console import queue as q
 from console.advisor import run_checks
 from console.advisor.checks import FAIL, OK, UNKNOWN, WARN, check_ids
@@ -206,17 +208,24 @@ def test_old_completed_rows_in_the_hot_table_warn_then_fail(conn):
     res = result(conn, "completed-rows", config)
     assert res.status == WARN
     assert res.data["old_completed"] == 800 and res.data["exact"]
-    assert "800 completed row(s) finished more than 24.0 h ago" in evidence(res)
+    assert "800 completed row(s) finished more than 75 min ago (maintenance.archive_after 60 min" in evidence(res)
     insert_finished(conn, "completed", 4500)
-    assert result(conn, "completed-rows", config).status == FAIL
-    conn.execute("DELETE FROM skiplock.jobs WHERE status = 'completed' AND finished_at < now() - interval '1 day'")
-    assert result(conn, "completed-rows", config).status == OK
+    res = result(conn, "completed-rows", config)
+    assert res.status == FAIL
+    assert "archival has never run on this database" in evidence(res)
+    run = maintenance.archive_completed(conn, older_than=timedelta(hours=1), pause_ms=0)
+    assert run.rows == 5300
+    res = result(conn, "completed-rows", config)
+    assert res.status == OK
+    assert "last archival run: 0 s ago by scheduler, ok, 5,300 rows" in evidence(res)
 
 
-def test_the_archival_age_follows_the_config(conn):
+def test_the_archival_age_follows_the_maintenance_config(conn):
     insert_finished(conn, "completed", 50, "2 hours")
-    assert result(conn, "completed-rows", cfg(completed_rows_warn=10)).status == OK
-    res = result(conn, "completed-rows", cfg(completed_rows_warn=10, completed_age=3600))
+    week = load_config(env={}, overrides={"advisor.completed_rows_warn": 10, "maintenance.archive_after": "7d"})
+    assert result(conn, "completed-rows", week).status == OK
+    hour = load_config(env={}, overrides={"advisor.completed_rows_warn": 10, "maintenance.archive_after": "1h"})
+    res = result(conn, "completed-rows", hour)
     assert res.status == WARN and res.data["old_completed"] == 50
 
 
@@ -228,9 +237,14 @@ def test_expired_leases_warn_then_fail_when_the_reaper_does_not_come(conn):
     res = result(conn, "stuck-leases")
     assert res.status == WARN
     assert f"job {job.id} (slow on default), attempt 1, held by dead-worker" in evidence(res)
-    assert result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1)).status == FAIL
-    q.reap(conn)
-    assert result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1)).status == OK
+    res = result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1))
+    assert res.status == FAIL
+    assert "the reaper is not rescuing them" in res.summary
+    assert "the reaper has never run on this database" in evidence(res)
+    maintenance.reap(conn)
+    res = result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1))
+    assert res.status == OK
+    assert "last reaper run: 0 s ago by scheduler, ok, 1 rescued" in evidence(res)
 
 
 def test_lease_shorter_than_the_p99_runtime_fails(conn):

@@ -633,7 +633,10 @@ def stuck_leases(probe: Probe) -> Outcome:
     reap_line = []
     if last_reap:
         data["last_reap"] = last_reap
-        reap_line = [f"last reaper run: {seconds(last_reap.get('age_s'))} ago ({last_reap.get('outcome') or 'unknown outcome'})"]
+        reap_line = [f"last reaper run: {seconds(last_reap['age_s'])} ago by {last_reap['actor']}, {last_reap['outcome']}"
+                     + (f" ({last_reap['error']})" if last_reap.get("error") else f", {count(last_reap['rows'])} rescued")]
+    elif probe.exists("skiplock.maintenance_runs") and counts["expired"]:
+        reap_line = ["the reaper has never run on this database"]
     if not counts["expired"]:
         return Outcome(OK, f"no stuck leases ({count(counts['running'], COUNT_CAP)} job(s) running)", reap_line, "", data)
     top = probe.rows("stuck_leases", limit=5)
@@ -735,13 +738,20 @@ def dead_letters(probe: Probe) -> Outcome:
 
 
 def _archive_age(probe: Probe) -> tuple[float, str]:
-    found = probe.optional_setting("maintenance.archive_after", "maintenance.archive_age",
-                                   "maintenance.completed_age", "maintenance.archive_completed_after")
-    if found is not None and found[1]:
-        value = found[1]
-        value = value.total_seconds() if hasattr(value, "total_seconds") else float(value)
-        return value, found[0]
-    return float(probe.setting("advisor.completed_age")), "advisor.completed_age"
+    """Age past which a completed job is late: the archival age plus a slack for the archiver's
+    schedule (completed rows are fine until archival has had its chance)."""
+    slack = float(probe.setting("advisor.archive_slack"))
+    found = probe.optional_setting("maintenance.archive_after")
+    if found is None:
+        return 86400.0 + slack, "one day (no [maintenance] archival configured)"
+    value = found[1]
+    value = value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+    return value + slack, f"maintenance.archive_after {seconds(value)} + advisor.archive_slack {seconds(slack)}"
+
+
+def _has_completed_index(probe: Probe) -> bool:
+    return any("status = 'completed'" in (i["definition"] or "") and "finished_at" in (i["definition"] or "")
+               for i in probe.rows("jobs_indexes"))
 
 
 @check("completed-rows", "Completed jobs leave the hot table (archival keeps up)", "Hot table hygiene")
@@ -749,36 +759,48 @@ def completed_rows(probe: Probe) -> Outcome:
     age, source = _archive_age(probe)
     warn_at = probe.setting("advisor.completed_rows_warn")
     stats = probe.row("jobs_table_stats")
-    pages = max(int(stats["pages"] or 0), 1)
-    percent = min(100.0, 100.0 * probe.setting("advisor.sample_pages") / pages)
-    sample = probe.row("completed_sample", age_s=age, percent=percent)
-    live = max(stats["n_live_tup"] or 0, sample["sampled"]) if percent < 100 else sample["sampled"]
-    scale = live / sample["sampled"] if sample["sampled"] else 0
-    old = sample["old_completed"] * scale
-    completed = sample["completed"] * scale
-    exact = percent >= 100
-    data = {"archive_age_s": age, "age_setting": source, "sampled_percent": percent, "sampled_rows": sample["sampled"],
-            "old_completed": round(old), "completed": round(completed), "live_rows": live, "exact": exact}
+    if _has_completed_index(probe):
+        # exact up to the cap, through the archiver's own index
+        counted = probe.row("completed_counts", age_s=age, cap=COUNT_CAP)
+        old, completed, oldest = counted["old_completed"], counted["completed"], counted["oldest_completed_s"]
+        live, exact, percent = stats["n_live_tup"] or 0, True, None
+        how = "counted through jobs_completed_idx"
+    else:
+        # no index on completed rows: estimate from a page sample, never a full scan
+        pages = max(int(stats["pages"] or 0), 1)
+        percent = min(100.0, 100.0 * probe.setting("advisor.sample_pages") / pages)
+        sample = probe.row("completed_sample", age_s=age, percent=percent)
+        exact = percent >= 100
+        live = sample["sampled"] if exact else max(stats["n_live_tup"] or 0, sample["sampled"])
+        scale = live / sample["sampled"] if sample["sampled"] else 0
+        old, completed, oldest = sample["old_completed"] * scale, sample["completed"] * scale, sample["oldest_completed_s"]
+        how = "counted" if exact else f"estimated from a {percent:.1f}% page sample"
+    data = {"late_after_s": age, "age_source": source, "old_completed": round(old), "completed": round(completed),
+            "live_rows": live, "exact": exact, "sampled_percent": percent}
     approx = "" if exact else "about "
-    evidence = [f"{approx}{count(old)} completed row(s) finished more than {seconds(age)} ago ({source}), "
-                f"of {approx}{count(completed)} completed and {count(live)} rows in skiplock.jobs"
-                + ("" if exact else f" (estimated from a {percent:.1f}% page sample)")]
-    if sample["oldest_completed_s"] is not None:
-        evidence.append(f"oldest completed row{' in the sample' if not exact else ''} finished {seconds(sample['oldest_completed_s'])} ago")
-    last_archive = _maintenance_runs(probe, "archive")
-    if last_archive:
-        data["last_archive"] = last_archive
-        evidence.append(f"last archival run: {seconds(last_archive.get('age_s'))} ago ({last_archive.get('outcome') or 'unknown outcome'})")
+    evidence = [f"{approx}{count(old, COUNT_CAP)} completed row(s) finished more than {seconds(age)} ago "
+                f"({source}), of {approx}{count(completed, COUNT_CAP)} completed rows in skiplock.jobs ({how})"]
+    if oldest is not None:
+        evidence.append(f"oldest completed row{' in the sample' if not exact else ''} finished {seconds(oldest)} ago")
+    last = _maintenance_runs(probe, "archive")
+    late = old >= warn_at
+    if last:
+        data["last_archive"] = last
+        evidence.append(f"last archival run: {seconds(last['age_s'])} ago by {last['actor']}, {last['outcome']}"
+                        + (f" ({last['error']})" if last.get("error") else f", {count(last['rows'])} rows"))
+    elif probe.exists("skiplock.maintenance_runs"):
+        evidence.append("archival has never run on this database")
     remedy = ("Completed rows that stay in the hot table make every scan, vacuum and index larger. Let the "
-              "archiver move them out in bounded batches (scheduler, or `skiplock archive`); check that the "
-              "scheduler runs and the archival age is what you want.")
-    if old >= 10 * warn_at:
-        return Outcome(FAIL, f"{approx}{count(old)} completed rows older than {seconds(age)} are still in the hot table: "
-                       "archival is not keeping up", evidence, remedy, data)
-    if old >= warn_at:
-        return Outcome(WARN, f"{approx}{count(old)} completed rows older than {seconds(age)} are still in the hot table",
+              "archiver move them out in bounded batches (the scheduler runs it every few minutes; "
+              "`skiplock archive` runs it now); check that the scheduler runs, that the last archival run "
+              "ended ok, and that maintenance.archive_after is what you want.")
+    if old >= 10 * warn_at or (late and last and last["outcome"] == "error"):
+        return Outcome(FAIL, f"{approx}{count(old, COUNT_CAP)} completed rows older than {seconds(age)} are still in the "
+                       "hot table: archival is not keeping up", evidence, remedy, data)
+    if late:
+        return Outcome(WARN, f"{approx}{count(old, COUNT_CAP)} completed rows older than {seconds(age)} are still in the hot table",
                        evidence, remedy, data)
-    return Outcome(OK, f"{approx}{count(old)} completed rows past the archival age ({seconds(age)})", evidence, "", data)
+    return Outcome(OK, f"{approx}{count(old, COUNT_CAP)} completed rows past the archival age ({seconds(age)})", evidence, "", data)
 
 
 @check("autovacuum-settings", "The jobs table's autovacuum settings match its churn", "Hot table hygiene")

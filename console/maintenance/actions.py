@@ -1,0 +1,86 @@
+"""Operator actions on the queue that are not bulk operations: reap now, pause, resume.
+
+Each is audited (who, what, why, rows, outcome). The scheduler's periodic reaping goes through
+`reap()` with actor "scheduler" and is recorded as a maintenance run but not audited.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from console import audit
+from console import queue as q
+from console.maintenance import runs
+from console.maintenance.archive import RunResult, _close, check_batching
+from console.maintenance.errors import InvalidSettings
+
+
+def reap(
+    conn: psycopg.Connection,
+    *,
+    actor: str = "scheduler",
+    reason: str | None = None,
+    batch_size: int = 1000,
+    max_batches: int | None = None,
+    backoff_base: float = q.DEFAULT_BACKOFF_BASE,
+    backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
+    history: int = q.DEFAULT_HISTORY,
+) -> RunResult:
+    """Rescue expired leases now (console.queue.reap in batches), recorded as a maintenance run
+    with `detail = {"pending": n, "failed": m}`; audited unless the actor is "scheduler"."""
+    check_batching(batch_size, None)
+    settings = {"batch_size": batch_size}
+    run_id = runs.start(conn, "reap", actor, settings)
+    result = RunResult(run_id=run_id, task="reap", outcome="ok", detail={"pending": 0, "failed": 0})
+    started = time.perf_counter()
+    try:
+        while max_batches is None or result.batches < max_batches:
+            t0 = time.perf_counter()
+            totals = q.reap(conn, batch_size=batch_size, max_batches=1, backoff_base=backoff_base,
+                            backoff_cap=backoff_cap, history=history)
+            ms = (time.perf_counter() - t0) * 1000.0
+            rows = totals["pending"] + totals["failed"]
+            if not rows:
+                break
+            runs.batch(conn, run_id, rows, ms)
+            result.batches += 1
+            result.rows += rows
+            result.batch_ms.append(ms)
+            result.detail["pending"] += totals["pending"]
+            result.detail["failed"] += totals["failed"]
+            if rows < batch_size:
+                break
+    except Exception as exc:
+        result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}".strip()
+        raise
+    finally:
+        result.seconds = time.perf_counter() - started
+        _close(conn, result, actor, reason, settings)
+    return result
+
+
+def _check(queue_name: str, actor: str) -> None:
+    if not isinstance(queue_name, str) or not queue_name.strip():
+        raise InvalidSettings("a queue name is needed (a non-empty string)")
+    if not actor:
+        raise InvalidSettings("an action needs an actor")
+
+
+def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
+    """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited."""
+    _check(queue_name, actor)
+    with conn.transaction():
+        q.pause(conn, queue_name, actor=actor)
+        audit.record(conn, actor=actor, action="pause", target=f"queue:{queue_name}",
+                     selection={"queue": queue_name}, reason=reason, outcome="ok")
+
+
+def resume_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
+    """Let workers claim from the queue again, audited."""
+    _check(queue_name, actor)
+    with conn.transaction():
+        q.resume(conn, queue_name, actor=actor)
+        audit.record(conn, actor=actor, action="resume", target=f"queue:{queue_name}",
+                     selection={"queue": queue_name}, reason=reason, outcome="ok")

@@ -1,0 +1,280 @@
+-- Dead letters (jobs with status 'failed'): error groups, selections, and the bulk replay and
+-- purge operations. Every read walks the partial index jobs_failed_idx (finished_at, id)
+-- WHERE status = 'failed', so its cost follows the size of the dead-letter set, never of the
+-- jobs table.
+--
+-- A line `-- :selection` in a query is replaced by the `selection` fragment below (static
+-- text, composed in console/maintenance/deadletters.py), so the filter is written once.
+-- It always starts with status = 'failed': only dead letters are ever replayed or purged,
+-- whatever the filter says.
+
+-- name: selection
+    j.status = 'failed'
+    AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+    AND (%(fingerprint)s::text IS NULL OR j.error_fingerprint = %(fingerprint)s::text)
+    AND (%(failed_since)s::timestamptz IS NULL OR j.finished_at >= %(failed_since)s::timestamptz)
+    AND (%(failed_before)s::timestamptz IS NULL OR j.finished_at < %(failed_before)s::timestamptz)
+    AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+
+-- name: count_matching
+SELECT count(*) AS total
+FROM skiplock.jobs AS j
+WHERE
+-- :selection
+;
+
+-- name: count_matching_at
+-- The exact count an operation will work through: what had failed by %(snapshot_at)s.
+SELECT count(*) AS total
+FROM skiplock.jobs AS j
+WHERE
+-- :selection
+    AND j.finished_at <= %(snapshot_at)s::timestamptz;
+
+-- name: list_matching
+-- Newest failures first, keyset-paginated on (finished_at, id).
+SELECT
+    j.id,
+    j.queue,
+    j.kind,
+    j.payload,
+    j.attempts,
+    j.max_attempts,
+    j.last_error,
+    j.error_fingerprint,
+    j.created_at,
+    j.finished_at
+FROM skiplock.jobs AS j
+WHERE
+-- :selection
+    AND (%(before_finished_at)s::timestamptz IS NULL
+         OR (j.finished_at, j.id) < (%(before_finished_at)s::timestamptz, %(before_id)s::bigint))
+ORDER BY j.finished_at DESC, j.id DESC
+LIMIT %(limit)s;
+
+-- name: groups
+-- Error groups: dead letters by fingerprint, largest first.
+SELECT
+    coalesce(j.error_fingerprint, '(no fingerprint)') AS fingerprint,
+    count(*) AS count,
+    min(j.finished_at) AS first_seen,
+    max(j.finished_at) AS last_seen,
+    array_agg(DISTINCT j.queue ORDER BY j.queue) AS queues,
+    array_agg(DISTINCT j.kind ORDER BY j.kind) AS kinds,
+    (array_agg(j.last_error ORDER BY j.finished_at DESC))[1] AS example
+FROM skiplock.jobs AS j
+WHERE j.status = 'failed'
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+GROUP BY j.error_fingerprint
+ORDER BY count(*) DESC, fingerprint
+LIMIT %(limit)s;
+
+-- name: replay_batch
+-- Replay the next %(batch_size)s matching dead letters after the cursor, in (finished_at, id)
+-- order, among those that had failed by the operation's snapshot. Each goes back to pending,
+-- runs now, gets a fresh attempt budget, and carries a "replayed by" entry in its history.
+-- FOR UPDATE (not SKIP LOCKED): a row another operation holds is waited for, then rechecked,
+-- so the cursor never jumps over a row that was merely busy.
+WITH batch AS (
+    SELECT j.id, j.finished_at
+    FROM skiplock.jobs AS j
+    WHERE
+-- :selection
+      AND j.finished_at <= %(snapshot_at)s::timestamptz
+      AND (j.finished_at, j.id) > (%(after_finished_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY j.finished_at, j.id
+    LIMIT %(batch_size)s
+    FOR UPDATE
+),
+replayed AS (
+    UPDATE skiplock.jobs AS j
+    SET status = 'pending',
+        run_at = now(),
+        attempts = 0,
+        finished_at = NULL,
+        locked_by = NULL,
+        locked_at = NULL,
+        lease_until = NULL,
+        errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s THEN j.errors - 0 ELSE j.errors END
+                 || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempts,
+                        'at', now(),
+                        'worker', NULL,
+                        'error_class', 'Replayed',
+                        'message', 'replayed by ' || %(actor)s::text,
+                        'traceback', NULL,
+                        'event', 'replay',
+                        'actor', %(actor)s::text,
+                        'operation', %(operation)s::bigint,
+                        'reason', %(reason)s::text))
+    WHERE j.id = ANY(ARRAY(SELECT b.id FROM batch AS b))
+      AND j.status = 'failed'
+    RETURNING j.id, j.queue
+),
+notified AS (
+    SELECT pg_notify('skiplock_jobs', q.queue)
+    FROM (SELECT DISTINCT r.queue FROM replayed AS r) AS q
+)
+SELECT
+    (SELECT count(*) FROM replayed) AS rows,
+    (SELECT count(*) FROM notified) AS queues_notified,
+    last.finished_at AS last_finished_at,
+    last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT b.finished_at, b.id
+    FROM batch AS b
+    ORDER BY b.finished_at DESC, b.id DESC
+    LIMIT 1
+) AS last ON true;
+
+-- name: purge_batch
+-- Purge the next batch (same walk as replay_batch): delete, or move into the archive marked
+-- purged when %(to_archive)s.
+WITH batch AS (
+    SELECT j.id, j.finished_at
+    FROM skiplock.jobs AS j
+    WHERE
+-- :selection
+      AND j.finished_at <= %(snapshot_at)s::timestamptz
+      AND (j.finished_at, j.id) > (%(after_finished_at)s::timestamptz, %(after_id)s::bigint)
+    ORDER BY j.finished_at, j.id
+    LIMIT %(batch_size)s
+    FOR UPDATE
+),
+removed AS (
+    DELETE FROM skiplock.jobs AS j
+    WHERE j.id = ANY(ARRAY(SELECT b.id FROM batch AS b))
+      AND j.status = 'failed'
+    RETURNING j.*
+),
+archived AS (
+    INSERT INTO skiplock.jobs_archive (
+        id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+        idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
+        error_fingerprint, created_at, finished_at, purged, purged_at, purged_by
+    )
+    SELECT
+        r.id, r.queue, r.kind, r.payload, r.status, r.priority, r.run_at, r.attempts, r.max_attempts,
+        r.idempotency_key, r.locked_by, r.locked_at, r.lease_until, r.last_error, r.errors,
+        r.error_fingerprint, r.created_at, r.finished_at, true, now(), %(actor)s::text
+    FROM removed AS r
+    WHERE %(to_archive)s::boolean
+    RETURNING 1
+)
+SELECT
+    (SELECT count(*) FROM removed) AS rows,
+    (SELECT count(*) FROM archived) AS archived,
+    last.finished_at AS last_finished_at,
+    last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (
+    SELECT b.finished_at, b.id
+    FROM batch AS b
+    ORDER BY b.finished_at DESC, b.id DESC
+    LIMIT 1
+) AS last ON true;
+
+-- name: op_insert
+INSERT INTO skiplock.bulk_operations (
+    action, purge_mode, selection, actor, reason, snapshot_at, total, batch_size, rate
+)
+VALUES (
+    %(action)s, %(purge_mode)s, %(selection)s, %(actor)s, %(reason)s, %(snapshot_at)s,
+    %(total)s, %(batch_size)s, %(rate)s
+)
+RETURNING id;
+
+-- name: op_get
+SELECT o.*
+FROM skiplock.bulk_operations AS o
+WHERE o.id = %(id)s;
+
+-- name: op_lock
+-- The runner's per-batch check, in the batch's transaction: the row is locked until commit,
+-- so a cancel waits at most one batch and then is seen by the next one.
+SELECT o.*
+FROM skiplock.bulk_operations AS o
+WHERE o.id = %(id)s
+FOR UPDATE;
+
+-- name: op_begin
+UPDATE skiplock.bulk_operations AS o
+SET state = 'running',
+    started_at = coalesce(o.started_at, now()),
+    heartbeat_at = now(),
+    error = NULL
+WHERE o.id = %(id)s
+  AND o.state IN ('queued', 'running')
+RETURNING o.*;
+
+-- name: op_batch_done
+UPDATE skiplock.bulk_operations AS o
+SET done = o.done + %(rows)s,
+    batches = o.batches + 1,
+    cursor_finished_at = coalesce(%(cursor_finished_at)s::timestamptz, o.cursor_finished_at),
+    cursor_id = coalesce(%(cursor_id)s::bigint, o.cursor_id),
+    heartbeat_at = now()
+WHERE o.id = %(id)s
+RETURNING o.done;
+
+-- name: op_finish
+UPDATE skiplock.bulk_operations AS o
+SET state = %(state)s,
+    finished_at = now(),
+    heartbeat_at = now(),
+    error = %(error)s,
+    cancelled_by = coalesce(%(cancelled_by)s::text, o.cancelled_by)
+WHERE o.id = %(id)s
+RETURNING o.*;
+
+-- name: op_request_cancel
+UPDATE skiplock.bulk_operations AS o
+SET cancel_requested_at = coalesce(o.cancel_requested_at, now()),
+    cancelled_by = coalesce(o.cancelled_by, %(actor)s::text)
+WHERE o.id = %(id)s
+  AND o.state IN ('queued', 'running')
+RETURNING o.*;
+
+-- name: op_reopen
+-- Resume a cancelled or failed operation from its cursor (same snapshot, same selection).
+UPDATE skiplock.bulk_operations AS o
+SET state = 'queued',
+    finished_at = NULL,
+    cancel_requested_at = NULL,
+    cancelled_by = NULL,
+    error = NULL
+WHERE o.id = %(id)s
+  AND o.state IN ('cancelled', 'failed')
+RETURNING o.*;
+
+-- name: ops_active
+-- Operations nobody finished: running ones (the runner may have died; the advisory lock
+-- tells), and queued ones older than %(min_age)s (a fresh one is about to be started by the
+-- process that created it).
+SELECT o.id
+FROM skiplock.bulk_operations AS o
+WHERE o.state = 'running'
+   OR (o.state = 'queued' AND o.created_at < now() - %(min_age)s::interval)
+ORDER BY o.id;
+
+-- name: op_try_lock
+-- The runner holds this session lock while it works the operation; a second runner (or the
+-- scheduler's resume) gets false and leaves it alone. It goes away with the runner's session.
+SELECT pg_try_advisory_lock(%(lock_class)s::integer, %(lock_id)s::integer) AS locked;
+
+-- name: op_unlock
+SELECT pg_advisory_unlock(%(lock_class)s::integer, %(lock_id)s::integer) AS unlocked;
+
+-- name: op_try_xact_lock
+-- cancel(): if no runner holds the operation, it can be closed at once.
+SELECT pg_try_advisory_xact_lock(%(lock_class)s::integer, %(lock_id)s::integer) AS locked;
+
+-- name: ops_recent
+SELECT o.*
+FROM skiplock.bulk_operations AS o
+ORDER BY o.id DESC
+LIMIT %(limit)s;

@@ -1,0 +1,192 @@
+"""Bulk replay and purge: preview-exact totals, batches, progress, cancel, resume, audit."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from console import audit
+from console import queue as q
+from console.db import connect
+from console.maintenance import (
+    InvalidSelection,
+    InvalidSettings,
+    NothingMatches,
+    OperationState,
+    Selection,
+    bulk,
+    cancel,
+    progress,
+    resume,
+    resume_abandoned,
+    run,
+    start,
+)
+from tests.maintenance_data import add_completed, add_failed, live_and_archived_ids, replay_entries
+
+
+def statuses(conn):
+    return dict(conn.execute("SELECT status, count(*) FROM skiplock.jobs GROUP BY status").fetchall())
+
+
+def test_replay_returns_dead_letters_to_pending_with_a_fresh_budget_and_history(conn, dsn):
+    ids = add_failed(conn, 30, queue="mail")
+    other = add_failed(conn, 5, queue="billing")
+    op_id = start(conn, "replay", {"queue": "mail"}, actor="alice", reason="SMTP fixed", batch_size=7)
+    assert progress(conn, op_id)["state"] == "queued" and progress(conn, op_id)["total"] == 30
+
+    with connect(dsn) as listener:
+        listener.execute("LISTEN skiplock_jobs")
+        final = run(dsn, op_id)
+        woke = {n.payload for n in listener.notifies(timeout=0.5, stop_after=1)}
+
+    assert (final["state"], final["done"], final["total"], final["batches"], final["percent"]) == ("done", 30, 30, 5, 100.0)
+    assert woke == {"mail"}
+    rows = conn.execute(
+        "SELECT status, attempts, finished_at, run_at <= now(), locked_by, errors->-1 FROM skiplock.jobs WHERE id = ANY(%s)",
+        (ids,)).fetchall()
+    for status, attempts, finished_at, due, locked_by, entry in rows:
+        assert (status, attempts, finished_at, due, locked_by) == ("pending", 0, None, True, None)
+        assert entry["message"] == "replayed by alice" and entry["operation"] == op_id and entry["reason"] == "SMTP fixed"
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND status = 'failed'", (other,)).fetchone()[0] == 5
+    # the replayed jobs run again: a worker can claim them
+    assert len(q.claim(conn, "w", queues=["mail"], limit=100)) == 30
+    log = audit.search(conn, action="replay")
+    assert [(r["outcome"], r["rows"]) for r in log] == [("ok", 30), ("started", 30)]
+    assert log[0]["selection"] == {"queue": "mail"} and log[0]["reason"] == "SMTP fixed"
+
+
+def test_purge_deletes_or_moves_to_the_archive_marked_purged(conn, dsn):
+    a = add_failed(conn, 10, queue="a")
+    b = add_failed(conn, 10, queue="b")
+    keep = add_completed(conn, 3)
+    run(dsn, start(conn, "purge", {"queue": "a"}, actor="alice", batch_size=4))
+    run(dsn, start(conn, "purge", {"queue": "b"}, actor="bob", batch_size=4, purge_mode="archive"))
+    live, archived = live_and_archived_ids(conn)
+    assert live == sorted(keep)
+    assert archived == sorted(b)
+    marks = conn.execute("SELECT DISTINCT purged, purged_by, purged_at IS NOT NULL, status FROM skiplock.jobs_archive").fetchall()
+    assert marks == [(True, "bob", True, "failed")]
+    assert not set(a) & set(archived)
+    assert [r["rows"] for r in audit.search(conn, action="purge") if r["outcome"] == "ok"] == [10, 10]
+
+
+def test_nothing_matching_and_bad_requests_are_refused_with_nothing_written(conn):
+    add_failed(conn, 3, queue="mail")
+    pending = q.enqueue(conn, "x", {})
+    with pytest.raises(NothingMatches, match="queue = 'nowhere'"):
+        start(conn, "replay", {"queue": "nowhere"}, actor="alice")
+    with pytest.raises(NothingMatches):
+        start(conn, "purge", {"ids": [pending]}, actor="alice")  # not a dead letter
+    with pytest.raises(InvalidSelection):
+        start(conn, "replay", {}, actor="alice")
+    with pytest.raises(InvalidSelection, match="impossible"):
+        start(conn, "replay", {"failed_since": "2026-01-02", "failed_before": "2026-01-01"}, actor="alice")
+    with pytest.raises(InvalidSettings, match="batch size"):
+        start(conn, "replay", {"queue": "mail"}, actor="alice", batch_size=0)
+    with pytest.raises(InvalidSettings, match="rate"):
+        start(conn, "replay", {"queue": "mail"}, actor="alice", rate=-5)
+    with pytest.raises(InvalidSettings, match="action"):
+        start(conn, "requeue", {"queue": "mail"}, actor="alice")
+    with pytest.raises(InvalidSettings, match="purge mode"):
+        start(conn, "purge", {"queue": "mail"}, actor="alice", purge_mode="shred")
+    assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
+    assert audit.search(conn) == []
+    assert statuses(conn) == {"failed": 3, "pending": 1}
+    with pytest.raises(OperationState):
+        progress(conn, 999)
+    with pytest.raises(OperationState):
+        cancel(conn, 999, actor="alice")
+
+
+def test_replay_of_10000_cancelled_halfway_then_resumed_replays_each_job_once(conn, dsn):
+    ids = add_failed(conn, 10_000)
+    op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=500, rate=8000)
+    thread = bulk.run_in_thread(dsn, op_id)
+    deadline = time.monotonic() + 30
+    while progress(conn, op_id)["done"] < 5000 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cancel(conn, op_id, actor="bob", reason="wrong group")
+    thread.join(30)
+    halfway = progress(conn, op_id)
+    assert halfway["state"] == "cancelled" and halfway["cancelled_by"] == "bob"
+    assert 5000 <= halfway["done"] < 10_000
+    assert statuses(conn) == {"pending": halfway["done"], "failed": 10_000 - halfway["done"]}
+
+    resume(conn, op_id, actor="bob", reason="it was the right group after all")
+    final = run(dsn, op_id)
+
+    assert (final["state"], final["done"]) == ("done", 10_000)
+    assert statuses(conn) == {"pending": 10_000}
+    entries = replay_entries(conn, op_id)
+    assert sorted(entries) == sorted(ids)
+    assert set(entries.values()) == {1}  # each job replayed exactly once
+    outcomes = [r["outcome"] for r in audit.search(conn, action="replay")]
+    assert outcomes == ["ok", "cancelled", "started"]
+    assert [r["actor"] for r in audit.search(conn, action="cancel")] == ["bob"]
+
+
+def test_a_stopped_runner_leaves_the_operation_resumable_and_a_job_failing_again_is_not_replayed_twice(conn, dsn):
+    ids = add_failed(conn, 40)
+    op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=10, rate=100)
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(dsn, op_id), kwargs={"stop": stop})
+    thread.start()
+    while progress(conn, op_id)["done"] < 10:
+        time.sleep(0.01)
+    stop.set()
+    thread.join(10)
+    mid = progress(conn, op_id)
+    assert mid["state"] == "running" and 10 <= mid["done"] < 40
+    # the replayed jobs run and fail again: they are dead letters newer than the snapshot
+    conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now() WHERE status = 'pending'")
+
+    assert resume_abandoned(dsn, min_age=timedelta(0)) == [op_id]
+
+    assert progress(conn, op_id)["state"] == "done" and progress(conn, op_id)["done"] == 40
+    entries = replay_entries(conn, op_id)
+    assert sorted(entries) == sorted(ids) and set(entries.values()) == {1}
+    assert statuses(conn) == {"pending": 40 - mid["done"], "failed": mid["done"]}
+
+
+def test_only_one_runner_works_an_operation(conn, dsn):
+    add_failed(conn, 30)
+    op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=5, rate=100)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(run(dsn, op_id))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert progress(conn, op_id)["done"] == 30
+    assert set(replay_entries(conn, op_id).values()) == {1}
+    assert len(results) == 2 and "done" in [r["state"] for r in results]  # the other returned at once
+
+
+def test_cancel_of_an_unattended_operation_closes_it_and_it_cannot_be_cancelled_twice(conn, dsn):
+    add_failed(conn, 5)
+    op_id = start(conn, "purge", {"all": True}, actor="alice")
+    assert cancel(conn, op_id, actor="bob")["state"] == "cancelled"
+    assert run(dsn, op_id)["state"] == "cancelled"  # nothing happens
+    assert statuses(conn) == {"failed": 5}
+    with pytest.raises(OperationState, match="already ended"):
+        cancel(conn, op_id, actor="bob")
+    with pytest.raises(OperationState, match="only a cancelled or failed"):
+        resume(conn, start(conn, "purge", {"all": True}, actor="alice"), actor="bob")
+
+
+def test_ids_selection_replays_exactly_those(conn, dsn):
+    ids = add_failed(conn, 10)
+    final = bulk.replay(dsn, Selection(ids=(ids[2], ids[5])), actor="alice")
+    assert final["done"] == 2
+    assert sorted(r[0] for r in conn.execute("SELECT id FROM skiplock.jobs WHERE status = 'pending'")) == [ids[2], ids[5]]
+
+
+def test_recent_operations_lists_progress(conn, dsn):
+    add_failed(conn, 3)
+    op_id = start(conn, "replay", {"all": True}, actor="alice")
+    [op] = bulk.recent(conn)
+    assert op["id"] == op_id and op["active"] and op["percent"] == 0.0
