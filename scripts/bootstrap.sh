@@ -28,7 +28,17 @@ if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
 fi
 
 PY=${PYTHON:-python3}
+if ! command -v "$PY" >/dev/null; then
+  echo "installing Python 3"
+  apt_install python3
+fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "Skiplock needs Python 3.11 or newer; $PY is $("$PY" -V 2>&1). Set PYTHON=/path/to/python3.11." >&2
+  exit 1
+fi
 if [ ! -x .venv/bin/python ]; then
+  # Debian's python3 lacks venv/ensurepip until python3-venv is installed.
+  "$PY" -c 'import ensurepip, venv' 2>/dev/null || { echo "installing python3-venv"; apt_install python3-venv; }
   "$PY" -m venv .venv
 fi
 extras=""

@@ -1,0 +1,565 @@
+"""Start and stop everything `skiplock demo` runs, and nothing else.
+
+In order: a private PostgreSQL cluster in a data directory of the demo's own (reused across
+runs; `--reset` starts over), a `skiplock_demo` database with pg_stat_statements, the
+migrations, a config file with short intervals, then child processes: the scheduler, the web
+console, a few workers and the traffic generator. It prints the URL, the login and the
+database address, kills one worker now and then (so stuck leases appear and the reaper rescues
+them), and runs until Ctrl-C, SIGTERM or `--duration`.
+
+Every child runs in a process group of its own (so a terminal's Ctrl-C reaches only this
+process, which then stops them in order) and is asked to die with this process (Linux
+`PR_SET_PDEATHSIG`). Shutdown sends SIGTERM to each group, waits, sends SIGKILL to what is
+left, then stops PostgreSQL. A cluster left running by a demo that was itself killed is stopped
+at the next start.
+
+A component whose command is not part of this installation is reported as "not running" and
+never imitated: the demo shows what Skiplock really does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from console.config import SETTINGS
+from console.db import DatabaseError, connect, migrate, time_limited
+from console.pgcluster import ClusterError, PostgresNotFound, PrivateCluster, free_port
+from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.demo")
+
+DEMO_DATABASE = "skiplock_demo"
+DEMO_USER = "demo"
+
+# The demo's configuration: short leases and intervals so that a few minutes show the whole
+# life of a job. Only settings this installation knows are written (an unknown key would be
+# refused by the config loader); the others are listed as not applied.
+DEMO_SETTINGS: dict[str, Any] = {
+    "database.pool_size": 4,
+    "worker.concurrency": 4,
+    "worker.lease": 15.0,
+    "worker.poll_interval": 1.0,
+    "worker.shutdown_grace": 5.0,
+    "worker.flush_interval": 5.0,
+    "queue.backoff_base": 2.0,
+    "queue.backoff_cap": 60.0,
+}
+
+# The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead
+# tuples are visibly removed (and visibly not, while a session holds the horizon).
+CLUSTER_SETTINGS = {
+    "synchronous_commit": "off",  # demo data: a lost last transaction after a crash is fine
+    "autovacuum_naptime": "10s",
+    "log_min_messages": "warning",
+}
+
+
+class DemoError(RuntimeError):
+    """The demo cannot start; the message says why and what to do."""
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    """preexec_fn: ask Linux to SIGTERM the child when this process dies (even by SIGKILL)."""
+
+    def setup() -> None:
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return  # not Linux: shutdown still stops children; only a SIGKILLed demo leaks them
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
+
+
+@dataclass
+class Child:
+    """One child process, in its own process group, with its output in a log file."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    restart: bool = True
+    popen: subprocess.Popen | None = None
+    starts: int = 0
+    started_at: float = 0.0
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.popen = subprocess.Popen(
+                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
+            )
+        self.starts += 1
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+@dataclass
+class DemoOptions:
+    data_dir: Path | None = None
+    port: int = 8000
+    host: str = "127.0.0.1"
+    rate: float = 5.0
+    duration: float | None = None
+    seed_history: bool = False
+    seed_hours: float = 3.0
+    workers: int = 2
+    kill_every: float = 180.0  # seconds between SIGKILLs of the victim worker; 0 disables
+    first_kill_after: float = 60.0
+    reset: bool = False
+    status_every: float = 60.0
+    traffic_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.rate <= 0:
+            raise ValueError("--rate must be greater than 0 jobs per second")
+        if self.duration is not None and self.duration <= 0:
+            raise ValueError("--duration must be greater than 0")
+        if not 1 <= self.port <= 65535:
+            raise ValueError("--port must be between 1 and 65535")
+        if self.workers < 1:
+            raise ValueError("--workers must be at least 1")
+
+
+def default_data_dir() -> Path:
+    return Path.cwd() / ".skiplock-demo"
+
+
+def _reachable_by_postgres(path: Path) -> bool:
+    """As root the cluster runs as `postgres`, who must be able to enter every parent folder."""
+    if os.geteuid() != 0:
+        return True
+    result = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(path)], capture_output=True)
+    return result.returncode == 0
+
+
+def available_commands() -> set[str]:
+    """The `skiplock` subcommands of this installation (the components the demo can run)."""
+    from console.cli import main
+
+    return set(main.commands)
+
+
+class Demo:
+    def __init__(self, options: DemoOptions, out: Callable[[str], None] = print):
+        self.options = options
+        self.out = out
+        self.base = Path(options.data_dir) if options.data_dir else default_data_dir()
+        self.cluster: PrivateCluster | None = None
+        self.children: dict[str, Child] = {}
+        self.not_running: dict[str, str] = {}
+        self.dsn = ""
+        self.url = ""
+        self.login: tuple[str, str] | None = None
+        self._stop_requested = 0
+        self._commands: set[str] = set()
+        self._next_kill = 0.0
+        self._victim_down_since: float | None = None
+
+    # --- paths ---------------------------------------------------------------------------
+
+    @property
+    def logs(self) -> Path:
+        return self.base / "logs"
+
+    @property
+    def config_path(self) -> Path:
+        return self.base / "skiplock.toml"
+
+    @property
+    def state_path(self) -> Path:
+        return self.base / "state.json"
+
+    # --- signals -------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self._stop_requested += 1
+        if self._stop_requested == 1:
+            self.out(f"\n{signal.Signals(signum).name} received: stopping everything the demo started ...")
+        else:
+            self.out("second signal: killing at once")
+
+    def install_signal_handlers(self) -> dict[int, Any]:
+        """Catch Ctrl-C, SIGTERM and SIGHUP; return the previous handlers for `run` to restore."""
+        previous = {}
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, self._on_signal)
+        return previous
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested > 0
+
+    # --- the whole run -------------------------------------------------------------------
+
+    def run(self) -> int:
+        previous = self.install_signal_handlers()
+        try:
+            self.prepare()
+            if self.stopping:
+                return 0
+            self.start_children()
+            self.announce()
+            return self.watch()
+        finally:
+            self.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # --- preparing -----------------------------------------------------------------------
+
+    def _check_not_running_already(self) -> None:
+        try:
+            state = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return
+        pid = state.get("pid")
+        if pid and pid != os.getpid() and _pid_alive(pid) and state.get("running"):
+            raise DemoError(f"a demo is already running from {self.base} (pid {pid}); stop it first or pass --data-dir")
+
+    def prepare(self) -> None:
+        opts = self.options
+        self._commands = available_commands()
+        self.base.mkdir(parents=True, exist_ok=True)
+        if not _reachable_by_postgres(self.base):
+            digest = hashlib.sha1(str(self.base.resolve()).encode()).hexdigest()[:8]
+            fallback = Path("/tmp") / f"skiplock-demo-{digest}"
+            self.out(f"note: the postgres user cannot enter {self.base} (running as root); using {fallback} instead")
+            self.base = fallback
+            self.base.mkdir(parents=True, exist_ok=True)
+        self._check_not_running_already()
+        if "serve" in self._commands:
+            _check_port_free(opts.host, opts.port)
+
+        try:
+            cluster = PrivateCluster(self.base, settings=CLUSTER_SETTINGS, keep=True)
+        except PostgresNotFound as exc:
+            raise DemoError(str(exc)) from None
+        if (cluster.data_dir / "postmaster.pid").exists():
+            self.out("stopping a PostgreSQL left running by an earlier demo ...")
+            cluster.stop()
+        if opts.reset:
+            self.out(f"--reset: removing {self.base}")
+            for child in self.base.iterdir():
+                if child.is_dir():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        fresh = not (cluster.data_dir / "PG_VERSION").exists()
+        self.out(("creating" if fresh else "starting") + f" a private PostgreSQL in {cluster.data_dir} ...")
+        self.cluster = cluster
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            raise DemoError(f"PostgreSQL did not start: {exc}\n(log: {cluster.log_file}; `--reset` starts over)") from None
+        self._write_state(running=True)
+
+        with connect(cluster.dsn, application_name="skiplock-demo") as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DEMO_DATABASE,)).fetchone()
+            if not exists:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DEMO_DATABASE)))
+        self.dsn = cluster.dsn_for(DEMO_DATABASE)
+        with connect(self.dsn, application_name="skiplock-demo") as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            applied = migrate(conn)
+        self.out(f"migrated: {', '.join(applied)}" if applied else "schema is up to date")
+        self._write_config()
+        self._write_state(running=True)
+        if opts.seed_history:
+            from console.demo.seed import seed_history
+
+            with connect(self.dsn, application_name="skiplock-demo-seed") as conn:
+                stored = seed_history(conn, hours=opts.seed_hours)
+            self.out(f"--seed-history: stored {stored} samples covering the last {opts.seed_hours:g} h")
+
+    def _write_config(self) -> None:
+        known = {s.dotted: s for s in SETTINGS}
+        applied = {k: v for k, v in DEMO_SETTINGS.items() if k in known}
+        sections: dict[str, list[str]] = {}
+        for dotted, value in applied.items():
+            section, key = dotted.split(".", 1)
+            sections.setdefault(section, []).append(f"{key} = {_toml_value(value)}")
+        lines = ["# Written by `skiplock demo` at each start: short intervals so a few minutes show everything.", ""]
+        for section, entries in sections.items():
+            lines += [f"[{section}]", *entries, ""]
+        self.config_path.write_text("\n".join(lines), encoding="utf-8")
+
+    def _secrets(self) -> dict[str, str]:
+        """The demo login's password and the web console's secret key, kept across runs."""
+        path = self.base / "secrets.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            data = {}
+        data.setdefault("password", secrets.token_urlsafe(9))
+        data.setdefault("secret_key", secrets.token_hex(32))
+        path.write_text(json.dumps(data))
+        path.chmod(0o600)
+        return data
+
+    def child_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "DATABASE_URL"}
+        env.update(DATABASE_URL=self.dsn, SKIPLOCK_CONFIG=str(self.config_path), PYTHONUNBUFFERED="1")
+        # The checkout on the path, so an uninstalled run (`python -m console demo`) works too.
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        return env
+
+    # --- children ------------------------------------------------------------------------
+
+    def _skiplock(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "console", *args]
+
+    def _add(self, name: str, argv: list[str], *, restart: bool = True) -> Child:
+        child = Child(name, argv, self.child_env(), self.logs / f"{name}.log", restart=restart)
+        self.children[name] = child
+        child.start()
+        return child
+
+    def start_children(self) -> None:
+        opts = self.options
+        cmds = self._commands
+        if "scheduler" in cmds:
+            self._add("scheduler", self._skiplock("scheduler"))
+        else:
+            self.not_running["scheduler"] = (
+                "`skiplock scheduler` is not in this installation yet: no collectors (charts stay empty "
+                "unless --seed-history), no reaper (stuck leases stay stuck), no archiver")
+        if "serve" in cmds:
+            self._add("web", self._skiplock("serve", "--host", opts.host, "--port", str(opts.port)))
+            self.url = f"http://{opts.host}:{opts.port}/"
+        else:
+            self.not_running["web"] = "`skiplock serve` is not in this installation yet: no web console to open"
+        self._create_login()
+        queues = "billing,mail,webhooks,default"
+        for i in range(1, opts.workers + 1):
+            self._add(f"worker-{i}", self._skiplock("worker", "--tasks", "console.demo.tasks", "--queues", queues))
+        self._add("worker-reports", self._skiplock("worker", "--tasks", "console.demo.tasks", "--queues", "reports,search",
+                                                   "--concurrency", "2"))
+        self._next_kill = time.monotonic() + opts.first_kill_after
+        traffic = [sys.executable, "-m", "console.demo.traffic", "--dsn", self.dsn, "--rate", str(opts.rate)]
+        self._add("traffic", traffic + list(opts.traffic_args))
+        self._write_state(running=True)
+
+    def _create_login(self) -> None:
+        if "users" not in self._commands:
+            self.not_running["login"] = "`skiplock users` is not in this installation yet: no demo login"
+            return
+        password = self._secrets()["password"]
+        env = {**self.child_env(), "SKIPLOCK_PASSWORD": password}
+        result = subprocess.run(self._skiplock("users", "add", DEMO_USER, "--role", "operator"), env=env,
+                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        if result.returncode == 0 or "exists" in (result.stderr + result.stdout):
+            self.login = (DEMO_USER, password)
+        else:
+            self.not_running["login"] = f"`skiplock users add` failed: {(result.stderr or result.stdout).strip()[-300:]}"
+
+    def _wait_for_web(self, timeout: float = 30.0) -> bool:
+        if "web" not in self.children:
+            return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.stopping:
+            if not self.children["web"].alive():
+                return False
+            try:
+                with urllib.request.urlopen(self.url + "healthz", timeout=2) as response:
+                    if response.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.3)
+        return False
+
+    def announce(self) -> None:
+        opts = self.options
+        web_ok = self._wait_for_web()
+        lines = ["", "Skiplock demo is running."]
+        if web_ok:
+            lines.append(f"  Console    {self.url}")
+            if self.login:
+                lines.append(f"  Login      {self.login[0]} / {self.login[1]}   (an operator: may replay, purge, pause)")
+        elif "web" in self.children:
+            lines.append(f"  Console    {self.url} did not answer yet; see {self.children['web'].log_path}")
+        lines += [
+            f"  Database   {self.dsn}   (psql \"{self.dsn}\")",
+            f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
+            "             retries, dead letters in three error groups, a burst every 4 min, an idle-in-transaction",
+            "             session every 10 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
+            f"  Processes  {', '.join(f'{name} (pid {c.pid})' for name, c in self.children.items())}",
+            f"  Logs       {self.logs}/",
+        ]
+        for name, why in self.not_running.items():
+            lines.append(f"  Not running: {name}: {why}")
+        if opts.duration:
+            lines.append(f"Stopping by itself after {opts.duration:g} s.")
+        lines += ["Press Ctrl-C to stop everything (PostgreSQL included; the data stays for next time).", ""]
+        self.out("\n".join(lines))
+
+    # --- running -------------------------------------------------------------------------
+
+    def watch(self) -> int:
+        opts = self.options
+        started = time.monotonic()
+        next_status = started + opts.status_every
+        while not self.stopping:
+            now = time.monotonic()
+            if opts.duration and now - started >= opts.duration:
+                self.out(f"--duration {opts.duration:g}s reached: stopping.")
+                break
+            self._chaos(now)
+            self._supervise(now)
+            if opts.status_every and now >= next_status:
+                self.out(self.status_line())
+                next_status = now + opts.status_every
+            time.sleep(0.2)
+        return 0
+
+    def _chaos(self, now: float) -> None:
+        """SIGKILL the reports worker now and then; its jobs keep their leases until the reaper."""
+        victim = self.children.get("worker-reports")
+        if not self.options.kill_every or victim is None:
+            return
+        if self._victim_down_since is None and now >= self._next_kill and victim.alive():
+            victim.signal_group(signal.SIGKILL)
+            victim.popen.wait()
+            self._victim_down_since = now
+            self.out(f"chaos: killed worker-reports (pid {victim.pid}) with SIGKILL; its jobs keep their leases "
+                     "until they expire and the reaper rescues them")
+        elif self._victim_down_since is not None and now - self._victim_down_since >= 5.0:
+            victim.start()
+            self._victim_down_since = None
+            self._next_kill = now + self.options.kill_every
+            self._write_state(running=True)
+
+    def _supervise(self, now: float) -> None:
+        """Restart a child that exited on its own (not the victim while it is meant to be down)."""
+        for name, child in self.children.items():
+            if child.alive() or not child.restart:
+                continue
+            if name == "worker-reports" and self._victim_down_since is not None:
+                continue
+            code = child.popen.returncode if child.popen else None
+            if now - child.started_at < 10 and child.starts >= 3:
+                child.restart = False
+                self.out(f"{name} keeps exiting (code {code}); not restarting it. See {child.log_path}")
+                continue
+            self.out(f"{name} exited (code {code}); restarting it. See {child.log_path}")
+            child.start()
+            self._write_state(running=True)
+
+    def status_line(self) -> str:
+        try:
+            with connect(self.dsn, application_name="skiplock-demo") as conn, time_limited(conn, 2000) as cur:
+                row = cur.execute(query("demo", "status")).fetchone()
+        except (psycopg.Error, DatabaseError) as exc:
+            return f"status: not available ({type(exc).__name__})"
+        return ("status: {completed} completed, {retried} retried, {pending} pending, {running} running, "
+                "{stuck_leases} stuck leases, {dead_letters} dead letters").format(**row)
+
+    # --- stopping ------------------------------------------------------------------------
+
+    def shutdown(self, grace: float = 10.0) -> None:
+        """SIGTERM every child's group, wait up to `grace` seconds, SIGKILL the rest, stop PostgreSQL."""
+        alive = [c for c in self.children.values() if c.alive()]
+        for child in alive:
+            child.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while any(c.alive() for c in alive) and time.monotonic() < deadline and self._stop_requested < 2:
+            time.sleep(0.1)
+        for child in self.children.values():
+            child.signal_group(signal.SIGKILL)  # also reaches grandchildren left in the group
+            if child.popen is not None:
+                try:
+                    child.popen.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+        if self.cluster is not None and self.cluster.running:
+            self.cluster.stop()
+            self.out("stopped: PostgreSQL and " + (f"{len(self.children)} processes" if self.children else "nothing else"))
+        self._write_state(running=False)
+
+    def _write_state(self, *, running: bool) -> None:
+        """state.json: what runs now, for `--reset`, a second demo, and the tests' process checks."""
+        if not self.base.exists():
+            return
+        state = {
+            "pid": os.getpid(),
+            "running": running,
+            "dsn": self.dsn,
+            "url": self.url,
+            "postmaster_pid": self.cluster.postmaster_pid() if self.cluster and running else None,
+            "children": {name: c.pid for name, c in self.children.items()} if running else {},
+            "config": str(self.config_path),
+        }
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.state_path)
+
+
+def _human(seconds: float) -> str:
+    return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_port_free(host: str, port: int) -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            raise DemoError(f"port {port} on {host} is in use; pass --port with a free one (e.g. --port {free_port()})") from None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))

@@ -1,0 +1,278 @@
+"""`skiplock demo`: it starts on a private cluster, makes real traffic, and leaves nothing behind.
+
+The end-to-end test runs the real command as a child process (its own PostgreSQL, workers,
+traffic generator, and the scheduler and web console when installed), waits until jobs are
+completed, sends SIGINT like a Ctrl-C, and checks by PID and by /proc that no process it
+started is left, PostgreSQL included.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from console.demo.traffic import IDLE_APPLICATION_NAME, Shop, Traffic, TrafficOptions
+from console.pgcluster import PostgresNotFound, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _processes_mentioning(marker: str) -> list[int]:
+    """PIDs whose command line or environment contains `marker` (the demo's data directory)."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        for part in ("cmdline", "environ"):
+            try:
+                if needle in (entry / part).read_bytes():
+                    found.append(int(entry.name))
+                    break
+            except OSError:
+                continue
+    return [pid for pid in found if _alive(pid)]
+
+
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            output = log.read_text() if log and log.exists() else ""
+            pytest.fail(f"the demo exited with {proc.returncode} while waiting for {what}:\n{output}")
+        time.sleep(0.3)
+    output = log.read_text() if log and log.exists() else ""
+    pytest.fail(f"timed out after {timeout}s waiting for {what}\n{output}")
+
+
+def _read_state(path: Path) -> dict | None:
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return state if state.get("children") and state.get("dsn") else None
+
+
+def _completed_jobs(dsn: str) -> int:
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
+            return conn.execute(
+                "SELECT coalesce(sum(completed), 0) FROM skiplock.workers"
+            ).fetchone()[0]
+    except psycopg.Error:
+        return 0
+
+
+@pytest.fixture
+def demo_dir():
+    # Under /tmp: as root the cluster runs as `postgres`, who cannot enter pytest's tmp_path.
+    path = Path(tempfile.mkdtemp(prefix="skiplock-demo-test-", dir="/tmp"))
+    path.chmod(0o755)  # mkdtemp makes it 0700; the demo would fall back to another folder
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "DATABASE_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    port = free_port()
+    log = demo_dir.parent / f"{demo_dir.name}.out"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "console", "demo", "--data-dir", str(demo_dir), "--port", str(port),
+             "--rate", "20", "--kill-every", "4s", "--duration", "5m"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    try:
+        state = _wait_for(lambda: _read_state(demo_dir / "state.json"), 60, "the demo's state file", proc, log)
+        postmaster = state["postmaster_pid"]
+        assert postmaster and _alive(postmaster)
+        assert {"worker-1", "worker-2", "worker-reports", "traffic"} <= set(state["children"])
+
+        # Real traffic: workers report completed jobs within a bounded time.
+        _wait_for(lambda: _completed_jobs(state["dsn"]) > 0, 60, "completed jobs", proc, log)
+        if state.get("url"):
+            with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
+                assert response.status == 200
+
+        # The reports worker is killed (SIGKILL) and restarted by the demo.
+        _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)
+        first_victim = state["children"]["worker-reports"]
+        _wait_for(lambda: not _alive(first_victim), 10, "the killed worker to be gone", proc, log)
+        restarted = _wait_for(
+            lambda: (s := _read_state(demo_dir / "state.json")) and s["children"]["worker-reports"] != first_victim and s,
+            30, "the reports worker to restart", proc, log,
+        )
+        pids = set(state["children"].values()) | set(restarted["children"].values())
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+
+    output = log.read_text()
+    assert code == 0, output
+    assert "stopped: PostgreSQL" in output
+    assert not _alive(postmaster), "PostgreSQL is still running after the demo stopped"
+    assert not [pid for pid in pids if _alive(pid)], f"children still running: {output}"
+    # Nothing at all (grandchildren, PostgreSQL backends) still mentions the demo's directory.
+    assert _processes_mentioning(str(demo_dir)) == []
+    final = json.loads((demo_dir / "state.json").read_text())
+    assert final["running"] is False and final["children"] == {}
+    log.unlink(missing_ok=True)
+
+
+def test_demo_without_postgres_names_the_package(monkeypatch, demo_dir):
+    from click.testing import CliRunner
+
+    from console import pgcluster
+    from console.cli import main
+
+    def no_binaries():
+        raise PostgresNotFound(pgcluster.INSTALL_HINT)
+
+    # Only the search for binaries is replaced: this machine has them, a newcomer's may not.
+    monkeypatch.setattr(pgcluster, "find_bindir", no_binaries)
+    result = CliRunner().invoke(main, ["demo", "--data-dir", str(demo_dir), "--port", str(free_port())])
+    assert result.exit_code == 1
+    assert "postgresql-15" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rate", "0"], "--rate"),
+    (["--rate", "-2"], "--rate"),
+    (["--duration", "soon"], "duration"),
+    (["--port", "70000"], "--port"),
+])
+def test_demo_refuses_bad_options(args, message):
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    result = CliRunner().invoke(main, ["demo", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_shop_mix_has_every_kind_and_the_three_dead_letter_causes():
+    import random
+
+    shop = Shop(random.Random(7))
+    jobs = [job for _ in range(3000) for job in shop.event()]
+    kinds = {job.kind for job in jobs}
+    assert kinds == {"billing.charge_card", "mail.send_receipt", "webhooks.deliver", "images.thumbnail", "reports.build"}
+    assert any(j.payload.get("card_last4") == "0002" for j in jobs if j.kind == "billing.charge_card")
+    assert any("partner-c" in j.payload["endpoint"] for j in jobs if j.kind == "webhooks.deliver")
+    assert any("customer_id" not in j.payload for j in jobs if j.kind == "reports.build")
+    charges = [j for j in jobs if j.kind == "billing.charge_card"]
+    assert all(j.priority == 10 and j.queue == "billing" for j in charges)
+    burst = shop.burst(50)
+    assert len(burst) == 50 and {j.queue for j in burst} == {"search"} and burst[0].priority < 0
+
+
+def test_traffic_enqueues_at_the_rate_and_holds_an_idle_transaction(dsn, conn):
+    traffic = Traffic(dsn, TrafficOptions(rate=50, duration=2.5, burst_size=20, first_burst_after=0.5,
+                                          first_idle_after=0.0, idle_for=1.5, seed=1))
+    seen_idle = {}
+
+    import threading
+
+    def watch():
+        deadline = time.monotonic() + 2.5
+        with psycopg.connect(dsn, autocommit=True) as watcher:
+            while time.monotonic() < deadline and not seen_idle:
+                row = watcher.execute(
+                    "SELECT state, backend_xid IS NOT NULL, backend_xmin IS NOT NULL FROM pg_stat_activity "
+                    "WHERE application_name = %s", (IDLE_APPLICATION_NAME,)).fetchone()
+                if row and row[0] == "idle in transaction" and row[1]:  # after BEGIN and the query
+                    seen_idle["row"] = row
+                time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    counts = traffic.run()
+    watcher.join()
+
+    assert seen_idle.get("row") == ("idle in transaction", True, True)
+    rows = dict(conn.execute("SELECT kind, count(*) FROM skiplock.jobs GROUP BY kind").fetchall())
+    assert rows.get("search.reindex") == 20
+    assert sum(rows.values()) == counts.jobs
+    # ~50 jobs/s for 2.5 s (the rate swells and ebbs by a third), plus the burst of 20.
+    assert 60 <= counts.jobs - 20 <= 200
+    assert conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (IDLE_APPLICATION_NAME,)
+    ).fetchone()[0] == 0
+
+
+def test_demo_handlers_retry_transient_failures_and_dead_letter_permanent_ones(dsn, conn, subprocess_env):
+    import console
+    from console.queue import NewJob
+
+    with psycopg.connect(dsn) as tx:
+        ids = console.enqueue_many(tx, [
+            NewJob("billing.charge_card", {"order": 1, "card_last4": "0002", "ms": 1}, queue="billing"),
+            NewJob("billing.charge_card", {"order": 2, "card_last4": "4242", "ms": 1}, queue="billing"),
+            NewJob("mail.send_receipt", {"order": 3, "greylisted": True, "ms": 1}, queue="mail"),
+            NewJob("webhooks.deliver", {"endpoint": "https://hooks.partner-c.example/v2/notify", "ms": 1}, queue="webhooks", max_attempts=3),
+            NewJob("webhooks.deliver", {"endpoint": "https://hooks.partner-b.example/events", "ms": 1}, queue="webhooks", max_attempts=3),
+            NewJob("reports.build", {"report": "refunds", "ms": 1}, queue="reports", max_attempts=2),
+            NewJob("reports.build", {"report": "refunds", "customer_id": 9, "ms": 1}, queue="reports", max_attempts=2),
+        ])
+    env = {**subprocess_env, "SKIPLOCK_QUEUE_BACKOFF_BASE": "0.05", "SKIPLOCK_WORKER_POLL_INTERVAL": "0.1"}
+    worker = subprocess.Popen([sys.executable, "-m", "console", "worker", "--tasks", "console.demo.tasks"],
+                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            open_jobs = conn.execute(
+                "SELECT count(*) FROM skiplock.jobs WHERE status IN ('pending', 'running')").fetchone()[0]
+            if open_jobs == 0:
+                break
+            time.sleep(0.2)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=15)
+    rows = {r[0]: r[1:] for r in conn.execute(
+        "SELECT id, status, attempts, split_part(last_error, ':', 1) FROM skiplock.jobs WHERE id = ANY(%s)", (ids,))}
+    declined, charged, receipt, down, flaky, broken, report = (rows[i] for i in ids)
+    assert declined == ("failed", 1, "CardDeclined")
+    assert charged[:2] == ("completed", 1)
+    assert receipt[:2] == ("completed", 2) and receipt[2] == "SMTPTemporaryError"
+    assert down == ("failed", 3, "ConnectionRefusedError")
+    assert flaky[:2] == ("completed", 2)
+    assert broken == ("failed", 2, "KeyError")
+    assert report[:2] == ("completed", 1)
+    groups = conn.execute(
+        "SELECT count(DISTINCT error_fingerprint) FROM skiplock.jobs WHERE status = 'failed'").fetchone()[0]
+    assert groups == 3
