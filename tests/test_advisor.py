@@ -317,3 +317,11 @@ def test_unknown_check_names_are_refused(conn):
 def test_checks_leave_no_transaction_open(conn):
     run_checks(conn, cfg())
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_every_check_is_explained_in_docs_advisor():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "advisor.md").read_text(encoding="utf-8")
+    missing = [check_id for check_id in check_ids() if f"\n### {check_id}\n" not in text]
+    assert not missing, f"add a '### <id>' section to docs/advisor.md for: {missing}"

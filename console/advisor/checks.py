@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -173,18 +174,10 @@ class Probe:
         return rows[0] if rows else {}
 
     def setting(self, dotted: str) -> Any:
+        """A setting's value; durations come back as seconds (float)."""
         section, _, key = dotted.partition(".")
-        return self.config.get(section, key)
-
-    def optional_setting(self, *dotted: str) -> tuple[str, Any] | None:
-        """The first of several settings that exists (another module's settings may be absent)."""
-        for name in dotted:
-            section, _, key = name.partition(".")
-            try:
-                return name, self.config.get(section, key)
-            except KeyError:
-                continue
-        return None
+        value = self.config.get(section, key)
+        return value.total_seconds() if isinstance(value, timedelta) else value
 
     def recall(self, name: str) -> dict[str, Any] | None:
         return self.row("snapshot_get", name=name) or None
@@ -740,12 +733,8 @@ def dead_letters(probe: Probe) -> Outcome:
 def _archive_age(probe: Probe) -> tuple[float, str]:
     """Age past which a completed job is late: the archival age plus a slack for the archiver's
     schedule (completed rows are fine until archival has had its chance)."""
-    slack = float(probe.setting("advisor.archive_slack"))
-    found = probe.optional_setting("maintenance.archive_after")
-    if found is None:
-        return 86400.0 + slack, "one day (no [maintenance] archival configured)"
-    value = found[1]
-    value = value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+    slack = probe.setting("advisor.archive_slack")
+    value = probe.setting("maintenance.archive_after")
     return value + slack, f"maintenance.archive_after {seconds(value)} + advisor.archive_slack {seconds(slack)}"
 
 
