@@ -22,6 +22,7 @@ from console.advisor.checks import (
     check_ids,
     run_checks,
 )
+from console.advisor.verdict import Verdict, evaluate_verdict, verdict_line
 
-__all__ = ["CHECKS", "FAIL", "OK", "UNKNOWN", "WARN", "CheckResult", "Report", "UnknownCheck",
-           "check_ids", "run_checks"]
+__all__ = ["CHECKS", "FAIL", "OK", "UNKNOWN", "WARN", "CheckResult", "Report", "UnknownCheck", "Verdict",
+           "check_ids", "evaluate_verdict", "run_checks", "verdict_line"]
