@@ -325,3 +325,39 @@ def test_every_check_is_explained_in_docs_advisor():
     text = (Path(__file__).resolve().parent.parent / "docs" / "advisor.md").read_text(encoding="utf-8")
     missing = [check_id for check_id in check_ids() if f"\n### {check_id}\n" not in text]
     assert not missing, f"add a '### <id>' section to docs/advisor.md for: {missing}"
+
+
+def claims(conn, n):
+    for _ in range(n):
+        for job in q.claim(conn, "w1", limit=1):
+            q.complete(conn, job)
+
+
+def test_buffers_per_claim_rise_over_dead_index_entries_and_recover_after_vacuum(conn, dsn):
+    config = cfg(claim_min_calls=20)
+    q.enqueue_many(conn, [q.NewJob("email") for _ in range(200)])
+    claims(conn, 20)
+    first = result(conn, "claim-buffers", config)
+    assert first.status == OK and first.data["baseline"] is None  # the first figure becomes the baseline
+    claims(conn, 20)
+    steady = result(conn, "claim-buffers", config)
+    assert steady.status == OK and steady.data["baseline"] is not None
+
+    holder = connect(dsn, application_name="long-report", autocommit=False)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM skiplock.queues")  # takes the snapshot: vacuum cannot clean past it
+        # 10,000 jobs at the head of the claim index leave it without being claimed: dead entries
+        conn.execute("INSERT INTO skiplock.jobs (kind, priority) SELECT 'bulk', 5 FROM generate_series(1, 10000)")
+        conn.execute("UPDATE skiplock.jobs SET status = 'completed', finished_at = now() WHERE kind = 'bulk'")
+        claims(conn, 20)
+        slow = result(conn, "claim-buffers", config)
+        assert slow.status == FAIL, slow.data
+        assert "x the buffers of its baseline" in slow.summary
+        assert "xmin-horizon" in slow.remedy
+    finally:
+        holder.rollback()
+        holder.close()
+    conn.execute("VACUUM skiplock.jobs")
+    claims(conn, 20)
+    assert result(conn, "claim-buffers", config).status == OK
