@@ -534,3 +534,21 @@ SELECT
 SELECT
     EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements') AS pg_stat_statements,
     has_function_privilege('pg_control_checkpoint()', 'execute') AS control_data;
+
+-- name: scheduler_job
+-- The scheduler's record of one of its jobs (reap, archive) and whether a live leader exists.
+SELECT
+    j.job,
+    j.interval_seconds,
+    j.last_error,
+    extract(epoch FROM now() - j.last_finished_at) AS last_run_age_s,
+    extract(epoch FROM now() - j.last_ok_at) AS last_ok_age_s,
+    (SELECT n.id
+     FROM skiplock.scheduler_nodes AS n
+     WHERE n.is_leader
+       AND n.stopped_at IS NULL
+       AND n.last_seen >= now() - interval '30 seconds'
+     ORDER BY n.last_seen DESC
+     LIMIT 1) AS live_leader
+FROM (SELECT %(job)s::text AS job) AS wanted
+LEFT JOIN skiplock.scheduler_jobs AS j ON j.job = wanted.job;

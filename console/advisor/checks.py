@@ -610,6 +610,21 @@ def lease_vs_runtime(probe: Probe) -> Outcome:
     return Outcome(OK, f"p99 job runtime {p99:.2f} s against a {lease:g} s lease", evidence, "", data)
 
 
+def _scheduler_line(probe: Probe, job: str) -> list[str]:
+    """What the scheduler says about one of its jobs, when the scheduler's tables exist."""
+    if not probe.exists("skiplock.scheduler_jobs"):
+        return []
+    row = probe.row("scheduler_job", job=job)
+    leader = f"scheduler leader {row['live_leader']} is alive" if row.get("live_leader") else "no live scheduler leader"
+    if row.get("last_run_age_s") is None:
+        return [f"{leader}; the scheduler has not run its {job} job on this database"]
+    line = (f"{leader}; scheduler {job} job every {seconds(row['interval_seconds'])}, last run "
+            f"{seconds(row['last_run_age_s'])} ago")
+    if row.get("last_error"):
+        line += f", failed: {row['last_error'][:160]}"
+    return [line]
+
+
 def _maintenance_runs(probe: Probe, task: str) -> dict[str, Any] | None:
     """The last run of a maintenance task, when the maintenance module records runs."""
     if not probe.exists("skiplock.maintenance_runs"):
@@ -630,6 +645,8 @@ def stuck_leases(probe: Probe) -> Outcome:
                      + (f" ({last_reap['error']})" if last_reap.get("error") else f", {count(last_reap['rows'])} rescued")]
     elif probe.exists("skiplock.maintenance_runs") and counts["expired"]:
         reap_line = ["the reaper has never run on this database"]
+    if counts["expired"]:
+        reap_line += _scheduler_line(probe, "reap")
     if not counts["expired"]:
         return Outcome(OK, f"no stuck leases ({count(counts['running'], COUNT_CAP)} job(s) running)", reap_line, "", data)
     top = probe.rows("stuck_leases", limit=5)
@@ -779,6 +796,8 @@ def completed_rows(probe: Probe) -> Outcome:
                         + (f" ({last['error']})" if last.get("error") else f", {count(last['rows'])} rows"))
     elif probe.exists("skiplock.maintenance_runs"):
         evidence.append("archival has never run on this database")
+    if late:
+        evidence += _scheduler_line(probe, "archive")
     remedy = ("Completed rows that stay in the hot table make every scan, vacuum and index larger. Let the "
               "archiver move them out in bounded batches (the scheduler runs it every few minutes; "
               "`skiplock archive` runs it now); check that the scheduler runs, that the last archival run "
