@@ -105,6 +105,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+    Setting("worker", "vacuum_interval", float, 10.0, "Seconds between the workers' own VACUUMs of skiplock.jobs (one worker at a time, only while jobs are claimed); 0 leaves it to autovacuum.", non_negative),
     # [scheduler]
     Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),
     Setting("scheduler", "reap_interval", float, 30.0, "Seconds between reaper runs (expired leases back to pending or failed).", positive),
