@@ -362,3 +362,14 @@ def test_buffers_per_claim_rise_over_dead_index_entries_and_recover_after_vacuum
     conn.execute("VACUUM skiplock.jobs")
     claims(conn, 20)
     assert result(conn, "claim-buffers", config).status == OK
+
+
+def test_plain_row_locking_is_told_apart_from_skip_locked():
+    from console.advisor.checks import waits_for_rows
+
+    assert waits_for_rows("SELECT id FROM skiplock.jobs ORDER BY id LIMIT 1 FOR UPDATE")
+    assert waits_for_rows("select * from skiplock.jobs where id = 1 for no key update of jobs")
+    assert waits_for_rows("SELECT 1 FROM skiplock.jobs FOR SHARE")
+    assert not waits_for_rows("SELECT id FROM skiplock.jobs LIMIT 1 FOR UPDATE OF j SKIP LOCKED")
+    assert not waits_for_rows("SELECT id FROM skiplock.jobs FOR UPDATE NOWAIT")
+    assert not waits_for_rows("UPDATE skiplock.jobs SET status = 'completed' WHERE id = 1")

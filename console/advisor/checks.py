@@ -506,7 +506,13 @@ def claim_buffers(probe: Probe) -> Outcome:
 # Locks and transactions
 # ============================================================================================
 
-_PLAIN_FOR_UPDATE = re.compile(r"\bfor\s+(no\s+key\s+)?update\b(?!\s+(skip\s+locked|nowait))", re.IGNORECASE)
+_LOCKING_CLAUSE = re.compile(r"\bfor\s+(?:no\s+key\s+update|update|key\s+share|share)\b", re.IGNORECASE)
+_SKIPS = re.compile(r"\bskip\s+locked\b|\bnowait\b", re.IGNORECASE)
+
+
+def waits_for_rows(query_text: str) -> bool:
+    """A SELECT ... FOR UPDATE/SHARE without SKIP LOCKED or NOWAIT: it queues behind row locks."""
+    return bool(_LOCKING_CLAUSE.search(query_text)) and not _SKIPS.search(query_text)
 
 
 @check("row-lock-waits", "Claims skip locked rows: nobody waits on jobs-table row locks", "Locks and transactions")
@@ -525,7 +531,7 @@ def row_lock_waits(probe: Probe) -> Outcome:
             evidence.append(f"  blocked by pid {pid}" + (
                 f" [{b['application_name'] or '(no application_name)'}] {b['state']}, transaction open "
                 f"{seconds(b['xact_s'])}: {' '.join((b['query'] or '').split())[:160]}" if b else " (a prepared transaction or gone)"))
-        if _PLAIN_FOR_UPDATE.search(w["query"] or ""):
+        if waits_for_rows(w["query"] or ""):
             convoy.append(w)
     longest = max((w["waiting_s"] or 0) for w in waiters)
     data = {"waiters": len(waiters), "longest_wait_s": longest,
