@@ -153,7 +153,7 @@ def _growth_signal(sid: str, name: str, groups: list[list[tuple[datetime, float]
             best = (ratio, first, last, len(pts))
     points = sum(len(p) for p in groups)
     if best is None:
-        return Signal(sid, name, "unknown", f"no {what} samples yet", points)
+        return Signal(sid, name, "unknown", f"no samples of {what} yet", points)
     ratio, first, last, _ = best
     data = {"ratio": ratio}
     text = f"{what} went from {fmt(first)} to {fmt(last)} ({ratio:.1f}x)"
@@ -168,7 +168,7 @@ def _share_signal(sid: str, name: str, groups: list[list[tuple[datetime, float]]
                   outgrowing: float, what: str) -> Signal:
     pts = [p for g in groups for p in g]
     if not pts:
-        return Signal(sid, name, "unknown", f"no {what} samples yet")
+        return Signal(sid, name, "unknown", f"no samples of {what} yet")
     # the share of sampling instants where the condition held, over all series together
     by_time: dict[datetime, float] = {}
     for at, v in pts:
@@ -297,10 +297,12 @@ def evaluate_verdict(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WI
         span_text = f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.0f} h"
         if driving:
             headline = f"{label[0].upper()}{label[1:]}: " + "; ".join(f"{s.name.lower()} ({s.text})" for s in driving)
-        else:
+            if not enough:
+                headline += f" (only {span_text} of history; trends need at least a day)"
+        elif enough:
             headline = f"Fits PostgreSQL: no migration signal over {span_text} of history"
-        if not enough:
-            headline += f" (only {span_text} of history; trends need at least a day)"
+        else:
+            headline = f"Fits PostgreSQL so far: no migration signal in {span_text} of history; trends need at least a day"
     return Verdict(label, level, headline, signals, history.total_seconds(), window.total_seconds(), enough)
 
 
