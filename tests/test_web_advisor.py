@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from console import queue as q
 from console.samples import Sample, store
 
@@ -67,3 +69,23 @@ def test_an_unknown_check_is_a_400_and_anonymous_visitors_are_sent_to_sign_in(cl
     assert client_as("viewer").get("/advisor?check=nope").status_code == 400
     assert client_as(None).get("/advisor").status_code in (302, 401)
     assert client_as(None).get("/api/v1/advisor").status_code == 401
+
+
+@pytest.mark.browser
+def test_in_the_browser_a_fixed_fault_turns_green_without_a_reload(page, live_server, personas, conn, web_app):
+    from tests.test_web_browser import shot, sign_in
+
+    q.enqueue(conn, "email", {})
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    sign_in(page, live_server, "viewer", "/advisor")
+    row = page.locator('tr[data-check="claim-plan"]')
+    assert row.get_attribute("data-status") == "fail"
+    assert "no index matches the claim" in row.inner_text()
+    assert page.title().startswith("1 failing")
+    assert page.locator("[data-verdict]").inner_text() == "Not enough history"
+    shot(page, "advisor")
+    conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
+                 "INCLUDE (queue) WHERE status = 'pending'")
+    page.wait_for_selector('tr[data-check="claim-plan"][data-status="ok"]', timeout=15_000)  # the fragment polls
+    assert not page.title().startswith("1 failing")
+    assert "1 failing" not in page.title()
