@@ -292,6 +292,11 @@ def test_disabled_autovacuum_on_the_jobs_table_fails(conn):
     assert "autovacuum_enabled=false" in evidence(res)
     conn.execute("ALTER TABLE skiplock.jobs RESET (autovacuum_enabled)")
     assert result(conn, "autovacuum-settings").status == OK
+    conn.execute("ALTER TABLE skiplock.jobs SET (autovacuum_vacuum_threshold = 200000)")
+    res = result(conn, "autovacuum-settings")
+    assert res.status == WARN and "200,000 dead rows" in res.summary
+    conn.execute("ALTER TABLE skiplock.jobs SET (autovacuum_vacuum_threshold = 5000)")
+    assert result(conn, "autovacuum-settings").status == OK
 
 
 def test_a_table_lock_degrades_checks_to_not_available_and_the_rest_still_run(conn, dsn):

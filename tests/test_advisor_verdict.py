@@ -52,7 +52,7 @@ def test_no_samples_is_said_honestly(conn):
     assert verdict.label == NO_HISTORY
     assert "no samples stored yet" in verdict.headline
     line = verdict_line(conn)
-    assert line["label"] == NO_HISTORY and line["level"] == "unknown"
+    assert line["label"] == NO_HISTORY and line["level"] == "unknown" and line["state"] == "unknown"
 
 
 def test_two_quiet_days_fit_postgresql(conn):
@@ -62,6 +62,7 @@ def test_two_quiet_days_fit_postgresql(conn):
     assert verdict.enough_history
     assert "no migration signal over 2.0 days" in verdict.headline
     assert all(s.level in ("ok", "unknown") for s in verdict.signals)
+    assert verdict_line(conn)["state"] == "healthy" and verdict_line(conn)["reasons"] == []
 
 
 def test_growing_claim_latency_and_autovacuum_behind_are_outgrowing(conn):
@@ -77,7 +78,9 @@ def test_growing_claim_latency_and_autovacuum_behind_are_outgrowing(conn):
     assert "claim latency went from" in verdict.headline and "autovacuum" in verdict.headline
     # claims slowed while completed jobs/s stayed flat: something else competes
     assert by_id["competition"].level == "watch"
-    assert verdict_line(conn)["signals"] == ["Claim latency growing", "Autovacuum falling behind"]
+    line = verdict_line(conn)
+    assert line["signals"] == ["Claim latency growing", "Autovacuum falling behind"]
+    assert line["state"] == "degraded" and line["reasons"] == [verdict.headline]  # the overview's scale
 
 
 def test_occasional_lock_waits_with_a_few_hours_of_history_are_watch_and_say_so(conn):

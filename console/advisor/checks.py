@@ -843,8 +843,9 @@ def autovacuum_settings(probe: Probe) -> Outcome:
     problems = []
     if s["vacuum_scale_factor"] > 0.05 and (s["reltuples"] or 0) >= 50_000:
         problems.append(f"the scale factor {s['vacuum_scale_factor']:g} makes vacuum wait for {count(trigger)} dead rows")
-    if interval is not None and interval > 600 and churn >= 1:
-        problems.append(f"at this churn vacuum only starts every {seconds(interval)}")
+    elif trigger > 50_000:
+        # what bounds the damage is the number of dead rows a claim may walk, not the time
+        problems.append(f"vacuum waits for {count(trigger)} dead rows, which every claim may have to walk past")
     if s["cost_delay_ms"] > 2 and churn >= 100:
         problems.append(f"vacuum sleeps {s['cost_delay_ms']:g} ms per cost unit on a table changing {churn:.0f} rows/s")
     if problems:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -306,11 +306,29 @@ def evaluate_verdict(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WI
     return Verdict(label, level, headline, signals, history.total_seconds(), window.total_seconds(), enough)
 
 
+# How the verdict reads on the overview's healthy / degraded / failing scale: outgrowing is a
+# reason to plan, not an outage, so it degrades the line; "watch" leaves it healthy (the
+# advisor page shows it) and no history says nothing.
+OVERVIEW_STATE = {FITS: "healthy", WATCH: "healthy", OUTGROWING: "degraded", NO_HISTORY: "unknown"}
+
+
 def verdict_line(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WINDOW, timeout_ms: int = 2000) -> dict[str, Any]:
-    """The one line the overview page shows: {label, level, text, signals: [names driving it],
-    link}. Reads stored samples only, so it is cheap enough for every page load."""
-    verdict = evaluate_verdict(conn, window=window, timeout_ms=timeout_ms)
+    """The one line the overview page shows. Reads stored samples only, so it is cheap enough
+    for every page load; never raises for a database error (the line then says so).
+
+    Keys: label (fits PostgreSQL / watch / outgrowing PostgreSQL / not enough history), level
+    (ok / watch / outgrowing / unknown), text (the headline), signals (names driving it),
+    enough_history, link ("/advisor"); and for the overview's scale: state (healthy / degraded /
+    unknown) and reasons (empty unless outgrowing).
+    """
+    try:
+        verdict = evaluate_verdict(conn, window=window, timeout_ms=timeout_ms)
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        return {"label": NO_HISTORY, "level": "unknown", "text": f"advisor verdict not available: {first}",
+                "signals": [], "enough_history": False, "link": "/advisor", "state": "unknown", "reasons": []}
     driving = [s.name for s in verdict.signals if s.level == verdict.level and s.level in (SIGNAL_WATCH, SIGNAL_OUTGROWING)]
+    state = OVERVIEW_STATE[verdict.label]
     return {"label": verdict.label, "level": verdict.level, "text": verdict.headline, "signals": driving,
             "enough_history": verdict.enough_history, "link": "/advisor",
-            "at": datetime.now(UTC).isoformat()}
+            "state": state, "reasons": [verdict.headline] if state == "degraded" else []}
