@@ -12,6 +12,7 @@ import sys
 
 import click
 
+from console.cli import advisor  # noqa: F401  (registers check)
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
 from console.cli import alerts  # noqa: F401  (registers the alerts group)
 from console.cli import demo  # noqa: F401  (registers demo)

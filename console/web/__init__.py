@@ -78,6 +78,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
     "console.web.queues:bp",      # /queues, pause/resume
     "console.web.workers:bp",     # /workers
+    "console.web.advisor:bp",     # /advisor, /api/v1/advisor
     "console.web.auditlog:bp",    # /audit
     "console.web.admin:bp",       # /admin/users (admin)
     "console.web.metrics:bp",     # /metrics (Prometheus; no session, optional bearer token)
