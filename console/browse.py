@@ -413,18 +413,29 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
 
 # --- queues -----------------------------------------------------------------------------------
 
-def queue_figures(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused."""
+# The queue figures walk the partial indexes with the collectors' queries and stop at these
+# caps, so a ten-million-row table costs what a small one does; beyond a cap a figure is a
+# lower bound and is flagged (shown as "100,000+").
+PENDING_CAP = 100_000
+FAILED_CAP = 20_000
+
+
+def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, failed_cap: int = FAILED_CAP) -> list[dict[str, Any]]:
+    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused, and
+    which figures are lower bounds (`pending_capped`, `failed_capped`)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        pending = {r["queue"]: r for r in cur.execute(query("browse", "queue_pending")).fetchall()}
-        running = {r["queue"]: r for r in cur.execute(query("browse", "queue_running")).fetchall()}
-        failed = {r["queue"]: r for r in cur.execute(query("browse", "queue_failed")).fetchall()}
+        pending_rows = cur.execute(query("collectors_queue", "pending_by_queue"), {"cap": pending_cap}).fetchall()
+        running = {r["queue"]: r for r in cur.execute(query("collectors_queue", "running_by_queue"), {"cap": pending_cap}).fetchall()}
+        failed = {r["queue"]: r for r in cur.execute(query("collectors_queue", "failed_by_queue"), {"cap": failed_cap}).fetchall()}
         flags = {r["queue"]: r for r in cur.execute(query("browse", "queue_flags")).fetchall()}
+    pending = {r["queue"]: r for r in pending_rows}
+    pending_capped = sum(r["eligible"] + r["scheduled"] for r in pending_rows) >= pending_cap
+    failed_capped = sum(r["failed"] for r in failed.values()) >= failed_cap
     now = datetime.now(UTC)
     out = []
     for name in sorted(set(pending) | set(running) | set(failed) | set(flags)):
-        p, r, f, q = pending.get(name, {}), running.get(name, {}), failed.get(name, {}), flags.get(name, {})
-        oldest = p.get("oldest_eligible")
+        p, r, f, fl = pending.get(name, {}), running.get(name, {}), failed.get(name, {}), flags.get(name, {})
+        age = p.get("oldest_eligible_s")
         out.append({
             "queue": name,
             "eligible": p.get("eligible", 0),
@@ -432,12 +443,13 @@ def queue_figures(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "running": r.get("running", 0),
             "stuck": r.get("stuck", 0),
             "failed": f.get("failed", 0),
-            "last_failure": f.get("last_failure"),
-            "oldest_eligible": oldest,
-            "age_seconds": (now - oldest).total_seconds() if oldest else 0.0,
-            "paused": bool(q.get("paused")),
-            "paused_at": q.get("paused_at"),
-            "paused_by": q.get("paused_by"),
+            "oldest_eligible": now - timedelta(seconds=age) if age is not None else None,
+            "age_seconds": float(age) if age is not None else 0.0,
+            "paused": bool(fl.get("paused")),
+            "paused_at": fl.get("paused_at"),
+            "paused_by": fl.get("paused_by"),
+            "pending_capped": pending_capped,
+            "failed_capped": failed_capped,
         })
     return out
 

@@ -103,35 +103,6 @@ WHERE r.target = %(target)s
    OR r.selection @> jsonb_build_object('ids', jsonb_build_array(%(id)s::bigint))
 ORDER BY r.at;
 
--- name: queue_pending
--- Index-only over jobs_claim_idx (it INCLUDEs queue): eligible and scheduled jobs per queue.
-SELECT
-    j.queue,
-    count(*) FILTER (WHERE j.run_at <= now()) AS eligible,
-    count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-    min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_eligible
-FROM skiplock.jobs AS j
-WHERE j.status = 'pending'
-GROUP BY j.queue;
-
--- name: queue_running
-SELECT
-    j.queue,
-    count(*) AS running,
-    count(*) FILTER (WHERE j.lease_until < now()) AS stuck
-FROM skiplock.jobs AS j
-WHERE j.status = 'running'
-GROUP BY j.queue;
-
--- name: queue_failed
-SELECT
-    j.queue,
-    count(*) AS failed,
-    max(j.finished_at) AS last_failure
-FROM skiplock.jobs AS j
-WHERE j.status = 'failed'
-GROUP BY j.queue;
-
 -- name: queue_flags
 SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by
 FROM skiplock.queues AS q;
