@@ -164,6 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "poll_fast", float, 5.0, "Seconds between live refreshes while the tab is visible.", positive),
     Setting("web", "poll_slow", float, 60.0, "Seconds between live refreshes while the tab is hidden.", positive),
     Setting("web", "page_size", int, 50, "Rows per page in the jobs browser and audit log.", positive),
+    Setting("web", "scan_window", int, 50000, "Jobs the browser looks at per page when a filter has no index (queue, kind, payload, error group); 'search further' continues.", positive),
     Setting("web", "count_cap", int, 10000, "Counts above this are shown as 'N+' (a count never scans more than this).", positive),
     Setting("web", "export_limit", int, 100000, "Most rows one CSV/JSON export returns.", positive),
     Setting("web", "db_wait", float, 2.0, "Seconds a page waits for a database connection before saying the database is unreachable.", positive),
