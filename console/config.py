@@ -146,6 +146,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("maintenance", "pause_ms", float, 10.0, "Least pause between two maintenance batches, in milliseconds, so vacuum and workers keep up.", non_negative),
     Setting("maintenance", "bulk_rate", float, 0.0, "Most rows per second a replay or purge touches when the operator does not say; 0 = no cap.", non_negative),
     Setting("maintenance", "statement_timeout_ms", int, 10000, "Time limit for one maintenance batch statement.", positive),
+    # [web]
+    Setting("web", "production", bool, False, "Production mode: refuse to start without web.secret_key, and send cookies only over HTTPS."),
+    Setting("web", "secret_key", str, "", "Signs session cookies; required in production (dev/test generate one per process).", secret=True),
+    Setting("web", "host", str, "127.0.0.1", "Address `skiplock serve` listens on."),
+    Setting("web", "port", int, 8000, "Port `skiplock serve` listens on.", positive),
+    Setting("web", "trusted_header", str, "", "Request header set by a trusted SSO proxy with the user name (e.g. X-Forwarded-User); empty = off. Only enable behind a proxy that strips it from clients."),
+    Setting("web", "proxy_count", int, 0, "Reverse proxies in front of the console whose X-Forwarded-For/-Proto to trust (0 = none).", non_negative),
+    Setting("web", "metrics_token", str, "", "Bearer token /metrics requires; empty = no token.", secret=True),
+    Setting("web", "login_window", int, 900, "Seconds over which failed sign-ins are counted for rate limiting.", positive),
+    Setting("web", "login_max_per_ip", int, 20, "Failed sign-ins from one address within login_window before it is refused.", positive),
+    Setting("web", "login_max_per_user", int, 10, "Failed sign-ins for one user name within login_window before it is refused.", positive),
+    Setting("web", "session_hours", int, 12, "Hours a sign-in lasts.", positive),
+    Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers."),
+    Setting("web", "redact_hook", str, "", "Optional `module:function` taking (payload, user) and returning the payload to show; runs after redact_keys."),
+    Setting("web", "poll_fast", float, 5.0, "Seconds between live refreshes while the tab is visible.", positive),
+    Setting("web", "poll_slow", float, 60.0, "Seconds between live refreshes while the tab is hidden.", positive),
+    Setting("web", "page_size", int, 50, "Rows per page in the jobs browser and audit log.", positive),
+    Setting("web", "count_cap", int, 10000, "Counts above this are shown as 'N+' (a count never scans more than this).", positive),
+    Setting("web", "export_limit", int, 100000, "Most rows one CSV/JSON export returns.", positive),
+    Setting("web", "db_wait", float, 2.0, "Seconds a page waits for a database connection before saying the database is unreachable.", positive),
+    Setting("web", "stale_worker_after", float, 30.0, "Seconds without a heartbeat after which a worker is shown as stale.", positive),
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}

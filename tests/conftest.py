@@ -112,3 +112,7 @@ def subprocess_env(dsn) -> dict[str, str]:
     env["DATABASE_URL"] = dsn
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     return env
+
+
+# The web console's fixtures (app, personas, signed-in clients, live server, Chromium args).
+from tests.web_fixtures import *  # noqa: E402,F401,F403

@@ -1,0 +1,512 @@
+"""Reading the jobs table for people: the filtered, keyset-paginated jobs browser, capped
+counts, bounded exports, one job with its timeline, per-queue figures with a drain estimate,
+the worker list, and the single-job actions an operator may take (each audited).
+
+Every read is shaped to use an index of migration 001, so it stays cheap on a table of ten
+million rows:
+- state=pending is ordered like the claim (priority DESC, run_at, id): `jobs_claim_idx`;
+- state=running by lease expiry: `jobs_lease_idx`;
+- state=failed by failure time, newest first: `jobs_failed_idx` (the time range is on
+  finished_at, an index range);
+- completed or any state by id, newest first: the primary key. A time range here is turned
+  into an id range by a binary search over the primary key (ids grow with created_at), so
+  it is an index range too.
+Queue, kind, error group and payload containment are filters on those scans; the caller runs
+everything under a statement timeout, so a filter that matches almost nothing far back in a
+huge table times out with a message instead of scanning on.
+
+This module does not know about HTTP; it raises `InvalidFilter` (a ValueError) for bad input
+and `JobStateConflict` when an action does not fit the job's state.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from console import audit
+from console.histogram import quantile
+from console.queue import STATUSES
+from console.sqlfiles import query
+from console.timefmt import duration
+
+STATES = STATUSES
+MAX_PAGE = 500
+
+
+class InvalidFilter(ValueError):
+    """A filter value that cannot be used; the message names the field."""
+
+
+class JobStateConflict(ValueError):
+    """The action does not apply to the job in its current state (HTTP 409)."""
+
+
+class JobNotFound(LookupError):
+    pass
+
+
+# --- filters ----------------------------------------------------------------------------------
+
+_RELATIVE = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(text: str, field: str, *, now: datetime | None = None) -> datetime:
+    """ISO 8601 (a date, or date and time; UTC when no offset is given) or a span back from
+    now: '15m', '6h', '7d'."""
+    text = text.strip()
+    if text and text[-1] in _RELATIVE and text[:-1].isdigit():
+        return (now or datetime.now(UTC)) - timedelta(seconds=int(text[:-1]) * _RELATIVE[text[-1]])
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidFilter(f"{field}: {text!r} is not a time (use 2026-11-30T03:00, 2026-11-30, or 15m/6h/7d)") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    state: str | None = None
+    queue: str | None = None
+    kind: str | None = None
+    fingerprint: str | None = None
+    id: int | None = None
+    payload: dict[str, Any] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until")
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> JobFilter:
+        """From query-string arguments; empty values mean "any". Raises InvalidFilter."""
+
+        def text(name: str, limit: int = 200) -> str | None:
+            value = (args.get(name) or "").strip()
+            if len(value) > limit:
+                raise InvalidFilter(f"{name}: longer than {limit} characters")
+            return value or None
+
+        state = text("state")
+        if state is not None and state not in STATES:
+            raise InvalidFilter(f"state: {state!r} is not one of {', '.join(STATES)}")
+        job_id = text("id")
+        if job_id is not None:
+            if not job_id.isdigit() or int(job_id) > 2**63 - 1:
+                raise InvalidFilter(f"id: {job_id!r} is not a job id (a positive whole number)")
+            job_id = int(job_id)
+        payload = text("payload", 2000)
+        if payload is not None:
+            try:
+                payload = json.loads(payload)
+            except json.JSONDecodeError as exc:
+                raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
+            if not isinstance(payload, dict):
+                raise InvalidFilter('payload: give a JSON object, e.g. {"customer": 42}; jobs whose payload contains it match')
+        since = parse_time(args["since"], "since") if (args.get("since") or "").strip() else None
+        until = parse_time(args["until"], "until") if (args.get("until") or "").strip() else None
+        if since and until and since >= until:
+            raise InvalidFilter("since must be before until")
+        return cls(state, text("queue"), text("kind"), text("fingerprint"), job_id, payload, since, until)
+
+    def as_args(self) -> dict[str, str]:
+        """Back to query-string arguments (for links that keep the filter)."""
+        out: dict[str, str] = {}
+        for name in self.FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if name == "payload":
+                out[name] = json.dumps(value, separators=(",", ":"))
+            elif isinstance(value, datetime):
+                out[name] = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            else:
+                out[name] = str(value)
+        return out
+
+    def describe(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How one state is listed: its predicate, order, keyset and which time column applies."""
+
+    state_sql: str
+    order: str
+    keyset: str
+    cursor_fields: tuple[str, ...]
+    time_column: str
+
+
+_PLANS: dict[str | None, _Plan] = {
+    "pending": _Plan("j.status = 'pending'", "j.priority DESC, j.run_at, j.id",
+                     "(%(c0)s::int IS NULL OR j.priority < %(c0)s OR (j.priority = %(c0)s AND (j.run_at, j.id) > (%(c1)s::timestamptz, %(c2)s::bigint)))",
+                     ("priority", "run_at", "id"), "j.created_at"),
+    "running": _Plan("j.status = 'running'", "j.lease_until, j.id",
+                     "(%(c0)s::timestamptz IS NULL OR (j.lease_until, j.id) > (%(c0)s, %(c1)s::bigint))",
+                     ("lease_until", "id"), "j.created_at"),
+    "failed": _Plan("j.status = 'failed'", "j.finished_at DESC, j.id DESC",
+                    "(%(c0)s::timestamptz IS NULL OR (j.finished_at, j.id) < (%(c0)s, %(c1)s::bigint))",
+                    ("finished_at", "id"), "j.finished_at"),
+    "completed": _Plan("j.status = 'completed'", "j.id DESC",
+                       "(%(c0)s::bigint IS NULL OR j.id < %(c0)s)", ("id",), "j.created_at"),
+    None: _Plan("true", "j.id DESC", "(%(c0)s::bigint IS NULL OR j.id < %(c0)s)", ("id",), "j.created_at"),
+}
+
+
+def _compose(name: str, plan: _Plan) -> sql.Composed:
+    where = sql.SQL(query("browse", "jobs_where")).format(state=sql.SQL(plan.state_sql), time=sql.SQL(plan.time_column))
+    return sql.SQL(query("browse", name)).format(where=where, keyset=sql.SQL(plan.keyset), order=sql.SQL(plan.order))
+
+
+def encode_cursor(row: Mapping[str, Any], plan_state: str | None) -> str:
+    fields = _PLANS[plan_state].cursor_fields
+    values = [row[f].isoformat() if isinstance(row[f], datetime) else row[f] for f in fields]
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str | None, plan_state: str | None) -> dict[str, Any]:
+    fields = _PLANS[plan_state].cursor_fields
+    params = {f"c{i}": None for i in range(3)}
+    if not cursor:
+        return params
+    try:
+        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if not isinstance(raw, list) or len(raw) != len(fields):
+            raise ValueError
+        for i, (field, value) in enumerate(zip(fields, raw, strict=True)):
+            if field in ("id", "priority"):
+                if not isinstance(value, int):
+                    raise ValueError
+            else:
+                value = datetime.fromisoformat(value)
+            params[f"c{i}"] = value
+    except (ValueError, TypeError, json.JSONDecodeError):
+        raise InvalidFilter("after: not a page cursor from this listing (start again from the first page)") from None
+    return params
+
+
+def _id_at(conn: psycopg.Connection, when: datetime, lo: int, hi: int) -> int:
+    """The smallest id whose created_at >= when, assuming ids grow with created_at (about 25
+    probes of the primary key for ten million rows). hi + 1 when every job is older."""
+    answer = hi + 1
+    with conn.cursor(row_factory=dict_row) as cur:
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            row = cur.execute(query("browse", "first_id_from"), {"id": mid}, prepare=False).fetchone()
+            if row is None:
+                hi = mid - 1
+            elif row["created_at"] >= when:
+                answer = row["id"]
+                hi = mid - 1
+            else:
+                lo = row["id"] + 1
+    return answer
+
+
+def _params(conn: psycopg.Connection, f: JobFilter) -> dict[str, Any]:
+    params: dict[str, Any] = {
+        "queue": f.queue, "kind": f.kind, "fingerprint": f.fingerprint, "id": f.id,
+        "payload": Jsonb(f.payload) if f.payload is not None else None,
+        "since": f.since, "until": f.until, "min_id": None, "max_id": None,
+    }
+    if _PLANS[f.state].time_column == "j.created_at" and f.state in (None, "completed") and (f.since or f.until) and f.id is None:
+        with conn.cursor(row_factory=dict_row) as cur:
+            bounds = cur.execute(query("browse", "id_range")).fetchone()
+        if bounds["lo"] is not None:
+            if f.since:
+                params["min_id"] = _id_at(conn, f.since, bounds["lo"], bounds["hi"])
+            if f.until:
+                params["max_id"] = _id_at(conn, f.until, bounds["lo"], bounds["hi"])
+    return params
+
+
+@dataclass
+class Page:
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+    filter: JobFilter
+
+
+def list_jobs(conn: psycopg.Connection, f: JobFilter, *, after: str | None = None, limit: int = 50) -> Page:
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidFilter(f"limit: must be between 1 and {MAX_PAGE}")
+    plan = _PLANS[f.state]
+    params = {**_params(conn, f), **decode_cursor(after, f.state), "limit": limit + 1}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(_compose("jobs_page", plan), params, prepare=False).fetchall()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return Page(rows, encode_cursor(rows[-1], f.state) if more and rows else None, f)
+
+
+@dataclass
+class Count:
+    n: int
+    capped: bool
+
+    def label(self) -> str:
+        return f"{self.n:,}+" if self.capped else f"{self.n:,}"
+
+
+def count_jobs(conn: psycopg.Connection, f: JobFilter, *, cap: int = 10_000) -> Count:
+    """How many jobs match, counting at most cap + 1 rows: '10,000+' when there are more."""
+    params = {**_params(conn, f), "cap": cap + 1}
+    with conn.cursor(row_factory=dict_row) as cur:
+        n = cur.execute(_compose("jobs_count", _PLANS[f.state]), params, prepare=False).fetchone()["n"]
+    return Count(min(n, cap), n > cap)
+
+
+def export_jobs(conn_factory, f: JobFilter, *, limit: int, batch: int = 1000) -> Iterator[dict[str, Any]]:
+    """Rows of the filtered set in listing order, at most `limit`, fetched in keyset batches
+    (each its own short statement, so no transaction stays open while the client reads).
+    `conn_factory()` returns a context manager giving a time-limited connection."""
+    plan = _PLANS[f.state]
+    sent = 0
+    after: dict[str, Any] = decode_cursor(None, f.state)
+    base: dict[str, Any] | None = None
+    while sent < limit:
+        take = min(batch, limit - sent)
+        with conn_factory() as conn:
+            if base is None:
+                base = _params(conn, f)
+            with conn.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(_compose("jobs_export", plan), {**base, **after, "limit": take}, prepare=False).fetchall()
+        yield from rows
+        sent += len(rows)
+        if len(rows) < take:
+            return
+        last = rows[-1]
+        after = {f"c{i}": last[field] for i, field in enumerate(plan.cursor_fields)}
+        after.update({f"c{i}": None for i in range(len(plan.cursor_fields), 3)})
+
+
+# --- one job ----------------------------------------------------------------------------------
+
+def get_job(conn: psycopg.Connection, job_id: int, *, archive: bool = True) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("browse", "get_job"), {"id": job_id}).fetchone()
+    if row is None and archive:
+        from console.maintenance import archived_job
+
+        found = archived_job(conn, job_id)
+        row = {**found, "archived": True} if found else None
+    return row
+
+
+def job_actions_audit(conn: psycopg.Connection, job_id: int) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("browse", "job_audit"), {"target": f"job:{job_id}", "id": job_id}).fetchall()
+
+
+def parse_entry_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+def timeline(job: Mapping[str, Any], actions: list[dict[str, Any]] = ()) -> list[dict[str, Any]]:
+    """Events of a job, oldest first: enqueued, each failed attempt, the current claim,
+    operator actions (replay, cancel, ...), and how it finished."""
+    events: list[dict[str, Any]] = [{"at": job["created_at"], "event": "enqueued", "detail": f"queue {job['queue']}", "tone": ""}]
+    for entry in job.get("errors") or []:
+        events.append({
+            "at": parse_entry_time(entry.get("at")),
+            "event": f"attempt {entry.get('attempt')} failed" if entry.get("error_class") != "Cancelled" else "cancelled",
+            "detail": f"{entry.get('error_class')}: {entry.get('message')}" + (f" (worker {entry['worker']})" if entry.get("worker") else ""),
+            "tone": "bad",
+        })
+    for action in actions:
+        events.append({"at": action["at"], "event": action["action"], "detail": f"by {action['actor']}" + (f": {action['reason']}" if action.get("reason") else ""), "tone": ""})
+    if job["status"] == "running" and job.get("locked_at"):
+        events.append({"at": job["locked_at"], "event": f"claimed (attempt {job['attempts']})", "detail": f"by {job['locked_by']}, lease until {job['lease_until']:%H:%M:%S} UTC" if job.get("lease_until") else f"by {job['locked_by']}", "tone": ""})
+    if job["status"] == "pending" and job["run_at"] and job["run_at"] > datetime.now(UTC):
+        events.append({"at": job["run_at"], "event": "due", "detail": "waiting for its backoff or schedule", "tone": ""})
+    if job["status"] == "completed" and job.get("finished_at"):
+        events.append({"at": job["finished_at"], "event": "completed", "detail": f"after {job['attempts']} attempt(s)", "tone": "good"})
+    if job["status"] == "failed" and job.get("finished_at"):
+        events.append({"at": job["finished_at"], "event": "dead letter", "detail": f"after {job['attempts']} of {job['max_attempts']} attempts", "tone": "bad"})
+    epoch = datetime.min.replace(tzinfo=UTC)
+    return sorted(events, key=lambda e: e["at"] or epoch)
+
+
+ACTIONS = {
+    # action: (states it applies to, what it does)
+    "replay": (("failed",), "Back to pending with fresh attempts (error history kept)."),
+    "run_now": (("pending",), "Make a job waiting for its backoff or schedule eligible now."),
+    "cancel": (("pending",), "Move a pending job to the dead letters (it can be replayed)."),
+    "purge": (("failed",), "Delete a dead letter for good (recorded in the audit log)."),
+}
+
+
+def allowed_actions(job: Mapping[str, Any]) -> list[str]:
+    if job.get("archived"):
+        return []
+    out = [name for name, (states, _) in ACTIONS.items() if job["status"] in states]
+    if job["status"] == "pending" and not (job["run_at"] and job["run_at"] > datetime.now(UTC)):
+        out.remove("run_now")
+    return out
+
+
+def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str, reason: str | None = None,
+               dsn: str | None = None) -> dict[str, Any]:
+    """Apply one action to one job, audited.
+
+    replay and purge go through console.maintenance's bulk operation (the same function the
+    dead-letters page, the CLI and the API use; it needs `dsn` for its own connection);
+    run_now and cancel are single statements here, with the audit row in the same transaction.
+    Raises JobNotFound, or JobStateConflict when the job's state does not allow the action
+    (including when it changed since the page was drawn)."""
+    if action not in ACTIONS:
+        raise InvalidFilter(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
+    reason = (reason or "").strip()[:500] or None
+    if action in ("replay", "purge"):
+        from console.maintenance import bulk
+        from console.maintenance.errors import NothingMatches
+
+        current = get_job(conn, job_id, archive=False)
+        if current is None:
+            raise JobNotFound(f"job {job_id} is not in the jobs table")
+        if current["status"] != "failed":
+            raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to failed jobs")
+        try:
+            run = bulk.replay if action == "replay" else bulk.purge
+            result = run(dsn, {"ids": [job_id]}, actor=actor, reason=reason)
+        except NothingMatches:
+            raise JobStateConflict(f"job {job_id} is no longer a dead letter") from None
+        if result.get("state") != "done" or not result.get("done"):
+            raise JobStateConflict(f"{action} of job {job_id} did not complete ({result.get('state')}: {result.get('error') or 'no rows'})")
+        return {"id": job_id, "queue": current["queue"], "operation": result.get("id")}
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        if action == "cancel":
+            message = f"cancelled by {actor}" + (f": {reason}" if reason else "")
+            row = cur.execute(query("browse", "cancel_job"), {"id": job_id, "message": message}).fetchone()
+        else:
+            row = cur.execute(query("browse", "run_now"), {"id": job_id}).fetchone()
+        if row is None:
+            current = cur.execute(query("browse", "get_job"), {"id": job_id}).fetchone()
+            if current is None:
+                raise JobNotFound(f"job {job_id} is not in the jobs table")
+            states = " or ".join(ACTIONS[action][0])
+            raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to {states} jobs"
+                                   + (" due later" if action == "run_now" else ""))
+        audit.record(conn, actor=actor, action=action, target=f"job:{job_id}", reason=reason, rows=1,
+                     selection={"ids": [job_id]}, detail={"queue": row["queue"]})
+    return dict(row)
+
+
+# --- queues -----------------------------------------------------------------------------------
+
+def queue_figures(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        pending = {r["queue"]: r for r in cur.execute(query("browse", "queue_pending")).fetchall()}
+        running = {r["queue"]: r for r in cur.execute(query("browse", "queue_running")).fetchall()}
+        failed = {r["queue"]: r for r in cur.execute(query("browse", "queue_failed")).fetchall()}
+        flags = {r["queue"]: r for r in cur.execute(query("browse", "queue_flags")).fetchall()}
+    now = datetime.now(UTC)
+    out = []
+    for name in sorted(set(pending) | set(running) | set(failed) | set(flags)):
+        p, r, f, q = pending.get(name, {}), running.get(name, {}), failed.get(name, {}), flags.get(name, {})
+        oldest = p.get("oldest_eligible")
+        out.append({
+            "queue": name,
+            "eligible": p.get("eligible", 0),
+            "scheduled": p.get("scheduled", 0),
+            "running": r.get("running", 0),
+            "stuck": r.get("stuck", 0),
+            "failed": f.get("failed", 0),
+            "last_failure": f.get("last_failure"),
+            "oldest_eligible": oldest,
+            "age_seconds": (now - oldest).total_seconds() if oldest else 0.0,
+            "paused": bool(q.get("paused")),
+            "paused_at": q.get("paused_at"),
+            "paused_by": q.get("paused_by"),
+        })
+    return out
+
+
+@dataclass
+class Drain:
+    state: str            # empty | clearing | growing | steady | unknown
+    text: str
+    seconds: float | None = None
+    net_per_second: float | None = None
+
+
+def drain_estimate(points: list[tuple[datetime, float]], *, min_span: float = 60.0) -> Drain:
+    """From (time, backlog) samples, oldest first: when the backlog clears at the current net
+    rate, or that it is growing. Needs samples at least `min_span` seconds apart."""
+    points = [(t, v) for t, v in points if v is not None]
+    if not points:
+        return Drain("unknown", "no samples yet (the collectors have not run)")
+    last_t, last_v = points[-1]
+    if last_v <= 0:
+        return Drain("empty", "nothing waiting", 0.0, None)
+    first_t, first_v = points[0]
+    span = (last_t - first_t).total_seconds()
+    if span < min_span:
+        return Drain("unknown", "not enough samples yet for a trend")
+    net = (last_v - first_v) / span
+    if net < 0:
+        seconds = last_v / -net
+        return Drain("clearing", f"clears in about {duration(seconds)} at the current net rate", seconds, net)
+    if net > 0:
+        return Drain("growing", f"growing by {net * 60:,.1f} jobs/min", None, net)
+    return Drain("steady", "not shrinking (no net progress)", None, 0.0)
+
+
+def backlog_points(conn: psycopg.Connection, queue: str, window: timedelta = timedelta(minutes=15)) -> list[tuple[datetime, float]]:
+    """Eligible-backlog samples of one queue (collectors' queue_depth{state=eligible})."""
+    from console import samples
+
+    rows = samples.series(conn, "queue_depth", since=window, labels={"queue": queue, "state": "eligible"})
+    return [(r["at"], r["value"]) for r in rows]
+
+
+# --- workers ----------------------------------------------------------------------------------
+
+def workers(conn: psycopg.Connection, *, stale_after: float = 30.0) -> list[dict[str, Any]]:
+    """Registered workers (live, and those stopped within the hour), newest first, with
+    throughput over their lifetime, claim latency quantiles and a stale flag."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("browse", "workers")).fetchall()
+    for row in rows:
+        uptime = max(float(row["uptime_seconds"] or 0), 1.0)
+        row["throughput"] = (row["completed"] + row["failed"]) / uptime
+        row["claim_p50"] = quantile(row["claim_histogram"] or [], 0.5)
+        row["claim_p99"] = quantile(row["claim_histogram"] or [], 0.99)
+        row["claim_mean"] = row["claim_seconds_sum"] / row["claim_calls"] if row["claim_calls"] else None
+        row["stopped"] = row["stopped_at"] is not None
+        row["stale"] = not row["stopped"] and float(row["seen_seconds_ago"]) > stale_after
+        for key in ("claim_histogram", "pickup_histogram"):
+            row.pop(key, None)
+    return rows
+
+
+def running_jobs(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("browse", "running_jobs_of")).fetchall()
+
+
+__all__ = [
+    "ACTIONS", "Count", "Drain", "InvalidFilter", "JobFilter", "JobNotFound", "JobStateConflict", "Page",
+    "act_on_job", "allowed_actions", "backlog_points", "count_jobs", "drain_estimate", "export_jobs",
+    "get_job", "job_actions_audit", "list_jobs", "queue_figures", "running_jobs", "timeline", "workers",
+]

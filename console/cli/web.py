@@ -1,0 +1,38 @@
+"""`skiplock serve`: the web console on Werkzeug's development server.
+
+For production run gunicorn (see the Procfile): `gunicorn --no-control-socket 'console.web:create_app()'`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from console.cli.common import dsn_option, friendly_errors, main_group
+
+
+@main_group.command("serve")
+@dsn_option
+@click.option("--host", default=None, help="Address to listen on [config: web.host].")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port [config: web.port].")
+@click.option("--debug", is_flag=True, help="Reload on code changes and show tracebacks (never in production).")
+@friendly_errors
+@click.pass_obj
+def serve_cmd(obj, host: str | None, port: int | None, debug: bool) -> None:
+    """Run the web console (development server)."""
+    from console.db import resolve_dsn
+    from console.web import create_app
+
+    cfg = obj.config
+    dsn = resolve_dsn(obj._dsn, cfg)
+    app = create_app({**_overrides(cfg), "database.dsn": dsn})
+    host = host or cfg.web.host
+    port = port or cfg.web.port
+    click.echo(f"Skiplock console on http://{host}:{port}/ (development server; use gunicorn in production)")
+    app.run(host=host, port=port, debug=debug, use_reloader=debug, threaded=True)
+
+
+def _overrides(cfg) -> dict:
+    """The loaded config as overrides, so create_app sees the --config file too."""
+    from console.config import SETTINGS
+
+    return {s.dotted: cfg.get(s.section, s.key) for s in SETTINGS}

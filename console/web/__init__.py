@@ -1,0 +1,199 @@
+"""The web console: a Flask app factory, its blueprints, and the conventions pages follow.
+
+`create_app(config=None)` takes a `Config`, a test mapping (`{"database.dsn": ..., "web.secret_key":
+...}`; keys with a dot are settings, UPPERCASE keys go to Flask's `app.config`), or nothing (then
+`load_config()` reads SKIPLOCK_CONFIG and the environment). It opens one connection pool
+(application_name `skiplock-web`), registers the blueprints listed in `BLUEPRINTS`, and never
+starts a scheduler or any thread of its own.
+
+How to add a page
+-----------------
+1. **Blueprint.** A module `console/web/<area>.py` with `bp = Blueprint("<area>", __name__)`;
+   add `"console.web.<area>:bp"` to `BLUEPRINTS` below (one line). Templates go in
+   `templates/<area>/`; they `{% extends "base.html" %}` and fill `title` and `content`.
+2. **Nav entry.** One line in `console/web/nav.py` (`NavEntry("<area>.index", "Label", order=..)`).
+   Entries whose endpoint is not registered are skipped, and a role hides it from lesser users.
+3. **Roles.** Every route needs a signed-in user: by default a viewer for GET and an operator
+   for POST/PUT/PATCH/DELETE. Say so explicitly with `@requires("viewer"|"operator"|"admin")`
+   from `console.web.auth`; `@public` (no sign-in) is for /healthz-like routes only. The user
+   is `g.user` (a `console.users.User`; `g.user.can("operator")`); in templates `user` and
+   `can("operator")` (hide buttons a user may not press; the server refuses anyway).
+4. **CSRF.** Every state change is a POST. Forms include `{{ csrf_field() }}`; htmx requests
+   send the `X-CSRF-Token` header by themselves (hx-headers on <body>). A POST without a valid
+   token gets 403 before the view runs. Requests authenticated by an API token skip CSRF.
+   Every state change also writes `console.audit.record(conn, actor=g.user.name, ...)` in the
+   same transaction as the change.
+5. **Database and panels.** `get_conn()` (console.web.database) gives the request's pooled
+   connection (autocommit). Read through `run_panel(fn, *args)`: it runs `fn(conn, *args)`
+   under `console.db.time_limited` and returns a `Panel` whose `.ok`, `.data`, `.error` the
+   template shows with the `panel` macro (`{% from "_macros.html" import panel %}`) — a timeout
+   makes that panel say "not available" and the rest of the page renders. SQL lives in
+   `sql/<concern>.sql`. An unreachable database is handled for you: every page says so (503).
+6. **Fragments and polling.** A live part of a page is a partial `templates/<area>/_thing.html`
+   that the page `{% include %}`s and a route returns alone (`render_template` of the partial)
+   for htmx. Make it poll with `hx-get="<fragment url>" hx-trigger="poll" data-poll
+   hx-swap="outerHTML"` on its root element: `static/skiplock.js` fires `poll` fast while the
+   tab is visible and slowly while hidden. A fragment may carry `<span hidden
+   data-tab-state="2 firing"></span>`; the tab title becomes "2 firing · <page> · Skiplock".
+   Times: `{{ ts|utc }}`, `{{ ts|ago }}`, or the `when(ts)` macro (both).
+7. **Errors.** Raise `BadRequest("what is wrong")` / `abort(400|403|404|409, "message")`; a
+   `ValueError` from the domain becomes a 400 with its message. HTML gets a message page,
+   /api/ and `Accept: application/json` get `{"error": ...}`, htmx gets the text (shown as a
+   toast). Never let bad input become a 500.
+8. **API route.** Every page has a JSON twin under `/api/v1/...` in the same blueprint,
+   decorated with `@api_doc("summary", params=[Param(...)], ...)` from `console.web.api`; the
+   OpenAPI document at /api/v1/openapi.json is generated from those. Compute the data once in
+   a plain function and have both routes call it (`jsonify(data)` / `render_template(..., **data)`).
+   Scripts authenticate with `Authorization: Bearer <token>` (`skiplock users token NAME`).
+
+What this package will not do: start schedulers or threads, cache query results across requests,
+or run a query without a statement timeout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from flask import Flask, request
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from console.config import Config, ConfigError, load_config
+from console.db import make_pool, resolve_dsn
+from console.resources import resource_dir
+from console.users import LoginLimits
+
+log = logging.getLogger(__name__)
+
+# Registered in this order. One line per blueprint: "module:attribute".
+BLUEPRINTS: tuple[str, ...] = (
+    "console.web.core:bp",        # /, /healthz
+    "console.web.auth:bp",        # /login, /logout
+    "console.web.api:bp",         # /api/v1/openapi.json
+    "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
+    "console.web.queues:bp",      # /queues, pause/resume
+    "console.web.workers:bp",     # /workers
+    "console.web.auditlog:bp",    # /audit
+    "console.web.admin:bp",       # /admin/users (admin)
+)
+
+
+@dataclass
+class WebState:
+    """What the app keeps for its lifetime: `current_app.extensions["skiplock"]`."""
+
+    config: Config
+    dsn: str
+    pool: Any
+    limits: LoginLimits
+    redact_keys: frozenset[str]
+    redact_hook: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _load_config(config: Config | Mapping[str, Any] | None) -> tuple[Config, dict[str, Any], str | None]:
+    if isinstance(config, Config):
+        return config, {}, None
+    mapping = dict(config or {})
+    flask_keys = {k: v for k, v in mapping.items() if "." not in k}
+    settings = {k: v for k, v in mapping.items() if "." in k}
+    loaded = load_config(overrides=settings) if config is not None else load_config()
+    explicit_dsn = settings.get("database.dsn") or None  # a test mapping's DSN beats DATABASE_URL
+    return loaded, flask_keys, explicit_dsn
+
+
+def _load_hook(spec: str):
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ConfigError(f"web.redact_hook: {spec!r} must look like module:function")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"web.redact_hook: cannot load {spec!r}: {exc}") from None
+
+
+def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
+    cfg, flask_keys, explicit_dsn = _load_config(config)
+    web = cfg.web
+    secret = web.secret_key
+    if not secret:
+        if web.production:
+            raise ConfigError(
+                "web.secret_key: required in production mode (set SKIPLOCK_WEB_SECRET_KEY to a long random string)"
+            )
+        secret = secrets.token_hex(32)
+        log.warning("web.secret_key is not set: using a random key; sessions end when the process restarts")
+
+    app = Flask(
+        "console.web",
+        template_folder=str(resource_dir("templates")),
+        static_folder=str(resource_dir("static")),
+        static_url_path="/static",
+    )
+    app.config.update(
+        SECRET_KEY=secret,
+        SESSION_COOKIE_NAME="skiplock_session",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=bool(web.production),
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=web.session_hours),
+        MAX_CONTENT_LENGTH=1 << 20,
+        JSON_SORT_KEYS=False,
+    )
+    app.config.update(flask_keys)
+    if web.proxy_count:
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=web.proxy_count, x_proto=web.proxy_count, x_host=web.proxy_count)
+
+    dsn = explicit_dsn or resolve_dsn(None, cfg)
+    pool = make_pool(
+        dsn,
+        application_name="skiplock-web",
+        size=cfg.database.pool_size,
+        statement_timeout_ms=cfg.database.statement_timeout_ms,
+    )
+    app.extensions["skiplock"] = WebState(
+        config=cfg,
+        dsn=dsn,
+        pool=pool,
+        limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_max_per_user),
+        redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
+        redact_hook=_load_hook(web.redact_hook),
+    )
+
+    from console.web import auth, database, errors, templating
+
+    templating.install(app)
+    errors.install(app)
+    database.install(app)
+    auth.install(app)
+    for spec in BLUEPRINTS:
+        module_name, _, attr = spec.partition(":")
+        app.register_blueprint(getattr(importlib.import_module(module_name), attr))
+
+    @app.after_request
+    def no_store(response):
+        # Dashboards show live state: never serve a cached copy (static files may be cached).
+        if request.endpoint != "static":
+            response.headers["Cache-Control"] = "no-store"
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+    return app
+
+
+def state(app: Flask | None = None) -> WebState:
+    from flask import current_app
+
+    return (app or current_app).extensions["skiplock"]

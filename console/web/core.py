@@ -1,0 +1,40 @@
+"""The home redirect and /healthz (no sign-in: load balancers probe it)."""
+
+from __future__ import annotations
+
+import psycopg
+from flask import Blueprint, current_app, jsonify, redirect, render_template, url_for
+from psycopg_pool import PoolTimeout
+
+from console.db import time_limited
+from console.web.api import api_doc
+from console.web.auth import public, requires
+from console.web.database import DatabaseUnreachable, get_conn
+
+bp = Blueprint("core", __name__)
+
+
+@bp.get("/")
+@requires("viewer")
+def home():
+    for endpoint in ("overview.index", "queues.index", "jobs.index"):
+        if endpoint in current_app.view_functions:
+            return redirect(url_for(endpoint))
+    return render_template("home.html")
+
+
+@bp.get("/healthz")
+@public
+@api_doc("Liveness: does the database answer?", tag="health", auth=False,
+         responses={"200": "database answers", "503": "database unreachable or schema missing"})
+def healthz():
+    try:
+        conn = get_conn()
+        with time_limited(conn, 1000) as cur:
+            cur.execute("SELECT to_regclass('skiplock.jobs') IS NOT NULL AS schema")
+            schema = cur.fetchone()["schema"]
+    except (DatabaseUnreachable, PoolTimeout, psycopg.Error) as exc:
+        return jsonify(status="unavailable", database="unreachable", error=str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__), 503
+    if not schema:
+        return jsonify(status="unavailable", database="schema missing: run `skiplock migrate`"), 503
+    return jsonify(status="ok", database="ok")

@@ -1,0 +1,284 @@
+"""The jobs browser, exports, one job's page, and single-job actions.
+
+GET  /jobs                     filters in the query string (bookmarkable), keyset pages
+GET  /jobs/export.csv|.json    the filtered set, streamed, at most web.export_limit rows
+GET  /jobs/<id>                payload (redacted for viewers), timeline, errors, actions
+POST /jobs/<id>/<action>       replay | run_now | cancel | purge (operator; CSRF; audited)
+and the same under /api/v1/jobs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from contextlib import contextmanager
+from typing import Any
+
+from flask import (
+    Blueprint,
+    Response,
+    abort,
+    g,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    stream_with_context,
+    url_for,
+)
+
+from console import browse
+from console.db import time_limited
+from console.web.api import Param, api_doc
+from console.web.auth import requires
+from console.web.database import get_conn, run_limited, run_panel, timeout_ms
+from console.web.redact import may_filter_on, payload_for
+
+bp = Blueprint("jobs", __name__)
+
+FILTER_PARAMS = [
+    Param("state", enum=browse.STATES, description="pending, running, completed or failed; empty = any"),
+    Param("queue", description="exact queue name"),
+    Param("kind", description="exact job kind"),
+    Param("fingerprint", description="error group (the dead letters' fingerprint)"),
+    Param("id", type="integer", description="one job id"),
+    Param("payload", description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
+    Param("since", description="ISO 8601 time or a span back from now (15m, 6h, 7d); failed: failure time, else enqueue time"),
+    Param("until", description="ISO 8601 time or a span back from now"),
+]
+
+
+def _state():
+    from console.web import state
+
+    return state()
+
+
+def _filter() -> browse.JobFilter:
+    f = browse.JobFilter.parse(request.args)
+    complaint = may_filter_on(f.payload, g.user)
+    if complaint:
+        abort(403, complaint)
+    return f
+
+
+def _limit() -> int:
+    raw = request.args.get("limit")
+    if not raw:
+        return _state().config.web.page_size
+    if not raw.isdigit() or not 1 <= int(raw) <= browse.MAX_PAGE:
+        raise browse.InvalidFilter(f"limit: must be a whole number between 1 and {browse.MAX_PAGE}")
+    return int(raw)
+
+
+def _row_out(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    if "payload" in out:
+        out["payload"] = payload_for(out["payload"], g.user) if out["payload"] is not None else None
+    return out
+
+
+def browse_data() -> dict[str, Any]:
+    f = _filter()
+    limit = _limit()
+    after = request.args.get("after") or None
+    page = run_limited(browse.list_jobs, f, after=after, limit=limit)
+    count = run_panel(browse.count_jobs, f, cap=_state().config.web.count_cap)
+    return {
+        "filter": f.describe(),
+        "args": f.as_args(),
+        "jobs": [_row_out(r) for r in page.rows],
+        "next": page.next_cursor,
+        "count": {"n": count.data.n, "capped": count.data.capped, "label": count.data.label()} if count.ok else None,
+        "count_error": count.error,
+        "limit": limit,
+        "first_page": after is None,
+    }
+
+
+@bp.get("/jobs")
+@requires("viewer")
+def index():
+    data = browse_data()
+    return render_template("jobs/index.html", states=browse.STATES, **data)
+
+
+@bp.get("/api/v1/jobs")
+@requires("viewer")
+@api_doc("List jobs matching a filter (keyset pages)", params=[
+    *FILTER_PARAMS,
+    Param("after", description="the `next` cursor of the previous page"),
+    Param("limit", type="integer", description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
+], description="`count` is capped at web.count_cap (`capped: true` means more). Payloads are redacted for viewers.")
+def api_index():
+    return jsonify(browse_data())
+
+
+# --- export ---------------------------------------------------------------------------------
+
+EXPORT_COLUMNS = ("id", "queue", "kind", "status", "priority", "run_at", "attempts", "max_attempts",
+                  "last_error", "error_fingerprint", "created_at", "finished_at", "payload")
+
+
+def _export(fmt: str):
+    if fmt not in ("csv", "json"):
+        abort(400, f"format: {fmt!r} is not csv or json")
+    f = _filter()
+    st = _state()
+    limit = st.config.web.export_limit
+    raw = request.args.get("limit")
+    if raw:
+        if not raw.isdigit() or not 1 <= int(raw) <= limit:
+            raise browse.InvalidFilter(f"limit: must be a whole number between 1 and {limit} (web.export_limit)")
+        limit = int(raw)
+    user = g.user
+    pool = st.pool
+    wait = st.config.web.db_wait
+    ms = timeout_ms()
+
+    @contextmanager
+    def limited_conn():
+        with pool.connection(timeout=wait) as conn, time_limited(conn, ms):
+            yield conn
+
+    # The first batch runs before the response starts, so a bad filter or a timeout is an
+    # error status, not a truncated file.
+    rows = browse.export_jobs(limited_conn, f, limit=limit)
+    first = []
+    try:
+        first = [next(rows)]
+    except StopIteration:
+        pass
+
+    def all_rows():
+        yield from first
+        yield from rows
+
+    def cleaned():
+        for row in all_rows():
+            row = {k: row.get(k) for k in EXPORT_COLUMNS}
+            row["payload"] = payload_for(row["payload"], user)
+            yield row
+
+    stamp = "skiplock-jobs"
+    if fmt == "json":
+        def generate_json():
+            yield "["
+            for i, row in enumerate(cleaned()):
+                yield ("," if i else "") + "\n" + json.dumps(row, default=_json_default, ensure_ascii=False)
+            yield "\n]\n"
+
+        return Response(stream_with_context(generate_json()), mimetype="application/json",
+                        headers={"Content-Disposition": f'attachment; filename="{stamp}.json"'})
+
+    def generate_csv():
+        buf = io.StringIO()
+        writer = csv.writer(buf)
+        writer.writerow(EXPORT_COLUMNS)
+        for row in cleaned():
+            writer.writerow([_csv_cell(row[c]) for c in EXPORT_COLUMNS])
+            if buf.tell() > 64 * 1024:
+                yield buf.getvalue()
+                buf.seek(0)
+                buf.truncate()
+        yield buf.getvalue()
+
+    return Response(stream_with_context(generate_csv()), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{stamp}.csv"'})
+
+
+def _json_default(o):
+    if hasattr(o, "isoformat"):
+        return o.isoformat()
+    return str(o)
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    text = str(value)
+    # A cell starting with = + - @ is a formula to spreadsheet programs: neutralise it.
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+
+
+@bp.get("/jobs/export.<fmt>")
+@requires("viewer")
+def export(fmt: str):
+    return _export(fmt)
+
+
+@bp.get("/api/v1/jobs/export.<fmt>")
+@requires("viewer")
+@api_doc("Export the filtered jobs as CSV or JSON (streamed, at most web.export_limit rows)",
+         params=FILTER_PARAMS, description="fmt is `csv` or `json`.")
+def api_export(fmt: str):
+    return _export(fmt)
+
+
+# --- one job --------------------------------------------------------------------------------
+
+def job_data(job_id: int) -> dict[str, Any]:
+    job = run_limited(browse.get_job, job_id)
+    if job is None:
+        abort(404, f"there is no job {job_id} (not in the jobs table nor the archive)")
+    actions = run_panel(browse.job_actions_audit, job_id)
+    job = dict(job)
+    job["payload"] = payload_for(job.get("payload"), g.user)
+    job["errors"] = [{**e, "at_time": browse.parse_entry_time(e.get("at"))} for e in job.get("errors") or [] if isinstance(e, dict)]
+    return {
+        "job": job,
+        "timeline": browse.timeline(job, actions.data if actions.ok else []),
+        "actions_note": None if actions.ok else f"operator actions not available: {actions.error}",
+        "allowed": browse.allowed_actions(job) if g.user.can("operator") else [],
+        "redacted": not g.user.can("operator"),
+    }
+
+
+@bp.get("/jobs/<int:job_id>")
+@requires("viewer")
+def detail(job_id: int):
+    return render_template("jobs/detail.html", descriptions={k: v[1] for k, v in browse.ACTIONS.items()}, **job_data(job_id))
+
+
+@bp.get("/api/v1/jobs/<int:job_id>")
+@requires("viewer")
+@api_doc("One job: fields, payload (redacted for viewers), error history, timeline, allowed actions")
+def api_detail(job_id: int):
+    return jsonify(job_data(job_id))
+
+
+def _act(job_id: int, action: str) -> dict[str, Any]:
+    if action not in browse.ACTIONS:
+        abort(404, f"no action {action!r}; actions: {', '.join(browse.ACTIONS)}")
+    try:
+        return browse.act_on_job(get_conn(), job_id, action, actor=g.user.name,
+                                 reason=request.form.get("reason"), dsn=_state().dsn)
+    except browse.JobNotFound as exc:
+        abort(404, str(exc))
+    except browse.JobStateConflict as exc:
+        abort(409, str(exc))
+
+
+@bp.post("/jobs/<int:job_id>/<action>")
+@requires("operator")
+def act(job_id: int, action: str):
+    _act(job_id, action)
+    if action == "purge":
+        return redirect(url_for("jobs.index", state="failed"))
+    return redirect(url_for("jobs.detail", job_id=job_id))
+
+
+@bp.post("/api/v1/jobs/<int:job_id>/<action>")
+@requires("operator")
+@api_doc("Act on one job: replay (failed), run_now (pending, due later), cancel (pending), purge (failed)",
+         params=[Param("action", where="path", enum=tuple(browse.ACTIONS)),
+                 Param("reason", where="form", description="why (kept in the audit log)")],
+         responses={"404": "no such job or action", "409": "the job's state does not allow the action"})
+def api_act(job_id: int, action: str):
+    result = _act(job_id, action)
+    return jsonify({"ok": True, "action": action, **result})

@@ -1,0 +1,43 @@
+"""The navigation bar: one list, in one place. Add a line for your page.
+
+An entry whose endpoint is not registered (its blueprint is not in this build) is skipped,
+and an entry with a role is shown only to users who have it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import Flask
+
+
+@dataclass(frozen=True)
+class NavEntry:
+    endpoint: str
+    label: str
+    order: int = 50
+    role: str = "viewer"
+
+
+NAV: list[NavEntry] = [
+    NavEntry("overview.index", "Overview", 10),
+    NavEntry("queues.index", "Queues", 20),
+    NavEntry("jobs.index", "Jobs", 30),
+    NavEntry("deadletters.index", "Dead letters", 40),
+    NavEntry("workers.index", "Workers", 50),
+    NavEntry("health.index", "Database", 60),
+    NavEntry("alerts.index", "Alerts", 70),
+    NavEntry("advisor.index", "Advisor", 80),
+    NavEntry("maintenance.index", "Maintenance", 90),
+    NavEntry("auditlog.index", "Audit", 100),
+    NavEntry("admin.users", "Users", 110, role="admin"),
+]
+
+
+def entries_for(app: Flask, user) -> list[NavEntry]:
+    if user is None:
+        return []
+    return sorted(
+        (e for e in NAV if e.endpoint in app.view_functions and user.can(e.role)),
+        key=lambda e: e.order,
+    )

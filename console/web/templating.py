@@ -1,0 +1,103 @@
+"""Jinja filters and globals shared by every template, and JSON with ISO-8601 times.
+
+Filters: `utc` ("2026-11-30 03:40:12 UTC"), `ago` ("3 min ago", "in 2 h"), `number`
+("12,345"), `duration` (seconds -> "2 min 5 s"), `pretty_json`. Globals: `csrf_token()`,
+`csrf_field()`, `nav_entries()`, `user`, `can(role)`, `poll_fast_ms`, `poll_slow_ms`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from flask import Flask, g
+from flask.json.provider import DefaultJSONProvider
+from markupsafe import Markup, escape
+
+from console.timefmt import duration
+from console.web import nav
+
+
+class SkiplockJSON(DefaultJSONProvider):
+    sort_keys = False
+
+    @staticmethod
+    def default(o: Any) -> Any:
+        if isinstance(o, datetime):
+            return o.astimezone(UTC).isoformat() if o.tzinfo else o.isoformat()
+        if isinstance(o, date):
+            return o.isoformat()
+        if isinstance(o, timedelta):
+            return o.total_seconds()
+        if isinstance(o, Decimal):
+            return float(o)
+        if isinstance(o, (set, frozenset, tuple)):
+            return list(o)
+        return DefaultJSONProvider.default(o)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def utc(value: datetime | None, seconds: bool = True) -> str:
+    if value is None:
+        return "—"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+
+
+def ago(value: datetime | None, reference: datetime | None = None) -> str:
+    if value is None:
+        return "never"
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = ((reference or now()) - value).total_seconds()
+    if abs(delta) < 5:
+        return "just now"
+    text = duration(abs(delta)).split(" ")
+    text = " ".join(text[:2])  # "3 min", not "3 min 5 s"
+    return f"{text} ago" if delta > 0 else f"in {text}"
+
+
+def number(value: Any) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.1f}"
+    return f"{int(value):,}"
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def install(app: Flask) -> None:
+    from console.web.auth import csrf_token
+
+    app.json = SkiplockJSON(app)
+    env = app.jinja_env
+    env.filters.update(utc=utc, ago=ago, number=number, duration=duration, pretty_json=pretty_json)
+    env.globals.update(csrf_token=csrf_token, now=now)
+
+    def csrf_field() -> Markup:
+        return Markup('<input type="hidden" name="csrf_token" value="%s">') % escape(csrf_token())
+
+    env.globals["csrf_field"] = csrf_field
+
+    @app.context_processor
+    def inject() -> dict[str, Any]:
+        from console.web import state
+
+        web = state().config.web
+        user = g.get("user")
+        return {
+            "user": user,
+            "can": (lambda role: bool(user) and user.can(role)),
+            "nav_entries": lambda: nav.entries_for(app, user),
+            "poll_fast_ms": int(web.poll_fast * 1000),
+            "poll_slow_ms": int(web.poll_slow * 1000),
+        }

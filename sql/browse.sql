@@ -1,0 +1,195 @@
+-- The console's reads of the jobs table: the jobs browser, one job, per-queue figures, workers,
+-- and single-job actions. Every query here is bounded by an index and runs under a statement
+-- timeout (console.web.database). The browser's page query is composed in console/browse.py
+-- from `jobs_where` plus one ORDER BY per state, each matching a partial index of 001.
+
+-- name: jobs_where
+-- Optional filters shared by the page, the count and the export. {state} and {time} are
+-- filled by console/browse.py (a literal status chosen from a fixed list; the time column).
+WHERE {state}
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s)
+  AND (%(fingerprint)s::text IS NULL OR j.error_fingerprint = %(fingerprint)s)
+  AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
+  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND (%(since)s::timestamptz IS NULL OR {time} >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR {time} < %(until)s)
+  AND (%(min_id)s::bigint IS NULL OR j.id >= %(min_id)s)
+  AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s)
+
+-- name: jobs_page
+SELECT
+    j.id,
+    j.queue,
+    j.kind,
+    j.status,
+    j.priority,
+    j.run_at,
+    j.attempts,
+    j.max_attempts,
+    j.locked_by,
+    j.lease_until,
+    j.last_error,
+    j.error_fingerprint,
+    j.created_at,
+    j.finished_at,
+    -- Small payloads only (pg_column_size reads the stored size, it does not detoast): the
+    -- listing shows a preview, redacted for viewers, and never ships megabytes per row.
+    CASE WHEN pg_column_size(j.payload) <= 4096 THEN j.payload END AS payload
+FROM skiplock.jobs AS j
+{where}
+  AND {keyset}
+ORDER BY {order}
+LIMIT %(limit)s
+
+-- name: jobs_export
+SELECT
+    j.id,
+    j.queue,
+    j.kind,
+    j.status,
+    j.priority,
+    j.run_at,
+    j.attempts,
+    j.max_attempts,
+    j.last_error,
+    j.error_fingerprint,
+    j.created_at,
+    j.finished_at,
+    j.payload,
+    j.lease_until
+FROM skiplock.jobs AS j
+{where}
+  AND {keyset}
+ORDER BY {order}
+LIMIT %(limit)s
+
+-- name: jobs_count
+SELECT count(*) AS n
+FROM (
+    SELECT 1
+    FROM skiplock.jobs AS j
+    {where}
+    LIMIT %(cap)s
+) AS capped
+
+-- name: id_range
+SELECT min(j.id) AS lo, max(j.id) AS hi FROM skiplock.jobs AS j;
+
+-- name: first_id_from
+-- One probe of the binary search that turns a time into an id (ids grow with created_at).
+SELECT j.id, j.created_at
+FROM skiplock.jobs AS j
+WHERE j.id >= %(id)s
+ORDER BY j.id
+LIMIT 1;
+
+-- name: get_job
+SELECT j.*, false AS archived
+FROM skiplock.jobs AS j
+WHERE j.id = %(id)s;
+
+-- name: job_audit
+-- Operator actions on one job (newest last). audit_log has no index on target, so this reads
+-- at most the newest 10000 rows of the log; older actions are on the audit page.
+SELECT r.at, r.actor, r.action, r.reason, r.outcome
+FROM (
+    SELECT a.at, a.actor, a.action, a.reason, a.outcome, a.target, a.selection
+    FROM skiplock.audit_log AS a
+    ORDER BY a.id DESC
+    LIMIT 10000
+) AS r
+WHERE r.target = %(target)s
+   OR r.selection @> jsonb_build_object('ids', jsonb_build_array(%(id)s::bigint))
+ORDER BY r.at;
+
+-- name: queue_pending
+-- Index-only over jobs_claim_idx (it INCLUDEs queue): eligible and scheduled jobs per queue.
+SELECT
+    j.queue,
+    count(*) FILTER (WHERE j.run_at <= now()) AS eligible,
+    count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
+    min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_eligible
+FROM skiplock.jobs AS j
+WHERE j.status = 'pending'
+GROUP BY j.queue;
+
+-- name: queue_running
+SELECT
+    j.queue,
+    count(*) AS running,
+    count(*) FILTER (WHERE j.lease_until < now()) AS stuck
+FROM skiplock.jobs AS j
+WHERE j.status = 'running'
+GROUP BY j.queue;
+
+-- name: queue_failed
+SELECT
+    j.queue,
+    count(*) AS failed,
+    max(j.finished_at) AS last_failure
+FROM skiplock.jobs AS j
+WHERE j.status = 'failed'
+GROUP BY j.queue;
+
+-- name: queue_flags
+SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by
+FROM skiplock.queues AS q;
+
+-- name: workers
+SELECT
+    w.id,
+    w.host,
+    w.pid,
+    w.queues,
+    w.concurrency,
+    w.started_at,
+    w.last_seen,
+    w.stopped_at,
+    w.in_flight,
+    w.claimed,
+    w.completed,
+    w.failed,
+    w.retried,
+    w.lost,
+    w.claim_calls,
+    w.claim_seconds_sum,
+    w.claim_histogram,
+    w.pickup_histogram,
+    extract(epoch FROM now() - w.last_seen) AS seen_seconds_ago,
+    extract(epoch FROM coalesce(w.stopped_at, now()) - w.started_at) AS uptime_seconds
+FROM skiplock.workers AS w
+WHERE w.stopped_at IS NULL
+   OR w.stopped_at > now() - interval '1 hour'
+ORDER BY w.stopped_at IS NOT NULL, w.last_seen DESC
+LIMIT 500;
+
+-- name: running_jobs_of
+SELECT j.id, j.kind, j.queue, j.locked_by, j.locked_at, j.lease_until
+FROM skiplock.jobs AS j
+WHERE j.status = 'running'
+ORDER BY j.lease_until
+LIMIT 500;
+
+-- name: run_now
+-- A pending job waiting for its backoff (or scheduled later) becomes eligible now.
+UPDATE skiplock.jobs AS j
+SET run_at = now()
+WHERE j.id = %(id)s
+  AND j.status = 'pending'
+  AND j.run_at > now()
+RETURNING j.id, j.queue;
+
+-- name: cancel_job
+-- A pending job goes to the dead letters (replayable, purgeable) with a "Cancelled" entry.
+UPDATE skiplock.jobs AS j
+SET status = 'failed',
+    finished_at = now(),
+    last_error = %(message)s::text,
+    error_fingerprint = 'Cancelled',
+    errors = j.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', j.attempts, 'at', now(), 'worker', NULL,
+        'error_class', 'Cancelled', 'message', %(message)s::text, 'traceback', NULL))
+WHERE j.id = %(id)s
+  AND j.status = 'pending'
+RETURNING j.id, j.queue;

@@ -1,0 +1,94 @@
+"""Fixtures for the web console's tests: an app on the test's database, personas, signed-in
+clients, a live server for Playwright, and Chromium's launch arguments (TOOLCHAIN.md).
+
+Imported by tests/conftest.py, so every test module can use them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from console.users import _hasher
+
+PASSWORD = "correct horse battery staple"
+PERSONAS = ("viewer", "operator", "admin")
+CSRF = "test-csrf-token"
+
+
+@pytest.fixture(scope="session")
+def password_hash() -> str:
+    return _hasher.hash(PASSWORD)  # once per session: argon2 is slow on purpose
+
+
+@pytest.fixture
+def web_settings(dsn) -> dict:
+    """The settings a test app gets; a test may change them before asking for `web_app`."""
+    return {"database.dsn": dsn, "web.secret_key": "test-secret-key", "web.db_wait": 2.0, "TESTING": True}
+
+
+@pytest.fixture
+def web_app(web_settings):
+    from console.web import create_app
+
+    app = create_app(web_settings)
+    yield app
+    app.extensions["skiplock"].close()
+
+
+@pytest.fixture
+def personas(conn, password_hash) -> dict[str, str]:
+    """Users named after their role (viewer, operator, admin), all with PASSWORD."""
+    for role in PERSONAS:
+        conn.execute(
+            "INSERT INTO skiplock.users (name, password_hash, role) VALUES (%s, %s, %s)",
+            (role, password_hash, role),
+        )
+    return {role: role for role in PERSONAS}
+
+
+@pytest.fixture
+def client_as(web_app, personas):
+    """client_as("operator") -> a test client signed in as that persona (None: anonymous).
+
+    The session is written directly (the login form has its own tests); the CSRF token is
+    CSRF, so `client.post(url, data={"csrf_token": CSRF})` or headers={"X-CSRF-Token": CSRF}.
+    """
+
+    def make(role: str | None):
+        client = web_app.test_client()
+        with client.session_transaction() as session:
+            session["csrf"] = CSRF
+            if role:
+                session["user"] = personas[role]
+        return client
+
+    return make
+
+
+@pytest.fixture
+def live_server(web_app):
+    """The app on a real port (Werkzeug in a thread): yields its base URL."""
+    from werkzeug.serving import make_server
+
+    server = make_server("127.0.0.1", 0, web_app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {
+        **browser_type_launch_args,
+        "executable_path": "/usr/bin/chromium",
+        "args": [
+            "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--disable-quic", "--no-first-run",
+        ],
+    }
