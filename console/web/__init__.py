@@ -80,6 +80,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.workers:bp",     # /workers
     "console.web.auditlog:bp",    # /audit
     "console.web.admin:bp",       # /admin/users (admin)
+    "console.web.alerts:bp",      # /alerts, rules, destinations, delivery log (+ /api/v1/alerts)
 )
 
 
