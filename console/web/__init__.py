@@ -82,6 +82,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.auditlog:bp",    # /audit
     "console.web.admin:bp",       # /admin/users (admin)
     "console.web.metrics:bp",     # /metrics (Prometheus; no session, optional bearer token)
+    "console.web.alerts:bp",      # /alerts, rules, destinations, delivery log (+ /api/v1/alerts)
 )
 
 
