@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import click
 
@@ -19,7 +20,18 @@ HEADER = """\
 """
 
 
+def _duration_text(value: timedelta) -> str:
+    """1h, 30d, 90s: the largest unit that divides the duration (what the config file accepts)."""
+    seconds = value.total_seconds()
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 def _toml(value) -> str:
+    if isinstance(value, timedelta):
+        return json.dumps(_duration_text(value))
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
