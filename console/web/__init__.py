@@ -76,6 +76,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.auth:bp",        # /login, /logout
     "console.web.api:bp",         # /api/v1/openapi.json
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
+    "console.web.overview:bp",    # /overview: verdict, figures, queues
 )
 
 
