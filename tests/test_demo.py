@@ -276,3 +276,27 @@ def test_demo_handlers_retry_transient_failures_and_dead_letter_permanent_ones(d
     groups = conn.execute(
         "SELECT count(DISTINCT error_fingerprint) FROM skiplock.jobs WHERE status = 'failed'").fetchone()[0]
     assert groups == 3
+
+
+def test_seed_history_fills_hours_of_catalogued_samples_that_end_at_todays_dead_letters(conn):
+    from datetime import timedelta
+
+    from console import samples
+    from console.catalog import METRICS
+    from console.demo.seed import history, seed_history
+
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, status, finished_at) "
+                 "SELECT 'billing', 'billing.charge_card', 'failed', now() FROM generate_series(1, 7)")
+    stored = seed_history(conn, hours=0.5, step=15)
+    assert stored > 80 * 120  # 120 timestamps, about a hundred series each
+    metrics = {r[0] for r in conn.execute("SELECT DISTINCT metric FROM skiplock.samples")}
+    assert metrics <= set(METRICS)
+    assert {"queue_depth", "queue_age_seconds", "throughput", "table_dead_tuples", "xmin_horizon_age_seconds"} <= metrics
+    points = samples.series(conn, "dead_letters", since=timedelta(hours=1), labels={"queue": "billing"})
+    assert len(points) == 120
+    assert points[0]["value"] < points[-1]["value"] == 7  # ramps up to the count held now
+    search_age = [p["value"] for p in samples.series(conn, "queue_age_seconds", since=timedelta(hours=1), labels={"queue": "search"})]
+    assert max(search_age) >= 30  # the bursts show
+    # Every seeded series keeps its labels the same over time (one line per series in a chart).
+    keys = {(s.metric, tuple(sorted(s.labels))) for _, group in history(hours=0.1) for s in group}
+    assert len({m for m, _ in keys}) == len({(m, k) for m, k in keys})

@@ -62,6 +62,12 @@ DEMO_SETTINGS: dict[str, Any] = {
     "worker.flush_interval": 5.0,
     "queue.backoff_base": 2.0,
     "queue.backoff_cap": 60.0,
+    "scheduler.collect_interval": 10.0,
+    "scheduler.reap_interval": 10.0,
+    "scheduler.archive_interval": 60.0,
+    "scheduler.election_interval": 5.0,
+    "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
+    "maintenance.archive_retention": "1d",
 }
 
 # The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead
@@ -306,7 +312,7 @@ class Demo:
             from console.demo.seed import seed_history
 
             with connect(self.dsn, application_name="skiplock-demo-seed") as conn:
-                stored = seed_history(conn, hours=opts.seed_hours)
+                stored = seed_history(conn, hours=opts.seed_hours, rate=opts.rate)
             self.out(f"--seed-history: stored {stored} samples covering the last {opts.seed_hours:g} h")
 
     def _write_config(self) -> None:
@@ -319,6 +325,9 @@ class Demo:
         lines = ["# Written by `skiplock demo` at each start: short intervals so a few minutes show everything.", ""]
         for section, entries in sections.items():
             lines += [f"[{section}]", *entries, ""]
+        skipped = [f"#   {k} = {_toml_value(v)}" for k, v in DEMO_SETTINGS.items() if k not in known]
+        if skipped:
+            lines += ["# Demo settings this installation does not have yet (its component is not installed):", *skipped, ""]
         self.config_path.write_text("\n".join(lines), encoding="utf-8")
 
     def _secrets(self) -> dict[str, str]:
