@@ -77,6 +77,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.api:bp",         # /api/v1/openapi.json
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
     "console.web.overview:bp",    # /overview: verdict, figures, queues
+    "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
 )
 
 
