@@ -78,6 +78,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
     "console.web.overview:bp",    # /overview: verdict, figures, queues
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
+    "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
 )
 
 
