@@ -79,6 +79,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.overview:bp",    # /overview: verdict, figures, queues
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
+    "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
 )
 
 
