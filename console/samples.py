@@ -92,3 +92,10 @@ def series(
 def last_collection(conn: psycopg.Connection) -> dict[str, Any] | None:
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(query("samples", "last_collection")).fetchone()
+
+
+def latest_cycle(conn: psycopg.Connection) -> list[Sample]:
+    """Every sample stored by the newest collection cycle (empty before the first)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("samples", "latest_cycle")).fetchall()
+    return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]

@@ -52,3 +52,20 @@ SELECT
 FROM skiplock.collection_runs AS c
 ORDER BY c.started_at DESC
 LIMIT 1;
+
+-- name: latest_cycle
+-- Every sample of the newest collection cycle (samples_time_idx), so a series that vanished
+-- (a queue emptied and forgotten) is not reported from an older cycle.
+SELECT
+    s.metric,
+    s.labels,
+    s.value,
+    s.collected_at
+FROM skiplock.samples AS s
+WHERE s.collected_at = (
+    SELECT c.started_at
+    FROM skiplock.collection_runs AS c
+    ORDER BY c.started_at DESC
+    LIMIT 1
+)
+ORDER BY s.metric, s.labels;

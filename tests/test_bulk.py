@@ -190,3 +190,47 @@ def test_recent_operations_lists_progress(conn, dsn):
     op_id = start(conn, "replay", {"all": True}, actor="alice")
     [op] = bulk.recent(conn)
     assert op["id"] == op_id and op["active"] and op["percent"] == 0.0
+
+
+@pytest.mark.slow
+def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_duplicate_nothing(conn, dsn, subprocess_env):
+    from console.maintenance import NothingMatches, archive_completed, reap
+    from tests.workers import EXECUTIONS_TABLE, WorkerProcs, wait_for
+
+    conn.execute(EXECUTIONS_TABLE)
+    workers = WorkerProcs(subprocess_env)
+    enqueued = q.enqueue_many(conn, [q.NewJob("record", {"i": i}) for i in range(300)])
+    enqueued += q.enqueue_many(conn, [q.NewJob("doomed", {"order": i}, max_attempts=1) for i in range(40)])
+    try:
+        for _ in range(2):
+            workers.start("--concurrency", "4")
+        replays = 0
+        deadline = time.monotonic() + 60
+        for round_ in range(400):
+            if round_ < 6:  # keep a stream coming while maintenance runs
+                enqueued += q.enqueue_many(conn, [q.NewJob("record", {"r": round_, "i": i}) for i in range(50)])
+            archive_completed(conn, older_than=timedelta(0), batch_size=25, pause_ms=0)
+            reap(conn, batch_size=10)
+            try:
+                replays += bulk.replay(dsn, {"kind": "doomed"}, actor="test", batch_size=15)["done"]
+            except NothingMatches:
+                pass
+            done = conn.execute("SELECT count(*) FROM public.executions").fetchone()[0]
+            if round_ >= 6 and done >= 600 and replays >= 80:
+                break
+            assert time.monotonic() < deadline, "the workers did not finish in time"
+            time.sleep(0.05)
+        wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status IN ('pending', 'running')").fetchone()[0] == 0,
+                 what="the queue to drain")
+        archive_completed(conn, older_than=timedelta(0), batch_size=100, pause_ms=0)
+    finally:
+        workers.stop_all()
+
+    live, archived = live_and_archived_ids(conn)
+    assert len(set(archived)) == len(archived), "an id is twice in the archive"
+    assert not set(live) & set(archived), "a job is both live and archived"
+    assert sorted(live + archived) == sorted(enqueued), "a job was lost"
+    records = [i for i in enqueued if i not in set(live)]
+    runs_per_job = dict(conn.execute("SELECT job_id, count(*) FROM public.executions GROUP BY job_id").fetchall())
+    assert sorted(runs_per_job) == sorted(records) and set(runs_per_job.values()) == {1}, "a job ran twice"
+    assert replays >= 40 and {r[0] for r in conn.execute("SELECT DISTINCT status FROM skiplock.jobs")} == {"failed"}

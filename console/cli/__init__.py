@@ -14,6 +14,8 @@ import click
 
 from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
 from console.cli import demo  # noqa: F401  (registers demo)
+from console.cli import maintenance  # noqa: F401  (registers reap, archive, retention, replay, purge, pause, resume, ...)
+from console.cli import scheduler  # noqa: F401  (registers collect, scheduler)
 from console.cli import settings  # noqa: F401  (registers config example|show)
 from console.cli import users, web  # noqa: F401  (registers users, serve)
 from console.cli.common import main_group

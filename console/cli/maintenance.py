@@ -1,0 +1,366 @@
+"""Maintenance commands: reap, archive, retention, replay, purge, pause, resume, dead-letters,
+operations.
+
+Every command is a thin face over `console.maintenance`: the same functions the scheduler and
+the web console call. Operator actions are audited with the actor `cli:<os user>`.
+`replay` and `purge` refuse to run without a filter or `--all`; `--dry-run` prints the preview
+(exact count, a sample, the filter as understood) and changes nothing.
+Exit codes: 0 done; 1 the operation failed or was cancelled; 2 bad input (nothing touched).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import signal
+import sys
+import threading
+from datetime import UTC, datetime
+
+import click
+
+from console import maintenance as m
+from console.cli.common import DURATION, dsn_option, friendly_errors, main_group, parse_duration
+from console.db import connect, require_schema
+from console.maintenance import bulk
+from console.maintenance.archive import check_batching
+
+
+def cli_actor() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:  # no login name (a container without passwd entry)
+        user = "unknown"
+    return f"cli:{user}"
+
+
+def _settings(obj) -> m.MaintenanceSettings:
+    return m.MaintenanceSettings.from_config(obj.config)
+
+
+def _stop_on_signals() -> threading.Event:
+    """SIGTERM and Ctrl-C stop a maintenance loop between two batches."""
+    stop = threading.Event()
+
+    def handler(signum, frame):
+        stop.set()
+
+    if threading.current_thread() is not threading.main_thread():
+        return stop  # signals can only be handled in the main thread
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(restore)
+    return stop
+
+
+def _report(result: m.RunResult, verb: str) -> None:
+    slowest = f"{result.slowest_batch_ms:.1f} ms" if result.slowest_batch_ms is not None else "-"
+    click.echo(f"{verb} {result.rows} rows in {result.batches} batches, {result.seconds:.2f} s "
+               f"(slowest batch {slowest}); maintenance run #{result.run_id}: {result.outcome}")
+
+
+def _rate_option(help_text: str):
+    return click.option("--rate", type=float, default=None, help=help_text)
+
+
+def _check_rate(rate: float | None) -> None:
+    if rate is not None and not rate > 0:
+        raise click.UsageError(f"--rate must be greater than 0 rows per second (got {rate:g})")
+
+
+@main_group.command("reap")
+@dsn_option
+@click.option("--batch-size", type=int, default=None, help="Most jobs per transaction [config: maintenance.batch_size].")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def reap_cmd(obj, batch_size: int | None, reason: str | None) -> None:
+    """Rescue running jobs whose lease expired, now (back to pending, or failed when out of attempts)."""
+    s = _settings(obj)
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        result = m.reap(conn, actor=cli_actor(), reason=reason, batch_size=s.batch_size if batch_size is None else batch_size,
+                        backoff_base=obj.config.queue.backoff_base, backoff_cap=obj.config.queue.backoff_cap,
+                        history=s.error_history)
+    _report(result, "reaped")
+    click.echo(f"  back to pending: {result.detail['pending']}, dead letters: {result.detail['failed']}")
+
+
+@main_group.command("archive")
+@dsn_option
+@click.option("--older-than", type=DURATION, default=None, help="Completed jobs finished longer ago than this, e.g. 1h, 7d [config: maintenance.archive_after].")
+@click.option("--mode", type=click.Choice(["archive", "delete"]), default=None, help="Move to the archive or delete [config: maintenance.archive_mode].")
+@click.option("--batch-size", type=int, default=None, help="Most jobs per transaction [config: maintenance.batch_size].")
+@_rate_option("Most rows per second [config: maintenance.rate].")
+@click.option("--max-batches", type=int, default=None, help="Stop after this many batches.")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def archive_cmd(obj, older_than, mode, batch_size, rate, max_batches, reason) -> None:
+    """Move completed jobs out of the hot table in bounded batches (Ctrl-C stops between batches)."""
+    _check_rate(rate)
+    s = _settings(obj)
+    kwargs = s.archive_kwargs()
+    kwargs.update({k: v for k, v in {"older_than": older_than, "mode": mode, "batch_size": batch_size,
+                                     "rate": rate}.items() if v is not None})
+    stop = _stop_on_signals()
+    with connect(obj.dsn, application_name="skiplock-archive") as conn:
+        require_schema(conn)
+        result = m.archive_completed(conn, **kwargs, max_batches=max_batches, actor=cli_actor(), reason=reason, stop=stop)
+    _report(result, "archived" if kwargs["mode"] == "archive" else "deleted")
+    if result.outcome != "ok":
+        sys.exit(1)
+
+
+@main_group.command("retention")
+@dsn_option
+@click.option("--older-than", type=DURATION, default=None, help="Archived jobs finished longer ago than this [config: maintenance.archive_retention].")
+@click.option("--batch-size", type=int, default=None, help="Most rows per transaction [config: maintenance.batch_size].")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def retention_cmd(obj, older_than, batch_size, reason) -> None:
+    """Remove old archived jobs (drop whole day partitions, batch-delete the rest)."""
+    s = _settings(obj)
+    kwargs = s.retention_kwargs()
+    if older_than is not None:
+        kwargs["retention"] = older_than
+    if batch_size is not None:
+        kwargs["batch_size"] = batch_size
+    with connect(obj.dsn, application_name="skiplock-retention") as conn:
+        require_schema(conn)
+        result = m.apply_retention(conn, **kwargs, actor=cli_actor(), reason=reason, stop=_stop_on_signals())
+    _report(result, "deleted")
+    dropped = result.detail.get("partitions_dropped") or []
+    if dropped:
+        click.echo(f"  dropped {len(dropped)} partitions (~{result.detail['estimated_rows_dropped']} rows): {', '.join(dropped)}")
+
+
+@main_group.command("pause")
+@dsn_option
+@click.argument("queue")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def pause_cmd(obj, queue: str, reason: str | None) -> None:
+    """Stop workers claiming from QUEUE (its jobs wait; running ones finish)."""
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        m.pause_queue(conn, queue, actor=cli_actor(), reason=reason)
+    click.echo(f"queue {queue!r} paused")
+
+
+@main_group.command("resume")
+@dsn_option
+@click.argument("queue")
+@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def resume_cmd(obj, queue: str, reason: str | None) -> None:
+    """Let workers claim from QUEUE again."""
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        m.resume_queue(conn, queue, actor=cli_actor(), reason=reason)
+    click.echo(f"queue {queue!r} resumed")
+
+
+# --- dead letters ---------------------------------------------------------------------------
+
+
+def _time_arg(option: str, text: str | None) -> str | None:
+    """--failed-since/--failed-before: an ISO time, or a duration meaning "that long ago"."""
+    if text is None:
+        return None
+    try:
+        return (datetime.now(UTC) - parse_duration(text)).isoformat()
+    except ValueError:
+        pass
+    try:
+        datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.UsageError(f"{option}: {text!r} is neither a time (2026-11-30T03:00Z) nor a duration ago (90s, 15m, 1h, 7d)") from None
+    return text
+
+
+def _selection(ids, queue, kind, group, failed_since, failed_before, payload, select_all) -> m.Selection:
+    data = {
+        "ids": [int(i) for chunk in ids for i in str(chunk).split(",") if i.strip()] if ids else None,
+        "queue": queue,
+        "kind": kind,
+        "fingerprint": group,
+        "failed_since": _time_arg("--failed-since", failed_since),
+        "failed_before": _time_arg("--failed-before", failed_before),
+        "payload": payload,
+        "all": True if select_all else None,
+    }
+    if not any(v is not None for v in data.values()):
+        raise click.UsageError("say which dead letters: --id, --queue, --kind, --group, --failed-since, "
+                               "--failed-before, --payload, or --all for every one")
+    return m.Selection.from_dict(data)
+
+
+def _selection_options(func):
+    options = [
+        click.option("--id", "ids", multiple=True, help="A job id (repeat, or comma-separate, for several)."),
+        click.option("--queue", default=None, help="Only this queue."),
+        click.option("--kind", default=None, help="Only this kind."),
+        click.option("--group", default=None, metavar="FINGERPRINT", help="Only this error group (see `skiplock dead-letters`)."),
+        click.option("--failed-since", default=None, metavar="T", help="Failed at or after T (ISO time, or a duration ago: 2h)."),
+        click.option("--failed-before", default=None, metavar="T", help="Failed before T (ISO time, or a duration ago)."),
+        click.option("--payload", default=None, metavar="JSON", help="Payload contains this JSON object (@>)."),
+        click.option("--all", "select_all", is_flag=True, help="Every dead letter (required when no filter is given)."),
+        click.option("--dry-run", is_flag=True, help="Print the preview (count, sample, filter) and change nothing."),
+        click.option("--reason", default=None, help="Why (kept in the audit log)."),
+        click.option("--batch-size", type=int, default=None, help="Jobs per transaction [config: maintenance.batch_size]."),
+        _rate_option("Most jobs per second [config: maintenance.bulk_rate]."),
+        click.option("--sample", type=click.IntRange(0, 100), default=5, show_default=True, help="Rows shown by the preview."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _print_preview(preview: m.Preview, action: str) -> None:
+    click.echo(f"{preview.total} dead letters to {action}: {preview.description}")
+    for row in preview.sample:
+        error = (row["last_error"] or "").splitlines()[0][:80] if row["last_error"] else ""
+        click.echo(f"  #{row['id']:<10} {row['queue']:<12} {row['kind']:<16} failed {row['finished_at']:%Y-%m-%d %H:%M:%S} "
+                   f"after {row['attempts']} attempts  {error}")
+    if preview.total > len(preview.sample) and preview.sample:
+        click.echo(f"  ... and {preview.total - len(preview.sample)} more")
+
+
+def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_since, failed_before, payload,
+          select_all, dry_run, reason, batch_size, rate, sample) -> None:
+    _check_rate(rate)
+    selection = _selection(ids, queue, kind, group, failed_since, failed_before, payload, select_all)
+    s = _settings(obj)
+    batch_size = s.batch_size if batch_size is None else batch_size
+    rate = s.bulk_rate if rate is None else rate
+    check_batching(batch_size, rate)  # refuse before printing anything
+    dsn = obj.dsn
+    with connect(dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        preview = m.preview(conn, selection, sample=sample)
+        _print_preview(preview, action)
+        if dry_run:
+            click.echo("dry run: nothing changed")
+            return
+        op_id = m.start(conn, action, selection, actor=cli_actor(), reason=reason, rate=rate,
+                        batch_size=batch_size, purge_mode=purge_mode)
+        click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
+        _follow(conn, dsn, op_id, s.error_history)
+
+
+def _follow(conn, dsn: str, op_id: int, history: int) -> None:
+    """Run the operation in a thread, print its progress; Ctrl-C/SIGTERM cancels it."""
+    stop = _stop_on_signals()
+    errors: list[BaseException] = []
+
+    def target():
+        try:
+            bulk.run(dsn, op_id, history=history)
+        except BaseException as exc:  # recorded on the operation row too
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name=f"skiplock-bulk-{op_id}", daemon=True)
+    thread.start()
+    last = None
+    cancelled = False
+    while thread.is_alive():
+        thread.join(0.5)
+        if stop.is_set() and not cancelled:
+            cancelled = True
+            click.echo("cancelling (stops after the current batch) ...")
+            m.cancel(conn, op_id, actor=cli_actor(), reason="interrupted from the command line")
+        p = m.progress(conn, op_id)
+        if p["done"] != last:
+            last = p["done"]
+            click.echo(f"  {p['done']}/{p['total']} ({p['percent']}%)")
+    final = m.progress(conn, op_id)
+    click.echo(f"operation #{op_id}: {final['state']}, {final['done']} of {final['total']} jobs"
+               + (f" ({final['error']})" if final["error"] else ""))
+    if final["state"] != "done":
+        sys.exit(1)
+
+
+@main_group.command("replay")
+@dsn_option
+@_selection_options
+@friendly_errors
+@click.pass_obj
+def replay_cmd(obj, **options) -> None:
+    """Return dead letters to pending with a fresh attempt budget (previewed, batched, audited)."""
+    _bulk(obj, "replay", "delete", **options)
+
+
+@main_group.command("purge")
+@dsn_option
+@_selection_options
+@click.option("--to-archive", is_flag=True, help="Move them to the archive marked purged instead of deleting them.")
+@friendly_errors
+@click.pass_obj
+def purge_cmd(obj, to_archive: bool, **options) -> None:
+    """Remove dead letters (previewed, batched, audited)."""
+    _bulk(obj, "purge", "archive" if to_archive else "delete", **options)
+
+
+@main_group.command("dead-letters")
+@dsn_option
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option("--kind", default=None, help="Only this kind.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@friendly_errors
+@click.pass_obj
+def dead_letters_cmd(obj, queue, kind, limit, as_json) -> None:
+    """Error groups: dead letters by fingerprint, largest first (use one with --group)."""
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        found = m.groups(conn, queue=queue, kind=kind, limit=limit)
+    if as_json:
+        click.echo(json.dumps(found, default=str, indent=2))
+        return
+    if not found:
+        click.echo("no dead letters")
+    for g in found:
+        click.echo(f"{g['count']:>8}  {g['fingerprint']}\n          queues {', '.join(g['queues'])}; kinds {', '.join(g['kinds'])}; "
+                   f"first {g['first_seen']:%Y-%m-%d %H:%M}, last {g['last_seen']:%Y-%m-%d %H:%M}")
+
+
+@main_group.command("operations")
+@dsn_option
+@click.option("--cancel", "cancel_id", type=int, default=None, help="Ask operation ID to stop between batches.")
+@click.option("--resume", "resume_id", type=int, default=None, help="Resume cancelled/failed operation ID and run it here.")
+@click.option("--resume-abandoned", is_flag=True, help="Finish operations whose process died.")
+@click.option("--limit", type=click.IntRange(1, 500), default=10, show_default=True)
+@friendly_errors
+@click.pass_obj
+def operations_cmd(obj, cancel_id, resume_id, resume_abandoned, limit) -> None:
+    """List recent bulk replays and purges; cancel or resume one."""
+    s = _settings(obj)
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        if cancel_id is not None:
+            p = m.cancel(conn, cancel_id, actor=cli_actor())
+            click.echo(f"operation #{cancel_id}: {'cancelled' if p['state'] == 'cancelled' else 'cancel requested'}")
+            return
+        if resume_id is not None:
+            m.resume(conn, resume_id, actor=cli_actor())
+            _follow(conn, obj.dsn, resume_id, s.error_history)
+            return
+        if resume_abandoned:
+            done = m.resume_abandoned(obj.dsn, history=s.error_history)
+            click.echo(f"resumed: {', '.join(f'#{i}' for i in done) or 'none'}")
+            return
+        for op in m.recent_operations(conn, limit=limit):
+            click.echo(f"#{op['id']:<6} {op['action']:<7} {op['state']:<10} {op['done']}/{op['total']} ({op['percent']}%)  "
+                       f"by {op['actor']} at {op['created_at']:%Y-%m-%d %H:%M:%S}  {json.dumps(op['selection'])}")
+
+

@@ -1,0 +1,71 @@
+"""Collection and scheduling commands: `skiplock collect --once`, `skiplock scheduler`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from console.cli.common import dsn_option, friendly_errors, main_group
+from console.db import require_schema
+
+
+def _format_labels(labels: dict[str, str]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+@main_group.command("collect")
+@dsn_option
+@click.option("--once", is_flag=True, required=True, help="Run one full collection cycle, store it, print it and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored samples as JSON lines instead of a table.")
+@friendly_errors
+@click.pass_obj
+def collect_cmd(obj, once: bool, as_json: bool) -> None:
+    """Run every collector once and print what was stored (for cron and debugging).
+
+    Exits 1 when a collector failed (its error is printed; the others still stored their samples).
+    """
+    from console.collectors import Options, collect, collector_connection
+
+    options = Options.from_config(obj.config)
+    with collector_connection(obj.dsn, options) as conn:
+        require_schema(conn)
+        report = collect(conn, options, leader="cli")
+    if as_json:
+        for s in report.samples:
+            click.echo(json.dumps({"metric": s.metric, "labels": s.labels, "value": s.value}))
+    else:
+        width = max((len(s.metric) for s in report.samples), default=10)
+        for s in report.samples:
+            value = "n/a" if s.value is None else f"{s.value:.6g}"
+            click.echo(f"{s.metric:<{width}}  {value:>12}  {_format_labels(s.labels)}")
+        click.echo(f"stored {len(report.samples)} samples in collection run {report.run_id} ({report.duration_s * 1000:.1f} ms)")
+        for name, info in report.collectors.items():
+            status = f"error: {info['error']}" if info["error"] else "ok"
+            click.echo(f"  {name:<12} {info['ms']:8.1f} ms  {info['samples']:4d} samples  {status}", err=bool(info["error"]))
+    if report.errors:
+        sys.exit(1)
+
+
+@main_group.command("scheduler")
+@dsn_option
+@click.option("--collect-interval", type=click.FloatRange(min=0.1), default=None,
+              help="Seconds between collection cycles [config: scheduler.collect_interval].")
+@friendly_errors
+@click.pass_obj
+def scheduler_cmd(obj, collect_interval: float | None) -> None:
+    """Run the scheduler until SIGTERM/Ctrl-C: collectors, reaper, archiver, sample retention.
+
+    Run one or several (for failover) per database: one leads, elected with an advisory lock,
+    and a standby takes over within [scheduler] election_interval seconds when it dies.
+    """
+    from console.config import load_config
+    from console.scheduler import Scheduler
+
+    config = obj.config
+    if collect_interval is not None:
+        config = load_config(config.path, overrides={"scheduler.collect_interval": collect_interval})
+    scheduler = Scheduler(obj.dsn, config)
+    scheduler.install_signal_handlers()
+    sys.exit(scheduler.run())

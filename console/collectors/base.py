@@ -1,0 +1,137 @@
+"""What every collector shares: its options, the cycle's context, and the dedicated connection.
+
+A collector is a function `collect(ctx) -> Iterable[Sample]` registered in
+`console.collectors.COLLECTORS`. It reads through `ctx.rows(concern, name, params)`, keeps the
+counters it needs for the next cycle's deltas with `ctx.remember(state)` (stored in
+`skiplock.collector_state`, so a restarted scheduler or a new leader continues from the last
+stored snapshot), and puts what is not a number (holders, trees, progress) in `ctx.detail()`.
+
+The connection is autocommit (statistics views are frozen inside a transaction: every
+statement here is its own transaction, so each reads fresh counters), carries statement and
+lock timeouts, and is named `skiplock-collector` so the database collectors leave it (and the
+rest of the console) out of what they report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from console.db import connect
+from console.samples import Sample
+from console.sqlfiles import query
+
+COLLECTOR_APP = "skiplock-collector"
+# The console's own sessions, left out of horizon holders, lock waits and connection counts.
+# Workers ("skiplock-worker*") are the queue's, not the console's, and are reported.
+CONSOLE_APPS: tuple[str, ...] = ("skiplock-collector%", "skiplock-scheduler%", "skiplock-web%", "skiplock-console%")
+WATCHED_TABLES: tuple[tuple[str, str], ...] = (("jobs", "skiplock.jobs"), ("jobs_archive", "skiplock.jobs_archive"))
+
+
+@dataclass(frozen=True)
+class Options:
+    """How hard collectors may look. Defaults suit a 15 s cycle on a busy queue."""
+
+    statement_timeout_ms: int = 2000
+    lock_timeout_ms: int = 200
+    # Pending/running entries counted exactly before scaling to the planner's estimate.
+    depth_exact_limit: int = 100_000
+    # Dead letters read (with a heap fetch each, for the queue name) for the per-queue split.
+    failed_queue_limit: int = 20_000
+    # Queues probed one by one with a rolled-back claim (besides one probe over all queues).
+    probe_queues: int = 3
+    # Seconds between re-reads of pg_stat_statements query text to find the claim statement.
+    pgss_discovery_interval: float = 300.0
+    live_worker_within: float = 15.0
+    exclude_apps: tuple[str, ...] = CONSOLE_APPS
+    tables: tuple[tuple[str, str], ...] = WATCHED_TABLES
+
+    @classmethod
+    def from_config(cls, config: Any | None) -> Options:
+        if config is None:
+            return cls()
+        s = config.scheduler
+        return cls(
+            statement_timeout_ms=config.database.statement_timeout_ms,
+            lock_timeout_ms=s.lock_timeout_ms,
+            depth_exact_limit=s.depth_exact_limit,
+            failed_queue_limit=s.failed_queue_limit,
+            probe_queues=s.probe_queues,
+            live_worker_within=3 * config.worker.flush_interval,
+        )
+
+
+def collector_connection(dsn: str, options: Options | None = None) -> psycopg.Connection:
+    """An autocommit connection with the collectors' time limits and name."""
+    options = options or Options()
+    pg_options = (
+        f"-c statement_timeout={int(options.statement_timeout_ms)}"
+        f" -c lock_timeout={int(options.lock_timeout_ms)}"
+        " -c idle_in_transaction_session_timeout=30000"
+    )
+    return connect(dsn, application_name=COLLECTOR_APP, autocommit=True, options=pg_options)
+
+
+@dataclass
+class Context:
+    """One collector's view of one cycle."""
+
+    conn: psycopg.Connection
+    options: Options
+    now: datetime  # the database's clock at the start of the cycle
+    name: str = ""
+    previous_at: datetime | None = None
+    previous: dict[str, Any] = field(default_factory=dict)
+    state: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def server_version(self) -> int:
+        return self.conn.info.server_version
+
+    @property
+    def interval(self) -> float | None:
+        """Seconds since this collector's previous stored snapshot (None on the first cycle)."""
+        if self.previous_at is None:
+            return None
+        seconds = (self.now - self.previous_at).total_seconds()
+        return seconds if seconds > 0 else None
+
+    def rows(self, concern: str, name: str, params: dict[str, Any] | None = None, *, text: Any = None) -> list[dict[str, Any]]:
+        """Run a named query (or an already composed `text`) and return dict rows."""
+        statement = text if text is not None else query(concern, name)
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(statement, params or {})
+            return cur.fetchall() if cur.description else []
+
+    def remember(self, state: dict[str, Any]) -> None:
+        """Keep `state` (JSON-able) as this collector's snapshot for the next cycle."""
+        self.state = state
+
+    def detail(self, key: str, value: Any) -> None:
+        self.details[key] = value
+
+
+CollectFn = Callable[[Context], Iterable[Sample]]
+
+
+@dataclass(frozen=True)
+class Collector:
+    name: str
+    collect: CollectFn
+    help: str
+
+
+def rate(new: float | None, old: float | None, seconds: float | None) -> float | None:
+    """Per-second rate of a cumulative counter; None without a previous value or after a reset."""
+    if new is None or old is None or not seconds:
+        return None
+    diff = new - old
+    if diff < 0:
+        return None
+    return diff / seconds

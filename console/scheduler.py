@@ -1,0 +1,310 @@
+"""The scheduler process: collectors, reaper, archiver and sample retention on intervals, run by
+exactly one leader per database.
+
+Several `skiplock scheduler` processes may run against one database. Each holds a dedicated
+connection and, every `election_interval` seconds, tries `pg_try_advisory_lock(ELECTION_KEY)`
+on it. The one that gets the lock is the leader for as long as that session lives; the others
+are standbys that keep trying. When the leader dies (even by SIGKILL) PostgreSQL ends its
+session and releases the lock, so a standby wins the next election tick: it takes over within
+one election interval. A leader checks its election connection on every tick and steps down
+at once if the connection is gone (its lock went with it). Only the leader runs jobs; a
+standby's job runs return at once without touching the database.
+
+Jobs (APScheduler 3 `BlockingScheduler`, UTC, `max_instances=1` so runs never overlap,
+`coalesce=True` so a backlog of missed runs becomes one, and `misfire_grace_time` from the
+config so a run more than that late is skipped):
+- collect: one collection cycle (`console.collectors.collect`), then every hook in
+  `AFTER_COLLECTION` (the alerts evaluation registers there; see `after_collection`);
+- reap: expired leases back to pending/failed (`console.queue.reap`, bounded batches);
+- archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
+- bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
+- retention: sample rollups and deletion (`console.collectors.retention`).
+
+Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
+says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
+
+It does not start inside the web app (tests and gunicorn workers must never run jobs) and does
+not measure anything itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.blocking import BlockingScheduler
+from psycopg.rows import dict_row
+
+from console import collectors
+from console import queue as q
+from console.collectors import CollectionReport, Options, collector_connection
+from console.collectors import retention as sample_retention
+from console.db import DatabaseError, connect, require_schema
+from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.scheduler")
+
+ELECTION_KEY = 0x5C1B_5C4E  # advisory lock key of the scheduler leader (per database)
+LEADER_APP = "skiplock-scheduler-leader"
+JOB_APP = "skiplock-scheduler"
+
+# --- the after-collection hook list -------------------------------------------------------
+
+Hook = Callable[[psycopg.Connection, CollectionReport], Any]
+AFTER_COLLECTION: list[Hook] = []
+# Modules imported when a scheduler starts, so their @after_collection hooks register
+# (the alerts evaluation adds its module here).
+HOOK_MODULES: tuple[str, ...] = ()
+
+
+def after_collection(hook: Hook) -> Hook:
+    """Register `hook(conn, report)` to run after every stored collection cycle, on the leader.
+
+    `conn` is an autocommit connection of the scheduler (not the collector's); `report` is the
+    cycle just stored (`report.samples`, `report.errors`, `report.details`). A hook that raises
+    is recorded as job `after_collection:<name>` and the next hook still runs.
+    """
+    if hook not in AFTER_COLLECTION:
+        AFTER_COLLECTION.append(hook)
+    return hook
+
+
+def _hook_name(hook: Hook) -> str:
+    return f"after_collection:{getattr(hook, '__module__', '?')}.{getattr(hook, '__qualname__', repr(hook))}"
+
+
+# --- reading the scheduler's health (the web console uses this) ---------------------------
+
+def status(conn: psycopg.Connection) -> dict[str, Any]:
+    """{"leader": node or None, "nodes": [...], "jobs": [...]}: every scheduler process seen in
+    the last hour with its liveness, and every job's last run, duration, error and totals."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        nodes = cur.execute(query("scheduler", "nodes"), {}).fetchall()
+        jobs = cur.execute(query("scheduler", "jobs"), {}).fetchall()
+    leader = next((n for n in nodes if n["is_leader"] and n["alive"]), None)
+    return {"leader": leader, "nodes": nodes, "jobs": jobs}
+
+
+# --- the process ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    interval: float
+    run: Callable[[psycopg.Connection], Any]
+    app: str = JOB_APP
+
+
+class Scheduler:
+    """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
+
+    def __init__(self, dsn: str, config: Any, *, node_id: str | None = None):
+        self.dsn = dsn
+        self.config = config
+        s = config.scheduler
+        self.election_interval = s.election_interval
+        self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.options = Options.from_config(config)
+        self.retention_settings = sample_retention.RetentionSettings.from_config(config)
+        self.is_leader = False
+        self.leader_since: datetime | None = None
+        self._lock_conn: psycopg.Connection | None = None
+        self._conns: dict[str, psycopg.Connection] = {}
+        self._conn_lock = threading.Lock()
+        self._stop = threading.Event()
+        for module in HOOK_MODULES:
+            importlib.import_module(module)
+        self.jobs = [
+            JobSpec("collect", s.collect_interval, self._collect, app="skiplock-collector"),
+            JobSpec("reap", s.reap_interval, self._reap),
+            JobSpec("archive", s.archive_interval, self._archive),
+            JobSpec("bulk_resume", max(s.reap_interval, 30.0), self._bulk_resume),
+            JobSpec("retention", s.retention_interval, self._retention),
+        ]
+        self._by_name = {j.name: j for j in self.jobs}
+        self._aps: BlockingScheduler | None = None
+
+    # --- leader election -----------------------------------------------------------------
+
+    def elect(self) -> bool:
+        """One election tick: keep or take the lock, say we are alive; returns is_leader."""
+        try:
+            if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
+                self._step_down("no election connection")
+                self._lock_conn = connect(self.dsn, application_name=LEADER_APP)
+            with self._lock_conn.cursor() as cur:
+                if self.is_leader:
+                    cur.execute(query("scheduler", "still_alive"), {})  # the lock lives with the session
+                else:
+                    got = cur.execute(query("scheduler", "try_lock"), {"key": ELECTION_KEY}).fetchone()[0]
+                    if got:
+                        self.is_leader = True
+                        self.leader_since = datetime.now(UTC)
+                        log.info("scheduler %s is now the leader", self.node_id)
+                cur.execute(query("scheduler", "node_seen"), {
+                    "id": self.node_id, "host": socket.gethostname(), "pid": os.getpid(),
+                    "is_leader": self.is_leader, "leader_since": self.leader_since,
+                })
+        except (psycopg.Error, DatabaseError) as exc:
+            log.warning("election connection lost (%s); standing by", type(exc).__name__)
+            self._step_down("election connection lost")
+            if self._lock_conn is not None:
+                self._lock_conn.close()
+            self._lock_conn = None
+        return self.is_leader
+
+    def _step_down(self, why: str) -> None:
+        if self.is_leader:
+            log.warning("scheduler %s stops leading: %s", self.node_id, why)
+        self.is_leader = False
+        self.leader_since = None
+
+    # --- running jobs ------------------------------------------------------------------
+
+    def _conn(self, spec: JobSpec) -> psycopg.Connection:
+        with self._conn_lock:
+            conn = self._conns.get(spec.name)
+            if conn is None or conn.closed or conn.broken:
+                if spec.name == "collect":
+                    conn = collector_connection(self.dsn, self.options)
+                else:
+                    conn = connect(self.dsn, application_name=spec.app)
+                self._conns[spec.name] = conn
+            return conn
+
+    def run_job(self, name: str) -> bool:
+        """Run one job now if this process leads; record its health. Returns True if it ran
+        without error (False for a standby or a failure)."""
+        if not self.is_leader or self._stop.is_set():
+            return False
+        spec = self._by_name[name]
+        return self._timed(name, spec.interval, lambda: spec.run(self._conn(spec)), spec)
+
+    def _timed(self, name: str, interval: float | None, work: Callable[[], Any], spec: JobSpec | None = None) -> bool:
+        started_at = datetime.now(UTC)
+        t0 = time.perf_counter()
+        error = None
+        try:
+            work()
+        except Exception as exc:  # a job's failure is recorded, never the scheduler's death
+            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
+            log.warning("job %s failed: %s", name, error)
+            if spec is not None:
+                conn = self._conns.get(spec.name)
+                if conn is not None and (conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+                    conn.close()
+        duration_ms = (time.perf_counter() - t0) * 1000.0
+        self._record(name, interval, started_at, duration_ms, error)
+        return error is None
+
+    def _record(self, name: str, interval: float | None, started_at: datetime, duration_ms: float, error: str | None) -> None:
+        try:
+            conn = self._conn(JobSpec("health", 0, lambda c: None))
+            conn.execute(query("scheduler", "job_ran"), {
+                "job": name, "leader": self.node_id, "interval": interval, "started_at": started_at,
+                "duration_ms": duration_ms, "error": error,
+            })
+        except (psycopg.Error, DatabaseError) as exc:
+            log.warning("could not record the health of job %s (%s)", name, type(exc).__name__)
+
+    # --- the jobs ----------------------------------------------------------------------
+
+    def _collect(self, conn: psycopg.Connection) -> None:
+        report = collectors.collect(conn, self.options, leader=self.node_id)
+        if report.errors:
+            log.info("collection %s: collector errors %s", report.run_id, report.errors)
+        if not AFTER_COLLECTION:
+            return
+        hook_conn = self._conn(JobSpec("hooks", 0, lambda c: None))
+        for hook in list(AFTER_COLLECTION):
+            self._timed(_hook_name(hook), None, lambda hook=hook: hook(hook_conn, report))
+
+    def _reap(self, conn: psycopg.Connection) -> None:
+        c = self.config
+        totals = q.reap(conn, batch_size=c.scheduler.reap_batch_size, max_batches=10,
+                        backoff_base=c.queue.backoff_base, backoff_cap=c.queue.backoff_cap,
+                        history=c.queue.error_history)
+        if totals["pending"] or totals["failed"]:
+            log.info("reaper rescued %d job(s) to pending, %d to failed", totals["pending"], totals["failed"])
+
+    def _archive(self, conn: psycopg.Connection) -> None:
+        from console import maintenance
+        from console.maintenance.settings import MaintenanceSettings
+
+        settings = MaintenanceSettings.from_config(self.config)
+        maintenance.archive_completed(conn, **settings.archive_kwargs(), max_batches=100, stop=self._stop)
+        maintenance.apply_retention(conn, **settings.retention_kwargs(), actor="scheduler")
+
+    def _bulk_resume(self, conn: psycopg.Connection) -> None:
+        from console.maintenance import bulk
+
+        bulk.resume_abandoned(self.dsn, stop=self._stop, history=self.config.queue.error_history)
+
+    def _retention(self, conn: psycopg.Connection) -> None:
+        sample_retention.run(conn, self.retention_settings)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def build(self) -> BlockingScheduler:
+        grace = max(1, int(round(self.config.scheduler.misfire_grace)))
+        aps = BlockingScheduler(
+            timezone="UTC",
+            executors={"default": ThreadPoolExecutor(max_workers=len(self.jobs) + 1)},
+            job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": grace},
+        )
+        aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect", name="elect",
+                    next_run_time=datetime.now(UTC))
+        for spec in self.jobs:
+            aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name, name=spec.name,
+                        next_run_time=datetime.now(UTC))
+        return aps
+
+    def run(self) -> int:
+        with connect(self.dsn, application_name=JOB_APP) as conn:
+            require_schema(conn)
+        self._aps = self.build()
+        log.info("scheduler %s starting (election every %gs)", self.node_id, self.election_interval)
+        try:
+            self._aps.start()
+        finally:
+            self.close()
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._aps is not None and self._aps.running:
+            self._aps.shutdown(wait=False)
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum, _frame):
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def close(self) -> None:
+        """Release the lead (closing the election session releases the lock) and connections."""
+        try:
+            if self._lock_conn is not None and not self._lock_conn.closed:
+                self._lock_conn.execute(query("scheduler", "node_stopped"), {"id": self.node_id})
+        except psycopg.Error:
+            pass
+        for conn in [self._lock_conn, *self._conns.values()]:
+            if conn is not None:
+                conn.close()
+        self._lock_conn = None
+        self._conns.clear()
+        self.is_leader = False

@@ -1,0 +1,57 @@
+-- pg_stat_statements for the claim statement, and the rolled-back probe claim. Only this
+-- database's rows are read (the extension's counters are cluster-wide).
+
+-- name: pgss_available
+SELECT
+    EXISTS (SELECT 1 FROM pg_extension AS e WHERE e.extname = 'pg_stat_statements') AS installed,
+    current_setting('shared_preload_libraries') LIKE '%%pg_stat_statements%%' AS preloaded;
+
+-- name: claim_statement_ids
+-- Discovery by shape, not by a hard-coded queryid: the statements that claim from skiplock.jobs
+-- (FOR UPDATE SKIP LOCKED and an attempts increment; the reaper has the first but not the
+-- second). Reading query text is the expensive part of pg_stat_statements, so the collector
+-- runs this only every few minutes and remembers the ids.
+SELECT
+    s.queryid,
+    CASE WHEN s.query ILIKE '%%completed_ids%%' THEN 'complete_and_claim' ELSE 'claim' END AS statement
+FROM pg_stat_statements(true) AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+  AND s.query ILIKE '%%for update skip locked%%'
+  AND s.query ILIKE '%%skiplock.jobs%%'
+  AND s.query ILIKE '%%attempts = j.attempts +%%'
+ORDER BY s.queryid;
+
+-- name: claim_statement_counters
+-- Counters only (no text), summed over users: the collector takes deltas between cycles.
+SELECT
+    s.queryid,
+    sum(s.calls)::float8 AS calls,
+    sum(s.rows)::float8 AS rows,
+    sum(s.total_exec_time)::float8 AS total_exec_ms,
+    sum(s.shared_blks_hit + s.shared_blks_read)::float8 AS shared_blks
+FROM pg_stat_statements(false) AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+  AND s.queryid = ANY(%(ids)s::bigint[])
+GROUP BY s.queryid
+ORDER BY s.queryid;
+
+-- name: probe_queues
+-- Queues with an eligible job at the head of the claim index (bounded walk), for per-queue probes.
+SELECT DISTINCT p.queue
+FROM (
+    SELECT j.queue
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT 1000
+) AS p
+ORDER BY p.queue
+LIMIT %(limit)s;
+
+-- name: pgss_entries
+-- How many statements this database has in pg_stat_statements (no text read): when it changes,
+-- a new statement may be a claim, so the collector looks at the text again.
+SELECT count(*)::bigint AS entries
+FROM pg_stat_statements(false) AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database());

@@ -1,0 +1,107 @@
+"""The collection runner: one cycle stores samples, state and a run row; a collector that
+times out records its error and "not available" while the others run; `skiplock collect
+--once`; and the Prometheus exposition of the stored cycle."""
+
+import subprocess
+import sys
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from console import collectors, samples
+from console.collectors import Options, latest_details
+from console.db import connect
+from console.metrics import render_metrics
+from tests.collector_helpers import cycle, value
+
+
+def test_a_cycle_stores_samples_state_and_a_run_row(dsn, conn):
+    report = cycle(dsn, leader="test")
+    assert not report.errors
+    assert set(report.collectors) == {c.name for c in collectors.COLLECTORS}
+    stored = samples.latest_cycle(conn)
+    assert len(stored) == len(report.samples)
+    run = samples.last_collection(conn)
+    assert run["leader"] == "test"
+    assert set(run["collectors"]) == set(report.collectors)
+    assert all(c["error"] is None for c in run["collectors"].values())
+    states = {r[0] for r in conn.execute("SELECT name FROM skiplock.collector_state")}
+    assert states == set(report.collectors)
+    assert latest_details(conn)["details"]["xmin_holders"] == []
+    for name in report.collectors:
+        assert value(report, "collector_duration_seconds", collector=name) > 0
+        assert value(report, "collector_errors", collector=name) == 0
+    assert value(report, "collection_duration_seconds") > 0
+
+
+def test_a_collector_that_times_out_records_it_and_the_others_still_run(dsn, conn):
+    from console import queue as q
+
+    q.enqueue(conn, "noop", queue="a")
+    first = cycle(dsn)
+    assert value(first, "queue_depth", queue="a", state="eligible") == 1
+    with connect(dsn, application_name="skiplock-test-ddl", autocommit=False) as ddl:
+        ddl.execute("LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        report = cycle(dsn, Options(lock_timeout_ms=100))
+        elapsed = time.monotonic() - started
+        ddl.rollback()
+    assert elapsed < 3
+    assert "lock timeout" in report.errors["queue"]
+    assert value(report, "collector_errors", collector="queue") == 1
+    # What the queue collector reported last time is "not available" now, not stale.
+    assert value(report, "queue_depth", queue="a", state="eligible") is None
+    assert value(report, "collector_errors", collector="horizon") == 0
+    assert value(report, "xmin_horizon_age_seconds", holder="any") is not None
+    run = samples.last_collection(conn)
+    assert "lock timeout" in run["collectors"]["queue"]["error"]
+    # The failed collector's previous state is kept, so the next good cycle still has a baseline.
+    after = cycle(dsn)
+    assert value(after, "queue_depth", queue="a", state="eligible") == 1
+    assert value(after, "dead_letter_growth", queue="a") == 0
+
+
+def test_collect_once_prints_what_it_stored(subprocess_env, conn):
+    result = subprocess.run([sys.executable, "-m", "console", "collect", "--once"], env=subprocess_env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "queue_depth" in result.stdout or "workers_live" in result.stdout
+    assert "stored" in result.stdout and "collection run" in result.stdout
+    assert conn.execute("SELECT count(*) FROM skiplock.collection_runs").fetchone()[0] == 1
+
+
+def test_collect_once_without_the_schema_says_so(make_database, python_exe):
+    import os
+
+    env = {**os.environ, "DATABASE_URL": make_database(template=None)}
+    result = subprocess.run([python_exe, "-m", "console", "collect", "--once"], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "skiplock migrate" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_metrics_exposition_of_the_newest_cycle(dsn, conn):
+    from console import queue as q
+
+    q.enqueue(conn, "noop", queue="mail")
+    cycle(dsn)
+    body, content_type = render_metrics(conn)
+    assert content_type.startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    depth = {(s.labels["queue"], s.labels["state"]): s.value for s in families["skiplock_queue_depth"].samples}
+    assert depth[("mail", "eligible")] == 1
+    for name in ("skiplock_queue_age_seconds", "skiplock_stuck_leases", "skiplock_dead_letters",
+                 "skiplock_claim_latency_seconds", "skiplock_table_dead_tuples", "skiplock_xmin_horizon_age_seconds",
+                 "skiplock_lock_waits", "skiplock_collector_duration_seconds", "skiplock_collection_age_seconds"):
+        assert name in families, name
+    probe = [s for s in families["skiplock_claim_latency_seconds"].samples if s.labels["source"] == "probe"]
+    assert probe and set(probe[0].labels) == {"queue", "source", "quantile"}
+    assert {s.labels["table"] for s in families["skiplock_table_dead_tuples"].samples} == {"jobs", "jobs_archive"}
+    # "Not available" values are left out rather than exported as a number.
+    assert "skiplock_throughput" not in families
+
+
+def test_metrics_before_any_collection(conn):
+    body, _ = render_metrics(conn)
+    families = {f.name: f for f in text_string_to_metric_families(body.decode())}
+    assert list(families) == ["skiplock_collection_age_seconds"]
