@@ -76,6 +76,10 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.auth:bp",        # /login, /logout
     "console.web.api:bp",         # /api/v1/openapi.json
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
+    "console.web.queues:bp",      # /queues, pause/resume
+    "console.web.workers:bp",     # /workers
+    "console.web.auditlog:bp",    # /audit
+    "console.web.admin:bp",       # /admin/users (admin)
     "console.web.overview:bp",    # /overview: verdict, figures, queues
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler

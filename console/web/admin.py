@@ -1,0 +1,102 @@
+"""Users and API tokens (admin only): add or change a user, disable/enable, create and revoke
+tokens. Every change is audited. The CLI (`skiplock users ...`) does the same.
+
+GET  /admin/users                       list users and tokens
+POST /admin/users                       name, role, password (empty keeps the current one)
+POST /admin/users/<name>/disable|enable
+POST /admin/users/<name>/token          label -> the token, shown once
+POST /admin/tokens/<id>/revoke
+GET  /api/v1/users (admin)
+"""
+
+from __future__ import annotations
+
+from flask import (
+    Blueprint,
+    abort,
+    flash,
+    g,
+    get_flashed_messages,
+    jsonify,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
+
+from console import audit
+from console import users as users_mod
+from console.web.api import api_doc
+from console.web.auth import requires
+from console.web.database import get_conn, run_limited
+
+bp = Blueprint("admin", __name__)
+
+
+def _listing():
+    return {"users": run_limited(users_mod.list_users), "tokens": run_limited(users_mod.list_tokens)}
+
+
+@bp.get("/admin/users")
+@requires("admin")
+def users():
+    messages = get_flashed_messages(with_categories=True)
+    return render_template("admin/users.html", roles=users_mod.ROLES, messages=messages, **_listing())
+
+
+@bp.get("/api/v1/users")
+@requires("admin")
+@api_doc("Users and API tokens (never the secrets)")
+def api_users():
+    return jsonify(_listing())
+
+
+@bp.post("/admin/users")
+@requires("admin")
+def save_user():
+    name = (request.form.get("name") or "").strip()
+    role = request.form.get("role") or ""
+    password = request.form.get("password") or None
+    conn = get_conn()
+    with conn.transaction():
+        exists = users_mod.get_user(conn, users_mod.check_name(name)) is not None
+        if not exists and password is None:
+            raise users_mod.UserError("a new user needs a password")
+        users_mod.add_user(conn, name, role, password)
+        audit.record(conn, actor=g.user.name, action="user_update" if exists else "user_add", target=f"user:{name}",
+                     detail={"role": role, "password_changed": password is not None})
+    flash(f"{'updated' if exists else 'created'} {name} ({role})", "good")
+    return redirect(url_for("admin.users"))
+
+
+@bp.post("/admin/users/<name>/<action>")
+@requires("admin")
+def user_action(name: str, action: str):
+    conn = get_conn()
+    if action in ("disable", "enable"):
+        if action == "disable" and name == g.user.name:
+            abort(409, "you cannot disable yourself")
+        with conn.transaction():
+            users_mod.set_disabled(conn, name, action == "disable")
+            audit.record(conn, actor=g.user.name, action=f"user_{action}", target=f"user:{name}")
+        flash(f"{action}d {name}", "good")
+        return redirect(url_for("admin.users"))
+    if action == "token":
+        label = (request.form.get("label") or "").strip()
+        with conn.transaction():
+            token = users_mod.create_token(conn, name, label)
+            audit.record(conn, actor=g.user.name, action="token_create", target=f"user:{name}", detail={"label": label})
+        return render_template("admin/token.html", name=name, token=token, label=label)
+    abort(404, f"no action {action!r}")
+
+
+@bp.post("/admin/tokens/<int:token_id>/revoke")
+@requires("admin")
+def revoke(token_id: int):
+    conn = get_conn()
+    with conn.transaction():
+        if not users_mod.revoke_token(conn, token_id):
+            abort(409, f"token {token_id} does not exist or is already revoked")
+        audit.record(conn, actor=g.user.name, action="token_revoke", target=f"token:{token_id}")
+    flash(f"revoked token {token_id}", "good")
+    return redirect(url_for("admin.users"))

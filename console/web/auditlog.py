@@ -1,0 +1,58 @@
+"""The audit log page: who did what, to which selection, why, with how many rows.
+
+GET /audit?actor=&action=&since=&until=&before= (keyset on id, newest first), /api/v1/audit
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, jsonify, render_template, request
+
+from console import audit
+from console.browse import InvalidFilter, parse_time
+from console.web.api import Param, api_doc
+from console.web.auth import requires
+from console.web.database import run_limited
+
+bp = Blueprint("auditlog", __name__)
+
+
+def audit_data() -> dict[str, Any]:
+    from console.web import state
+
+    args = request.args
+    actor = (args.get("actor") or "").strip() or None
+    action = (args.get("action") or "").strip() or None
+    since = parse_time(args["since"], "since") if (args.get("since") or "").strip() else None
+    until = parse_time(args["until"], "until") if (args.get("until") or "").strip() else None
+    before = (args.get("before") or "").strip() or None
+    if before is not None:
+        if not before.isdigit():
+            raise InvalidFilter(f"before: {before!r} is not an audit row id")
+        before = int(before)
+    limit = state().config.web.page_size
+    rows = run_limited(audit.search, actor=actor, action=action, since=since, until=until, before_id=before, limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    keep = {k: v for k, v in (("actor", actor), ("action", action), ("since", args.get("since")), ("until", args.get("until"))) if v}
+    return {"entries": rows, "next": rows[-1]["id"] if more and rows else None, "args": keep, "first_page": before is None}
+
+
+@bp.get("/audit")
+@requires("viewer")
+def index():
+    return render_template("auditlog/index.html", **audit_data())
+
+
+@bp.get("/api/v1/audit")
+@requires("viewer")
+@api_doc("The audit log, newest first (keyset pages)", params=[
+    Param("actor", description="exact actor (user name, scheduler, cli:...)"),
+    Param("action", description="exact action (replay, purge, pause, login, ...)"),
+    Param("since", description="ISO 8601 time or span back from now (15m, 6h, 7d)"),
+    Param("until", description="ISO 8601 time or span back from now"),
+    Param("before", type="integer", description="the `next` value of the previous page"),
+])
+def api_index():
+    return jsonify(audit_data())

@@ -1,0 +1,140 @@
+"""Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
+dead letters), a backlog drain estimate from the collectors' samples, and pause/resume.
+
+GET  /queues, /queues/_table (the polled fragment), /queues/<name>
+POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; audited by console.maintenance)
+and the same under /api/v1/queues.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+
+from console import browse, samples
+from console.maintenance import pause_queue, resume_queue
+from console.web.api import Param, api_doc
+from console.web.auth import requires
+from console.web.database import get_conn, run_panel
+
+bp = Blueprint("queues", __name__)
+
+
+def _from_samples(conn) -> list[dict[str, Any]]:
+    """Figures from the latest samples, for when the live query is too slow."""
+    by_queue: dict[str, dict[str, Any]] = {}
+    for s in samples.latest(conn, "queue_depth"):
+        row = by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?"), "sampled_at": s.at})
+        row[s.labels.get("state", "?")] = s.value
+    for s in samples.latest(conn, "queue_age_seconds"):
+        by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?")})["age_seconds"] = s.value
+    return sorted(by_queue.values(), key=lambda r: r["queue"])
+
+
+def queues_data() -> dict[str, Any]:
+    live = run_panel(browse.queue_figures)
+    rows, source, error = (live.data, "live", None) if live.ok else ([], "samples", live.error)
+    if not live.ok:
+        fallback = run_panel(_from_samples)
+        rows = fallback.data if fallback.ok else []
+    for row in rows:
+        drain = run_panel(browse.backlog_points, row["queue"])
+        estimate = browse.drain_estimate(drain.data) if drain.ok else browse.Drain("unknown", "samples not available")
+        if estimate.state == "unknown" and row.get("eligible") == 0:
+            estimate = browse.Drain("empty", "nothing waiting", 0.0)
+        row["drain"] = {"state": estimate.state, "text": estimate.text, "seconds": estimate.seconds,
+                        "net_per_second": estimate.net_per_second}
+    stuck = sum(r.get("stuck") or 0 for r in rows)
+    paused = sum(1 for r in rows if r.get("paused"))
+    state_bits = ([f"{stuck} stuck"] if stuck else []) + ([f"{paused} paused"] if paused else [])
+    return {"queues": rows, "source": source, "error": error, "tab_state": " · ".join(state_bits)}
+
+
+@bp.get("/queues")
+@requires("viewer")
+def index():
+    return render_template("queues/index.html", **queues_data())
+
+
+@bp.get("/queues/_table")
+@requires("viewer")
+def table():
+    return render_template("queues/_table.html", **queues_data())
+
+
+@bp.get("/api/v1/queues")
+@requires("viewer")
+@api_doc("Per-queue figures: eligible, scheduled, running, stuck, failed, oldest eligible age, paused, drain estimate",
+         description="`source` is `live`, or `samples` when the live query timed out (then `error` says why).")
+def api_index():
+    return jsonify(queues_data())
+
+
+def queue_data(name: str) -> dict[str, Any]:
+    data = queues_data()
+    row = next((r for r in data["queues"] if r["queue"] == name), None)
+    if row is None:
+        abort(404, f"there is no queue {name!r} (no jobs and never paused)")
+    return {"queue": row, "source": data["source"], "error": data["error"],
+            "tab_state": "paused" if row.get("paused") else ""}
+
+
+@bp.get("/queues/<name>")
+@requires("viewer")
+def detail(name: str):
+    return render_template("queues/detail.html", **queue_data(name))
+
+
+@bp.get("/api/v1/queues/<name>")
+@requires("viewer")
+@api_doc("One queue's figures and drain estimate")
+def api_detail(name: str):
+    return jsonify(queue_data(name))
+
+
+def _set(name: str, action: str) -> None:
+    reason = (request.form.get("reason") or "").strip()[:500] or None
+    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=g.user.name, reason=reason)
+
+
+def _back(name: str):
+    target = request.form.get("back")
+    if target == "index":
+        return redirect(url_for("queues.index"))
+    return redirect(url_for("queues.detail", name=name))
+
+
+@bp.post("/queues/<name>/pause")
+@requires("operator")
+def pause(name: str):
+    _set(name, "pause")
+    if request.headers.get("HX-Request"):
+        return table()
+    return _back(name)
+
+
+@bp.post("/queues/<name>/resume")
+@requires("operator")
+def resume(name: str):
+    _set(name, "resume")
+    if request.headers.get("HX-Request"):
+        return table()
+    return _back(name)
+
+
+@bp.post("/api/v1/queues/<name>/pause")
+@requires("operator")
+@api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
+         params=[Param("reason", where="form", description="why (kept in the audit log)")])
+def api_pause(name: str):
+    _set(name, "pause")
+    return jsonify({"ok": True, "queue": name, "paused": True})
+
+
+@bp.post("/api/v1/queues/<name>/resume")
+@requires("operator")
+@api_doc("Resume a paused queue (audited)", params=[Param("reason", where="form", description="why")])
+def api_resume(name: str):
+    _set(name, "resume")
+    return jsonify({"ok": True, "queue": name, "paused": False})
