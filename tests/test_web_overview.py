@@ -9,7 +9,7 @@ from console.samples import Sample
 from console.web.overview import Latest, sample_verdict
 from tests.oncall_data import store_history
 
-PAGES = ["/overview", "/overview/_verdict", "/overview/_figures", "/overview/_queues"]
+PAGES = ["/overview", "/overview/_verdict", "/overview/_figures", "/overview/_queues", "/overview/queue/billing/_charts"]
 
 
 def test_anonymous_is_sent_to_login_and_every_role_sees_it(client_as):
@@ -24,7 +24,7 @@ def test_anonymous_is_sent_to_login_and_every_role_sees_it(client_as):
 
 
 def test_bad_window_is_a_400_naming_the_choices(client_as):
-    for url in PAGES + ["/api/v1/overview"]:
+    for url in PAGES + ["/api/v1/overview", "/api/v1/overview/queue/billing"]:
         resp = client_as("viewer").get(url + "?window=3d")
         assert resp.status_code == 400, url
         assert "1h, 6h, 24h, 7d" in resp.get_data(as_text=True)
@@ -82,6 +82,16 @@ def test_fragments_carry_their_own_polling_and_only_their_part(conn, client_as):
     assert "<html" not in verdict and "data-figure" not in verdict
     figures = client.get("/overview/_figures?window=7d").get_data(as_text=True)
     assert figures.count("<svg") == 7 and "data-verdict" not in figures
+    queue = client.get("/overview/queue/billing/_charts?window=6h").get_data(as_text=True)
+    assert queue.count("<svg") == 3 and 'hx-get="/overview/queue/billing/_charts?window=6h"' in queue
+    api = client.get("/api/v1/overview/queue/billing").get_json()
+    depth = api["figures"][0]
+    assert depth["key"] == "depth"
+    assert {s["label"] for s in depth["series"]} == {"eligible", "scheduled", "running", "failed"}
+    from console import queue as q
+
+    q.enqueue(conn, "charge_card", {}, queue="billing")
+    assert 'hx-get="/overview/queue/billing/_charts"' in client.get("/queues/billing").get_data(as_text=True)
     page = client.get("/overview?window=24h").get_data(as_text=True)
     for frag in ("_verdict", "_figures", "_queues"):
         assert f'hx-get="/overview/{frag}?window=24h"' in page

@@ -455,3 +455,52 @@ def api_index():
         "queues": _panel_json(data["queues"]),
         "metrics": {f.key: {"metric": f.metric, "unit": f.unit, "help": METRICS[f.metric].help} for f in FIGURES},
     })
+
+
+# --- one queue's charts (a fragment the queue page loads) -----------------------------------
+
+QUEUE_FIGURES: tuple[Figure, ...] = (
+    Figure("depth", "Jobs by state", "queue_depth", "jobs", split_by="state",
+           help="Eligible (due now), scheduled (due later), running and failed jobs in this queue."),
+    Figure("age", "Oldest waiting job", "queue_age_seconds", "seconds", agg="max", rule="age",
+           help="How long the head of the queue has waited."),
+    Figure("dead_letters", "Dead letters", "dead_letters", "jobs",
+           help="Jobs of this queue that failed for good."),
+)
+
+
+def queue_charts_data(conn, name: str, window: timedelta, *, draw: bool) -> list[dict[str, Any]]:
+    end = datetime.now(UTC)
+    out = []
+    for fig in QUEUE_FIGURES:
+        rows = samples.series(conn, fig.metric, since=window, labels={"queue": name})
+        lines = charts.points_from_rows(rows, split_by=fig.split_by, agg=fig.agg)
+        threshold = RULES[fig.rule][1] if fig.rule else None
+        item = {"key": fig.key, "title": fig.title, "unit": fig.unit, "help": fig.help,
+                "summary": charts.summary(lines, fig.unit),
+                "series": [{"label": ln.label, "points": [[at, v] for at, v in ln.points]} for ln in lines]}
+        if draw:
+            item["chart"] = charts.line_chart(lines, unit=fig.unit, start=end - window, end=end, title=fig.title,
+                                              threshold=threshold, threshold_label="red at")
+            item["legend"] = charts.legend(lines)
+        out.append(item)
+    return out
+
+
+@bp.get("/overview/queue/<name>/_charts")
+@requires("viewer")
+def queue_charts(name: str):
+    window_name, window = window_arg()
+    p = run_panel(queue_charts_data, name, window, draw=True)
+    return render_template("overview/_queue_charts.html", queue=name, window=window_name,
+                           windows=list(WINDOWS), charts_panel=p)
+
+
+@bp.get("/api/v1/overview/queue/<name>")
+@requires("viewer")
+@api_doc("One queue's trend series (depth by state, oldest waiting job, dead letters) over a window",
+         params=[Param("window", enum=tuple(WINDOWS), description=f"default {DEFAULT_WINDOW}")])
+def api_queue_charts(name: str):
+    window_name, window = window_arg()
+    p = run_panel(queue_charts_data, name, window, draw=False)
+    return jsonify({"queue": name, "window": window_name, "figures": _panel_json(p)})
