@@ -26,7 +26,7 @@ from markupsafe import Markup, escape
 from console.timefmt import duration
 
 # Plot area inside the SVG's viewBox (left margin for y labels, bottom for time labels).
-LEFT, RIGHT, TOP, BOTTOM = 52, 8, 10, 22
+LEFT, RIGHT, TOP, BOTTOM = 62, 8, 10, 20
 MAX_LINES = 6
 
 
@@ -59,6 +59,16 @@ def format_value(value: float | None, unit: str) -> str:
     if "/" in unit:
         return f"{number} {unit}"
     return f"{number} {unit}" if unit else number
+
+
+def axis_value(value: float, unit: str) -> str:
+    """A y-axis label: like format_value, but thousands as 'k' so it fits the margin."""
+    if unit not in ("seconds", "bytes", "bytes/s", "ratio", "bool") and abs(value) >= 1000:
+        v = value / 1_000_000 if abs(value) >= 1_000_000 else value / 1000
+        suffix = "M" if abs(value) >= 1_000_000 else "k"
+        text = f"{v:.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:.1f}"
+        return f"{text} {suffix} {unit}".replace("/s", "/s")
+    return format_value(value, unit)
 
 
 def _number(value: float) -> str:
@@ -181,8 +191,8 @@ def line_chart(
     title: str = "",
     threshold: float | None = None,
     threshold_label: str = "threshold",
-    width: int = 480,
-    height: int = 140,
+    width: int = 400,
+    height: int = 150,
     area: bool = True,
 ) -> Markup:
     """An inline SVG line chart (area under a single line). Empty -> 'No data yet'."""
@@ -219,7 +229,7 @@ def line_chart(
         y = y_of(v)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{_fmt(y)}" y2="{_fmt(y)}"/>')
         parts.append(f'<text class="axis" x="{LEFT - 4}" y="{_fmt(y + 4)}" text-anchor="end">'
-                     f'{escape(format_value(v, unit))}</text>')
+                     f'{escape(axis_value(v, unit))}</text>')
     # time labels
     for t in time_ticks(start, end):
         x = x_of(t)

@@ -25,6 +25,7 @@ from console import maintenance as m
 from console.config import SETTINGS
 from console.db import connect
 from console.maintenance import runs
+from console.timefmt import duration
 from console.web.api import Param, api_doc
 from console.web.auth import requires
 from console.web.database import run_panel
@@ -50,12 +51,23 @@ def _state():
     return state()
 
 
+def _display(value: Any) -> str:
+    if isinstance(value, timedelta):
+        return duration(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value == "":
+        return "(empty)"
+    return str(value)
+
+
 def settings_rows() -> list[dict[str, Any]]:
     current = _state().config.as_dict(redact=True)
     out = []
     for s in SETTINGS:
         value = current[s.section][s.key]
-        out.append({"section": s.section, "key": s.key, "value": value, "default": "********" if s.secret and s.default else s.default,
+        out.append({"section": s.section, "key": s.key, "value": value, "display": _display(value),
+                    "default": "********" if s.secret and s.default else _display(s.default),
                     "changed": (value != s.default) if not s.secret else bool(value), "secret": s.secret,
                     "env": s.env_var, "help": s.help})
     return out
