@@ -105,6 +105,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
+    Setting("worker", "vacuum_interval", float, 10.0, "Seconds between the workers' own VACUUMs of skiplock.jobs (one worker at a time, only while jobs are claimed); 0 leaves it to autovacuum.", non_negative),
     # [scheduler]
     Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),
     Setting("scheduler", "reap_interval", float, 30.0, "Seconds between reaper runs (expired leases back to pending or failed).", positive),
@@ -121,6 +122,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "depth_exact_limit", int, 100000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
     Setting("scheduler", "failed_queue_limit", int, 20000, "Newest dead letters read for the per-queue split; beyond it shares are scaled to the exact total.", positive),
     Setting("scheduler", "probe_queues", int, 3, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
+    # [alerts] (rules and webhooks themselves are [[alerts.rules]] and [[webhooks]] tables)
+    Setting("alerts", "evaluate", bool, True, "Evaluate alert rules after every collection cycle (the scheduler leader does).",),
+    Setting("alerts", "series_window", float, 300.0, "Seconds a sample stays current for alert rules; older collections count as stale and hold every alert.", positive),
+    Setting("alerts", "hysteresis", float, 0.1, "How far past the threshold (as a fraction of it) a firing alert must come back to resolve, when the rule gives no `clear` value.", non_negative),
+    Setting("alerts", "repeat_interval", float, 14400.0, "Seconds between repeat notifications of an unacknowledged firing alert.", positive),
+    Setting("alerts", "delivery_interval", float, 10.0, "Seconds between runs of the scheduler's webhook delivery job.", positive),
+    Setting("alerts", "delivery_timeout", float, 10.0, "Time limit in seconds for connecting to a webhook and for each read of its answer.", positive),
+    Setting("alerts", "delivery_batch", int, 100, "Most notifications one delivery run attempts.", positive),
+    Setting("alerts", "retry_base", float, 10.0, "Seconds before the first retry of a failed delivery; doubles each attempt.", positive),
+    Setting("alerts", "retry_cap", float, 600.0, "Longest wait between two delivery attempts, in seconds.", positive),
+    Setting("alerts", "give_up_after", float, 86400.0, "Seconds after which a notification that still fails is given up (marked gave_up in the delivery log).", positive),
+    Setting("alerts", "console_url", str, "", "Public URL of the web console, for links in notifications (empty: no link)."),
+    Setting("alerts", "runbook_base_url", str, "", "Base URL that relative runbook paths (docs/alerts.md#...) are joined to in notifications (empty: sent as is)."),
+    Setting("alerts", "keep_days", float, 30.0, "Days the delivery log and settled notifications are kept (pruned in batches by the delivery job).", positive),
     # [maintenance]
     Setting("maintenance", "archive_after", duration, timedelta(hours=1), "Completed jobs older than this leave the hot table (e.g. 1h, 7d)."),
     Setting("maintenance", "archive_mode", str, "archive", "What archival does with them: `archive` (move to skiplock.jobs_archive) or `delete`.", one_of("archive", "delete")),

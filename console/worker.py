@@ -7,7 +7,16 @@ One process runs:
 - `concurrency` handler threads that run the user's functions and report back;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control) that only wakes the main loop:
   NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
-- a heartbeat thread that extends the leases of long-running jobs.
+- a heartbeat thread that extends the leases of long-running jobs;
+- a vacuum thread: every `vacuum_interval` seconds, if this worker claimed jobs since its last
+  look, it runs `VACUUM skiplock.jobs` unless another worker (or autovacuum) already is.
+
+Why the worker vacuums: each claim leaves a dead entry at the head of the claim index, and
+every later claim scans past all of them until a vacuum removes them; autovacuum looks at a
+table at most once per `autovacuum_naptime` (a server-wide setting, 1 minute by default), long
+enough for a busy queue to slow down severalfold (docs/benchmarks.md, research/baseline-perf.md).
+One advisory lock keeps it to one vacuum at a time across the fleet, SKIP_LOCKED steps aside
+from a running autovacuum, and VACUUM takes no row locks, so claims never wait on it.
 
 Lost connections are retried with backoff; work finished meanwhile is completed after the
 reconnect (fenced, so a job rescued in the meantime is left alone). SIGTERM stops claiming,
@@ -94,6 +103,7 @@ class Worker:
         backoff_base: float = q.DEFAULT_BACKOFF_BASE,
         backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
         history: int = q.DEFAULT_HISTORY,
+        vacuum_interval: float = 10.0,
         name: str | None = None,
     ):
         if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
@@ -109,6 +119,8 @@ class Worker:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.history = history
+        self.vacuum_interval = vacuum_interval
+        self.vacuums = 0
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
 
@@ -199,6 +211,34 @@ class Worker:
         if conn is not None:
             conn.close()
 
+    def _vacuum_loop(self) -> None:
+        conn: psycopg.Connection | None = None
+        claimed_at_last_look = 0
+        while not self._stopping.wait(self.vacuum_interval):
+            claimed = self.counters.claimed
+            if claimed == claimed_at_last_look:
+                continue  # nothing claimed here since the last look: nothing of ours to clean
+            claimed_at_last_look = claimed
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name="skiplock-worker-vacuum")
+                if not conn.execute(query("queue", "try_vacuum_lock")).fetchone()[0]:
+                    continue  # another worker is vacuuming right now
+                try:
+                    started = time.monotonic()
+                    conn.execute(query("queue", "vacuum_jobs"))
+                    self.vacuums += 1
+                    log.debug("vacuumed skiplock.jobs in %.2fs", time.monotonic() - started)
+                finally:
+                    conn.execute(query("queue", "vacuum_unlock"))
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("vacuum of skiplock.jobs failed (%s); will retry", exc.__class__.__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
     # --- main loop -----------------------------------------------------------------------
 
     def _connection(self) -> psycopg.Connection:
@@ -259,6 +299,8 @@ class Worker:
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),
             threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
         ]
+        if self.vacuum_interval > 0:
+            threads.append(threading.Thread(target=self._vacuum_loop, name="vacuum", daemon=True))
         for thread in threads:
             thread.start()
         log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)

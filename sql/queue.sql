@@ -289,3 +289,15 @@ SET last_seen = now(),
     pickup_histogram = %(pickup_histogram)s,
     runtime_histogram = %(runtime_histogram)s
 WHERE w.id = %(id)s;
+
+-- name: try_vacuum_lock
+-- One worker vacuums the jobs table at a time (session-level advisory lock, never waited on).
+SELECT pg_try_advisory_lock(hashtext('skiplock.jobs vacuum'));
+
+-- name: vacuum_unlock
+SELECT pg_advisory_unlock(hashtext('skiplock.jobs vacuum'));
+
+-- name: vacuum_jobs
+-- Removes the dead claim-index entries that every claim would otherwise scan past. No row
+-- locks; SKIP_LOCKED steps aside when autovacuum (or an operator) is already vacuuming it.
+VACUUM (SKIP_LOCKED) skiplock.jobs;

@@ -256,3 +256,17 @@ def test_a_tasks_module_that_does_not_import_is_a_usage_error(subprocess_env):
     result = cli(subprocess_env, "worker", "--tasks", "tests.no_such_module")
     assert result.returncode == 2
     assert "--tasks: cannot import 'tests.no_such_module'" in result.stderr
+
+
+def test_a_busy_worker_vacuums_the_jobs_table_itself(db, workers):
+    """The claim index's dead head is cleaned by the workers within seconds, not once per
+    autovacuum_naptime (docs/benchmarks.md has the sustained-throughput numbers)."""
+    def manual_vacuums() -> int:
+        return db.execute("SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = 'skiplock.jobs'::regclass").fetchone()[0]
+
+    before = manual_vacuums()
+    q.enqueue_many(db, [q.NewJob("noop", {}) for _ in range(200)])
+    proc = workers.start(env={"SKIPLOCK_WORKER_VACUUM_INTERVAL": "0.3"})
+    wait_for(lambda: count_status(db, "completed") == 200, what="the jobs to complete")
+    wait_for(lambda: manual_vacuums() > before, timeout=10, what="the worker's VACUUM of skiplock.jobs")
+    assert workers.stop(proc)[0] == 0

@@ -58,6 +58,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         backoff_base=cfg.queue.backoff_base,
         backoff_cap=cfg.queue.backoff_cap,
         history=cfg.queue.error_history,
+        vacuum_interval=cfg.worker.vacuum_interval,
     )
     worker.install_signal_handlers()
     sys.exit(worker.run())

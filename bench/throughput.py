@@ -1,0 +1,489 @@
+#!/usr/bin/env python
+"""Queue throughput: Skiplock's worker against a naive FOR UPDATE claim, PGQueuer and a bare loop.
+
+Everything runs on one throwaway PostgreSQL (console.pgcluster.PrivateCluster) started by this
+script, once per durability mode:
+
+- durable: PostgreSQL's defaults (fsync, synchronous_commit and full_page_writes on);
+- relaxed: fsync=off, synchronous_commit=off, full_page_writes=off (RELAXED_DURABILITY).
+
+Both modes use shared_buffers=1GB (the 2M-row sustained backlog and its indexes fit) and
+PostgreSQL's default autovacuum_naptime (60 s): the queue has to hold up under the settings an
+operator actually has.
+
+The grid drains no-op jobs from a pre-filled table at each worker count; a "worker" is one OS
+process for every contender:
+
+- skiplock: real `skiplock worker --tasks noop_tasks` processes;
+- naive:    a bare psycopg loop running Skiplock's complete-and-claim statement with
+            `FOR UPDATE` instead of `FOR UPDATE SKIP LOCKED` (the convoy);
+- pgqueuer: PGQueuer's QueueManager on its psycopg driver, batch 10, same database;
+- bare:     a bare psycopg loop running exactly Skiplock's complete-and-claim SQL (the ceiling
+            for Python on this database).
+
+jobs/s is the rise in completed rows (counted in the database) over a fixed window after a
+warm-up; claim latency is the round trip of the claim statement (for Skiplock and the loops
+the complete-and-claim statement, for PGQueuer its dequeue query), p50/p99 interpolated in the
+fixed buckets of console.histogram (the same ones the console uses).
+
+The sustained test works a large backlog (default 2,000,000 jobs, 5 minutes) with Skiplock and
+then with PGQueuer and prints both throughputs every 5 s side by side.
+
+    .venv/bin/pip install -e '.[bench]'
+    .venv/bin/python bench/throughput.py --quick                 # a few minutes
+    .venv/bin/python bench/throughput.py                          # full grid + sustained
+    .venv/bin/python bench/throughput.py --no-grid --backlog 500000 --duration 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from console.db import connect, migrate  # noqa: E402
+from console.histogram import Histogram, delta, quantile  # noqa: E402
+from console.pgcluster import RELAXED_DURABILITY, PrivateCluster  # noqa: E402
+from console.sqlfiles import query  # noqa: E402
+
+MODES = {
+    "durable": {},
+    "relaxed": dict(RELAXED_DURABILITY),
+}
+COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare")
+
+CLAIM_SQL = query("queue", "complete_and_claim")
+NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
+assert NAIVE_SQL != CLAIM_SQL
+
+
+# --- filling -----------------------------------------------------------------------------------
+
+def reset_skiplock(dsn: str, jobs: int) -> None:
+    with connect(dsn) as conn:
+        conn.execute("TRUNCATE skiplock.jobs, skiplock.workers")
+        fill_skiplock(conn, jobs)
+        conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+        conn.execute("CHECKPOINT")
+
+
+def fill_skiplock(conn: psycopg.Connection, jobs: int) -> None:
+    step = 500_000
+    for start in range(0, jobs, step):
+        conn.execute(
+            "INSERT INTO skiplock.jobs (kind, payload) SELECT 'noop', jsonb_build_object('i', g) "
+            "FROM generate_series(%s::bigint, %s::bigint) AS g",
+            (start + 1, min(start + step, jobs)),
+        )
+
+
+def reset_pgqueuer(dsn: str, jobs: int) -> None:
+    with connect(dsn) as conn:
+        conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
+        step = 500_000
+        for start in range(0, jobs, step):
+            conn.execute(
+                "INSERT INTO pgqueuer (priority, entrypoint, status, payload) "
+                "SELECT 0, 'noop', 'queued', NULL FROM generate_series(%s::bigint, %s::bigint)",
+                (start + 1, min(start + step, jobs)),
+            )
+        conn.execute("VACUUM (ANALYZE) pgqueuer")
+        conn.execute("CHECKPOINT")
+
+
+def completed_skiplock(conn) -> int:
+    return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'completed'").fetchone()[0]
+
+
+def remaining_pgqueuer(conn) -> int:
+    return conn.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
+
+
+# --- the contenders' worker processes ------------------------------------------------------------
+
+def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_at: float, counts, out) -> None:
+    """Complete the previous batch and claim the next in one statement, nothing else."""
+    worker = f"loop-{os.getpid()}"
+    hist = Histogram()
+    params = {"worker": worker, "ids": [], "attempts": [], "queues": None, "limit": batch, "lease": 300.0}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.cursor()
+        id_at = attempts_at = None
+        while time.time() < stop_at:
+            started = time.perf_counter()
+            cur.execute(sql_text, params, prepare=True)
+            rows = cur.fetchall()
+            elapsed = time.perf_counter() - started
+            if id_at is None:
+                names = [c.name for c in cur.description]
+                id_at, attempts_at = names.index("id"), names.index("attempts")
+            now = time.time()
+            if t0 <= now <= t1:
+                hist.observe(elapsed)
+            claimed = [r for r in rows if r[id_at] is not None]
+            params["ids"] = [r[id_at] for r in claimed]
+            params["attempts"] = [r[attempts_at] for r in claimed]
+            if counts is not None:
+                with counts.get_lock():
+                    counts.value += len(claimed)
+            if not claimed:
+                time.sleep(0.01)
+        if params["ids"]:
+            cur.execute(sql_text, {**params, "limit": 0})
+    out.put(hist.counts)
+
+
+def pgqueuer_worker(dsn: str, batch: int, t0: float, t1: float, stop_at: float, counts, out) -> None:
+    asyncio.run(_pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out))
+
+
+async def _pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out) -> None:
+    from pgqueuer import QueueManager
+    from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    hist = Histogram()
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    queries = Queries(PsycopgDriver(conn))
+    manager = QueueManager(queries)
+    dequeue = queries.dequeue
+
+    async def timed_dequeue(*args, **kwargs):
+        started = time.perf_counter()
+        jobs = await dequeue(*args, **kwargs)
+        if t0 <= time.time() <= t1:
+            hist.observe(time.perf_counter() - started)
+        return jobs
+
+    queries.dequeue = timed_dequeue
+
+    @manager.entrypoint("noop")
+    async def noop(job) -> None:
+        if counts is not None:
+            with counts.get_lock():
+                counts.value += 1
+
+    loop = asyncio.get_running_loop()
+    loop.call_later(max(stop_at - time.time(), 0), manager.shutdown.set)
+    await manager.run(batch_size=batch, dequeue_timeout=timedelta(seconds=1))
+    await conn.close()
+    out.put(hist.counts)
+
+
+def start_skiplock_workers(dsn: str, n: int, args) -> list[subprocess.Popen]:
+    env = dict(os.environ)
+    env.update({
+        "DATABASE_URL": dsn,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")]),
+        "SKIPLOCK_WORKER_FLUSH_INTERVAL": "1",
+        "SKIPLOCK_WORKER_POLL_INTERVAL": "0.2",
+    })
+    cmd = [sys.executable, "-m", "console", "worker", "--tasks", "noop_tasks",
+           "--concurrency", str(args.concurrency), "--batch-size", str(args.batch)]
+    return [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for _ in range(n)]
+
+
+def stop_skiplock_workers(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            continue
+        if proc.returncode != 0:
+            print(f"  worker {proc.pid} exited {proc.returncode}: {err.strip().splitlines()[-1:]}", file=sys.stderr)
+
+
+def registry_histogram(conn) -> tuple[list[int], int]:
+    rows = conn.execute("SELECT claim_histogram, completed FROM skiplock.workers").fetchall()
+    total = [0] * len(Histogram().counts)
+    for counts, _ in rows:
+        total = [a + b for a, b in zip(total, list(counts) + [0] * (len(total) - len(counts)), strict=True)]
+    return total, sum(done for _, done in rows)
+
+
+# --- one cell of the grid ----------------------------------------------------------------------
+
+def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
+    jobs = args.cell_jobs
+    if contender == "pgqueuer":
+        reset_pgqueuer(dsn, jobs)
+    else:
+        reset_skiplock(dsn, jobs)
+    warmup, window = args.warmup, args.window
+    with connect(dsn) as conn:
+        if contender == "skiplock":
+            procs = start_skiplock_workers(dsn, workers, args)
+            try:
+                deadline = time.time() + 60
+                while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < workers:
+                    if time.time() > deadline or any(p.poll() is not None for p in procs):
+                        raise RuntimeError("skiplock workers did not start")
+                    time.sleep(0.05)
+                time.sleep(warmup)
+                before_hist, _ = registry_histogram(conn)
+                t0, c0 = time.time(), completed_skiplock(conn)
+                time.sleep(window)
+                t1, c1 = time.time(), completed_skiplock(conn)
+                time.sleep(1.1)  # one more counter flush covering the window's end
+                after_hist, _ = registry_histogram(conn)
+            finally:
+                stop_skiplock_workers(procs)
+            hist = delta(after_hist, before_hist)
+        else:
+            ctx = mp.get_context("fork")
+            out = ctx.Queue()
+            start = time.time() + 1.0  # time to fork and connect
+            t0_planned, t1_planned = start + warmup, start + warmup + window
+            stop_at = t1_planned + 0.5
+            if contender == "pgqueuer":
+                target, extra = pgqueuer_worker, (args.batch,)
+            else:
+                target, extra = loop_worker, (NAIVE_SQL if contender == "naive" else CLAIM_SQL, args.batch)
+            procs = [ctx.Process(target=target, args=(dsn, *extra, t0_planned, t1_planned, stop_at, None, out))
+                     for _ in range(workers)]
+            for p in procs:
+                p.start()
+            time.sleep(max(t0_planned - time.time(), 0))
+            t0 = time.time()
+            c0 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+            time.sleep(max(t1_planned - time.time(), 0))
+            t1 = time.time()
+            c1 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+            hist = [0] * len(Histogram().counts)
+            for _ in procs:
+                counts = out.get(timeout=120)
+                hist = [a + b for a, b in zip(hist, counts, strict=True)]
+            for p in procs:
+                p.join(timeout=30)
+    rate = (c1 - c0) / (t1 - t0)
+    p50, p99 = quantile(hist, 0.5), quantile(hist, 0.99)
+    note = "ran dry" if c1 >= jobs - args.batch * workers else ""
+    return {"rate": rate, "p50": p50, "p99": p99, "note": note}
+
+
+def ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.2f}"
+
+
+def run_grid(mode: str, dsn: str, args) -> dict:
+    print(f"\n## grid, {mode} durability ({describe(mode)})", flush=True)
+    results: dict[tuple[str, int], dict] = {}
+    for n in args.workers:
+        for contender in args.contenders:
+            cell = run_cell(contender, dsn, n, args)
+            results[(contender, n)] = cell
+            print(f"  {contender:9s} workers={n:2d}  {cell['rate']:8.0f} jobs/s  claim p50 {ms(cell['p50'])} ms"
+                  f"  p99 {ms(cell['p99'])} ms {cell['note']}", flush=True)
+    print_table(mode, results, args)
+    return results
+
+
+def print_table(mode: str, results: dict, args) -> None:
+    print(f"\n### {mode} durability: jobs/s (claim p50 / p99 ms)\n")
+    header = "| workers | " + " | ".join(args.contenders) + " |"
+    print(header)
+    print("|---:|" + "---:|" * len(args.contenders))
+    for n in args.workers:
+        cells = []
+        for contender in args.contenders:
+            cell = results.get((contender, n))
+            cells.append("-" if cell is None else f"{cell['rate']:,.0f} ({ms(cell['p50'])} / {ms(cell['p99'])}){' ' + cell['note'] if cell['note'] else ''}")
+        print(f"| {n} | " + " | ".join(cells) + " |")
+    if "skiplock" in args.contenders:
+        sk = {n: results[("skiplock", n)]["rate"] for n in args.workers if ("skiplock", n) in results}
+        peak = max(sk.values())
+        lines = [f"Skiplock peak {peak:,.0f} jobs/s; at {max(args.workers)} workers {sk[max(args.workers)] / peak:.0%} of peak."]
+        if "pgqueuer" in args.contenders:
+            pq = {n: results[("pgqueuer", n)]["rate"] for n in args.workers}
+            lines.append(f"PGQueuer best {max(pq.values()):,.0f}; Skiplock peak / PGQueuer best = {peak / max(pq.values()):.2f}x; "
+                         f"Skiplock ahead at every count: {all(sk[n] > pq[n] for n in args.workers)}.")
+        if "bare" in args.contenders:
+            ratios = ", ".join(f"{n}: {sk[n] / results[('bare', n)]['rate']:.0%}" for n in args.workers)
+            lines.append(f"Skiplock / bare loop at the same process count: {ratios}.")
+        print("\n" + "\n".join(lines))
+
+
+# --- the sustained test ------------------------------------------------------------------------
+
+def sustained(dsn: str, args) -> None:
+    n = args.sustained_workers
+    print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
+          f"{args.sustained_mode} durability; jobs/s per {args.interval:g} s", flush=True)
+    series: dict[str, list[float]] = {}
+    for contender in ("skiplock", "pgqueuer"):
+        if contender not in args.sustained_contenders:
+            continue
+        started = time.time()
+        (reset_pgqueuer if contender == "pgqueuer" else reset_skiplock)(dsn, args.backlog)
+        print(f"  {contender}: filled {args.backlog:,} jobs in {time.time() - started:.0f} s", flush=True)
+        rates: list[float] = []
+        with connect(dsn) as conn:
+            if contender == "skiplock":
+                procs = start_skiplock_workers(dsn, n, args)
+                try:
+                    while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < n:
+                        time.sleep(0.05)
+                    last_t, last_c = time.time(), 0
+                    end = last_t + args.duration
+                    while time.time() < end:
+                        time.sleep(args.interval)
+                        now = time.time()
+                        done = conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0]
+                        rates.append((done - last_c) / (now - last_t))
+                        last_t, last_c = now, done
+                        print(f"    {contender} t={now - end + args.duration:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
+                finally:
+                    stop_skiplock_workers(procs)
+            else:
+                ctx = mp.get_context("fork")
+                out = ctx.Queue()
+                counts = ctx.Value("q", 0)
+                start = time.time() + 1.0
+                stop_at = start + args.duration
+                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, start, stop_at, stop_at, counts, out))
+                         for _ in range(n)]
+                for p in procs:
+                    p.start()
+                time.sleep(max(start - time.time(), 0))
+                last_t, last_c = time.time(), counts.value
+                while time.time() < stop_at - 0.1:
+                    time.sleep(args.interval)
+                    now, done = time.time(), counts.value
+                    rates.append((done - last_c) / (now - last_t))
+                    last_t, last_c = now, done
+                    print(f"    {contender} t={now - start:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
+                for _ in procs:
+                    out.get(timeout=120)
+                for p in procs:
+                    p.join(timeout=30)
+        series[contender] = rates
+    print_sustained(series, args)
+
+
+def print_sustained(series: dict[str, list[float]], args) -> None:
+    names = list(series)
+    print(f"\n### sustained ({args.sustained_mode}): jobs/s per {args.interval:g} s\n")
+    print("| t (s) | " + " | ".join(names) + " |")
+    print("|---:|" + "---:|" * len(names))
+    for i in range(max(len(s) for s in series.values())):
+        cells = [f"{series[name][i]:,.0f}" if i < len(series[name]) else "-" for name in names]
+        print(f"| {(i + 1) * args.interval:g} | " + " | ".join(cells) + " |")
+    first_n = max(1, round(10 / args.interval))
+    last_n = max(1, round(60 / args.interval))
+    print()
+    for name in names:
+        s = series[name]
+        first = sum(s[:first_n]) / len(s[:first_n])
+        last = sum(s[-last_n:]) / len(s[-last_n:])
+        mean = sum(s) / len(s)
+        print(f"{name}: first 10 s {first:,.0f} jobs/s, last minute {last:,.0f} jobs/s ({last / first:.0%} of the start), "
+              f"mean {mean:,.0f}")
+
+
+# --- main --------------------------------------------------------------------------------------
+
+def describe(mode: str) -> str:
+    settings = {**COMMON_SETTINGS, **MODES[mode]}
+    return ", ".join(f"{k}={v}" for k, v in settings.items()) + ("" if MODES[mode] else ", fsync/synchronous_commit/full_page_writes on")
+
+
+def prepare_database(cluster: PrivateCluster) -> str:
+    with connect(cluster.dsn) as conn:
+        conn.execute("CREATE DATABASE bench")
+    dsn = cluster.dsn_for("bench")
+    with connect(dsn) as conn:
+        migrate(conn)
+
+    async def install_pgqueuer() -> None:
+        from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
+        from pgqueuer.queries import Queries
+
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        queries = Queries(PsycopgDriver(aconn))
+        await queries.install()
+        await queries.optimize_autovacuum()  # PGQueuer's recommended per-table settings (`pgq autovac`)
+        await aconn.close()
+
+    asyncio.run(install_pgqueuer())
+    return dsn
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default="durable,relaxed", help="durable,relaxed")
+    parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
+    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--window", type=float, default=10.0, help="measured seconds per cell")
+    parser.add_argument("--warmup", type=float, default=2.0, help="seconds before the window opens")
+    parser.add_argument("--cell-jobs", type=int, default=200_000, help="pre-filled jobs per cell")
+    parser.add_argument("--batch", type=int, default=10, help="jobs per claim (all contenders)")
+    parser.add_argument("--concurrency", type=int, default=10, help="Skiplock handler threads per worker")
+    parser.add_argument("--grid", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--sustained", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--sustained-mode", default="relaxed", choices=sorted(MODES))
+    parser.add_argument("--sustained-contenders", default="skiplock,pgqueuer")
+    parser.add_argument("--sustained-workers", type=int, default=4)
+    parser.add_argument("--backlog", type=int, default=2_000_000)
+    parser.add_argument("--duration", type=float, default=300.0)
+    parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--quick", action="store_true",
+                        help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0
+        args.cell_jobs, args.backlog, args.duration = 100_000, 200_000, 60.0
+    args.modes = [m for m in args.modes.split(",") if m]
+    args.workers = [int(n) for n in args.workers.split(",")]
+    args.contenders = [c for c in args.contenders.split(",") if c]
+    args.sustained_contenders = [c for c in args.sustained_contenders.split(",") if c]
+    unknown = set(args.contenders) - set(CONTENDERS)
+    if unknown or any(m not in MODES for m in args.modes):
+        parser.error(f"unknown contender or mode: {sorted(unknown) or args.modes}")
+    return args
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    print(f"# bench/throughput.py {' '.join(sys.argv[1:])}")
+    print(f"host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, psycopg {psycopg.__version__}")
+    try:
+        from importlib.metadata import version
+        print(f"pgqueuer {version('pgqueuer')}")
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    modes = list(args.modes) if args.grid else []
+    if args.sustained and args.sustained_mode not in modes:
+        modes.append(args.sustained_mode)
+    for mode in modes:
+        with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
+            dsn = prepare_database(cluster)
+            with connect(dsn) as conn:
+                print(f"\nPostgreSQL {conn.info.server_version}, {mode}: {describe(mode)}", flush=True)
+            if args.grid and mode in args.modes:
+                run_grid(mode, dsn, args)
+            if args.sustained and mode == args.sustained_mode:
+                sustained(dsn, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""Evaluation: rules over the newest samples, the alert state machine, silences and acks.
+
+    ok ──condition true──▶ pending ──held for `for`──▶ firing ──past the clear value──▶ ok (resolved)
+         ◀─condition false──┘
+
+- A pending alert that stops matching goes back to ok silently: nothing was sent, so a value
+  that keeps crossing the threshold for less than `for` produces no notification at all.
+- A firing alert resolves only when the value crosses back over the rule's clear value
+  (hysteresis: by default the threshold moved by `[alerts] hysteresis` of its size), so a value
+  hovering at the threshold does not flap between firing and resolved.
+- A series that disappears from the samples resolves its alert; a sample whose value is NULL
+  ("not available") holds the state. When the collectors are stale no sample-based rule moves
+  at all (the data cannot be trusted); the `collection_age_seconds` rule, computed from the
+  clock, says so instead.
+- Notifications: the first time a firing alert is neither silenced nor already notified, one
+  "firing" notification per destination; then a "repeat" every `[alerts] repeat_interval`
+  unless someone acknowledged it; a "resolved" when it resolves, if a firing notification went
+  out. Each goes into the outbox in the same transaction as the transition that caused it.
+
+One evaluation is one transaction under an advisory lock, so two evaluators never interleave.
+This module sends nothing over the network (`outbox.Sender` does).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urljoin
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from console import audit
+from console.alerts import outbox
+from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
+from console.alerts.transports import PAYLOAD_VERSION
+from console.db import time_limited
+from console.sqlfiles import query
+
+log = logging.getLogger(__name__)
+
+EVALUATION_LOCK_KEY = 0x5C1B_A1E7
+MAX_SILENCE = timedelta(days=30)
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    repeat_interval: float = 4 * 3600.0
+    hysteresis: float = 0.1
+    series_window: float = 300.0
+    delivery_timeout: float = 10.0
+    retry_base: float = 10.0
+    retry_cap: float = 600.0
+    give_up_after: float = 24 * 3600.0
+    delivery_batch: int = 100
+    console_url: str = ""
+    runbook_base_url: str = ""
+    keep_days: float = 30.0
+    statement_timeout_ms: int = 5000  # every evaluation and outbox statement runs under it
+
+    @classmethod
+    def from_config(cls, config) -> AlertSettings:
+        if config is None or not hasattr(config, "alerts"):
+            return cls()
+        section = config.alerts
+        values = {name: getattr(section, name) for name in cls.__dataclass_fields__ if hasattr(section, name)}
+        database = getattr(config, "database", None)
+        if database is not None and hasattr(database, "statement_timeout_ms"):
+            values["statement_timeout_ms"] = database.statement_timeout_ms
+        return cls(**values)
+
+
+@dataclass
+class Transition:
+    alert_id: int
+    rule: str
+    labels: dict[str, str]
+    kind: str  # pending, firing, repeat, resolved, ok (pending abandoned)
+    value: float | None
+    notifications: int = 0
+
+
+@dataclass
+class EvaluationReport:
+    at: datetime
+    rules: int = 0
+    series: int = 0
+    held_rules: list[str] = field(default_factory=list)
+    transitions: list[Transition] = field(default_factory=list)
+
+    @property
+    def notifications(self) -> int:
+        return sum(t.notifications for t in self.transitions)
+
+
+def _key(rule: str, labels: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return rule, tuple(sorted(labels.items()))
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None, event_id: int,
+                       value: float | None, at: datetime, settings: AlertSettings) -> dict[str, Any]:
+    """The versioned notification document (payload version 1; see docs/alerts.md).
+
+    The JSON webhook posts it as is; Slack and PagerDuty transports format it. It is written to
+    the outbox once, so every retry sends the same body and the same idempotency key."""
+    labels = dict(alert["labels"])
+    runbook = rule.runbook if rule else None
+    if runbook and settings.runbook_base_url and not runbook.startswith(("http://", "https://")):
+        runbook = urljoin(settings.runbook_base_url, runbook)
+    console_url = urljoin(settings.console_url.rstrip("/") + "/", f"alerts/{alert['id']}") if settings.console_url else None
+    return {
+        "version": PAYLOAD_VERSION,
+        "event": kind,
+        "idempotency_key": f"skiplock:alert:{alert['id']}:event:{event_id}",
+        "occurred_at": _iso(at),
+        "alert": {
+            "id": alert["id"],
+            "rule": alert["rule"],
+            "labels": labels,
+            "state": "ok" if kind == "resolved" else "firing",
+            "severity": rule.severity if rule else "warning",
+            "metric": rule.metric if rule else None,
+            "op": rule.op if rule else None,
+            "threshold": rule.threshold if rule else None,
+            "value": value,
+            "summary": rule.render_summary(labels, value) if rule else f"{alert['rule']} (rule removed)",
+            "runbook": runbook,
+            "started_at": _iso(alert.get("fired_at")),
+            "resolved_at": _iso(at) if kind == "resolved" else None,
+            "acknowledged_by": alert.get("acknowledged_by"),
+        },
+        "console_url": console_url,
+    }
+
+
+class _Evaluation:
+    """The state of one evaluation transaction (kept out of the public API)."""
+
+    def __init__(self, conn: psycopg.Connection, ruleset: RuleSet, settings: AlertSettings, now: datetime):
+        self.conn = conn
+        self.cur = conn.cursor(row_factory=dict_row)
+        self.ruleset = ruleset
+        self.settings = settings
+        self.now = now
+        self.report = EvaluationReport(at=now)
+        self.silences = self.cur.execute(query("alerts", "active_silences"), {"now": now}).fetchall()
+
+    def silenced_by(self, rule: str, labels: Mapping[str, str]) -> int | None:
+        for silence in self.silences:
+            if silence["rule"] not in (None, rule):
+                continue
+            if all(labels.get(k) == v for k, v in silence["labels"].items()):
+                return silence["id"]
+        return None
+
+    def event(self, alert_id: int, kind: str, value: float | None, detail: Any = None, actor: str | None = None) -> int:
+        row = self.cur.execute(query("alerts", "insert_event"), {
+            "alert_id": alert_id, "at": self.now, "kind": kind, "value": value, "actor": actor,
+            "detail": None if detail is None else Jsonb(detail),
+        }).fetchone()
+        return row["id"]
+
+    def set_state(self, rule: str, labels: Mapping[str, str], state: str, value: float | None) -> dict[str, Any]:
+        return self.cur.execute(query("alerts", "set_state"), {
+            "rule": rule, "labels": Jsonb(dict(labels)), "state": state, "value": value, "now": self.now,
+        }).fetchone()
+
+    def notify(self, alert: Mapping[str, Any], rule: Rule | None, kind: str, value: float | None,
+               detail: Any = None) -> Transition:
+        event_id = self.event(alert["id"], kind, value, detail)
+        targets = self.ruleset.targets(rule) if rule else list(self.ruleset.destinations.values())
+        document = build_notification(kind=kind, alert=alert, rule=rule, event_id=event_id, value=value,
+                                      at=self.now, settings=self.settings)
+        sent = outbox.enqueue(self.conn, alert_id=alert["id"], event_id=event_id,
+                              destinations=[d.name for d in targets], notification=document)
+        if kind != "resolved":
+            self.cur.execute(query("alerts", "mark_notified"), {"id": alert["id"], "now": self.now})
+        transition = Transition(alert["id"], alert["rule"], dict(alert["labels"]), kind, value, sent)
+        self.report.transitions.append(transition)
+        return transition
+
+    def fire(self, rule: Rule, labels: Mapping[str, str], value: float) -> None:
+        alert = self.set_state(rule.name, labels, "firing", value)
+        silence = self.silenced_by(rule.name, labels)
+        if silence is None:
+            self.notify(alert, rule, "firing", value)
+        else:
+            self.event(alert["id"], "firing", value, {"silenced_by": silence})
+            self.report.transitions.append(Transition(alert["id"], rule.name, dict(labels), "firing", value))
+
+    def resolve(self, current: Mapping[str, Any], rule: Rule | None, value: float | None, why: str) -> None:
+        alert = self.set_state(current["rule"], current["labels"], "ok", value)
+        if current["notified"]:
+            # Good news goes out even under a silence: it closes the incident the firing opened.
+            self.notify({**alert, "fired_at": current["fired_at"], "acknowledged_by": current["acknowledged_by"]},
+                        rule, "resolved", value, {"why": why})
+        else:
+            self.event(alert["id"], "resolved", value, {"why": why, "notified": False})
+            self.report.transitions.append(Transition(alert["id"], current["rule"], dict(current["labels"]),
+                                                      "resolved", value))
+
+    def keep_firing(self, current: Mapping[str, Any], rule: Rule, value: float | None) -> None:
+        self.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": self.now})
+        labels = current["labels"]
+        silence = self.silenced_by(rule.name, labels)
+        if silence is not None:
+            return
+        alert = {**current, "value": value}
+        if not current["notified"]:
+            self.notify(alert, rule, "firing", value, {"after_silence": True})
+        elif current["acknowledged_by"] is None and current["last_notified_at"] is not None and \
+                (self.now - current["last_notified_at"]).total_seconds() >= self.settings.repeat_interval:
+            self.notify(alert, rule, "repeat", value)
+
+
+def _series_for(rule: Rule, samples: Mapping[str, list[dict[str, Any]]]) -> list[tuple[dict[str, str], float | None]]:
+    return [(row["labels"], row["value"]) for row in samples.get(rule.metric, []) if rule.matches(row["labels"])]
+
+
+def _guard_state(rule: Rule, samples: Mapping[str, list[dict[str, Any]]]) -> bool | None:
+    """True/False when the guard holds / does not; None when it has no usable data."""
+    if rule.guard is None:
+        return True
+    guard = rule.guard
+    values = [row["value"] for row in samples.get(guard.metric, [])
+              if all(row["labels"].get(k) == v for k, v in guard.labels.items()) and row["value"] is not None]
+    if not values:
+        return None
+    from console.alerts.rules import compare
+
+    return any(compare(guard.op, v, guard.threshold) for v in values)
+
+
+def evaluate(conn: psycopg.Connection, ruleset: RuleSet, settings: AlertSettings | None = None, *,
+             now: datetime | None = None, only_derived: bool = False) -> EvaluationReport:
+    """Evaluate every enabled rule once (one transaction) and return what changed.
+
+    `now` defaults to the database's clock; tests pass it to step through time. `only_derived`
+    evaluates just the rules over derived metrics (the dead man's switch), which the delivery
+    job runs between collections so a stuck collector is noticed even though it writes nothing.
+    """
+    settings = settings or AlertSettings()
+    with time_limited(conn, settings.statement_timeout_ms):
+        conn.execute(query("alerts", "evaluation_lock"), {"key": EVALUATION_LOCK_KEY})
+        if now is None:
+            now = conn.execute("SELECT now()").fetchone()[0]
+        ev = _Evaluation(conn, ruleset, settings, now)
+        rules = [r for r in ruleset.enabled() if not only_derived or r.metric in DERIVED_METRICS]
+        wanted = sorted({r.metric for r in rules if r.metric not in DERIVED_METRICS}
+                        | {r.guard.metric for r in rules if r.guard})
+        samples: dict[str, list[dict[str, Any]]] = {}
+        if wanted:
+            for row in ev.cur.execute(query("alerts", "latest_samples"),
+                                      {"metrics": wanted, "now": now, "window": settings.series_window}):
+                samples.setdefault(row["metric"], []).append(row)
+        newest = ev.cur.execute(query("alerts", "newest_collection")).fetchone()["finished_at"]
+        collection_age = None if newest is None else max(0.0, (now - newest).total_seconds())
+        samples["collection_age_seconds"] = [{"labels": {}, "value": collection_age}]
+        data_stale = collection_age is not None and collection_age > settings.series_window
+
+        active = {_key(a["rule"], a["labels"]): a for a in ev.cur.execute(query("alerts", "active_alerts"))}
+        ev.report.rules = len(rules)
+        evaluated: set[str] = set()
+        for rule in rules:
+            derived = rule.metric in DERIVED_METRICS
+            if data_stale and not derived:
+                ev.report.held_rules.append(rule.name)
+                continue
+            guard = _guard_state(rule, samples)
+            series = _series_for(rule, samples)
+            evaluated.add(rule.name)
+            seen = set()
+            for labels, value in series:
+                key = _key(rule.name, labels)
+                seen.add(key)
+                ev.report.series += 1
+                current = active.get(key)
+                state = current["state"] if current else "ok"
+                if value is None or guard is None:
+                    if current:
+                        ev.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": now})
+                    continue
+                if state == "ok":
+                    if rule.condition(value) and guard:
+                        if rule.for_seconds <= 0:
+                            ev.fire(rule, labels, value)
+                        else:
+                            alert = ev.set_state(rule.name, labels, "pending", value)
+                            ev.report.transitions.append(Transition(alert["id"], rule.name, labels, "pending", value))
+                elif state == "pending":
+                    if not (rule.condition(value) and guard):
+                        alert = ev.set_state(rule.name, labels, "ok", value)
+                        ev.report.transitions.append(Transition(alert["id"], rule.name, labels, "ok", value))
+                    elif (now - current["state_since"]).total_seconds() >= rule.for_seconds:
+                        ev.fire(rule, labels, value)
+                    else:
+                        ev.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": now})
+                else:  # firing
+                    if rule.still_firing(value, settings.hysteresis) and guard:
+                        ev.keep_firing(current, rule, value)
+                    else:
+                        ev.resolve(current, rule, value, "value cleared" if guard else "guard condition no longer holds")
+            # Series that vanished from the samples: their alerts end.
+            for key, current in active.items():
+                if key[0] != rule.name or key in seen:
+                    continue
+                if current["state"] == "pending":
+                    alert = ev.set_state(current["rule"], current["labels"], "ok", None)
+                    ev.report.transitions.append(Transition(alert["id"], rule.name, dict(current["labels"]), "ok", None))
+                else:
+                    ev.resolve(current, rule, None, "series no longer reported")
+        # Alerts of rules that were removed or disabled end too (unless we only ran derived rules).
+        if not only_derived:
+            live = {r.name for r in rules}
+            for current in active.values():
+                if current["rule"] in live:
+                    continue
+                if current["state"] == "pending":
+                    ev.set_state(current["rule"], current["labels"], "ok", None)
+                else:
+                    ev.resolve(current, ruleset.rules.get(current["rule"]), None, "rule removed or disabled")
+        ev.cur.close()
+    for t in ev.report.transitions:
+        if t.kind in ("firing", "resolved", "repeat"):
+            log.info("alert %s %s %s value=%s notifications=%d", t.rule, t.labels, t.kind, t.value, t.notifications)
+    return ev.report
+
+
+# --- operator actions: acknowledge and silence (audited) ----------------------------------------
+
+
+class AlertActionError(ValueError):
+    """An acknowledge or silence that cannot be done as asked (the message says why)."""
+
+
+class AlertNotFound(AlertActionError):
+    pass
+
+
+class AlertNotFiring(AlertActionError):
+    pass
+
+
+def get_alert(conn: psycopg.Connection, alert_id: int) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("alerts", "get_alert"), {"id": alert_id}).fetchone()
+
+
+def acknowledge(conn: psycopg.Connection, alert_id: int, *, actor: str, note: str | None = None) -> dict[str, Any]:
+    """Mark a firing alert as being handled by `actor`: repeats stop until it resolves."""
+    if not actor:
+        raise AlertActionError("acknowledge needs the name of who is on it")
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("alerts", "acknowledge"), {"id": alert_id, "actor": actor, "note": note or None}).fetchone()
+        if row is None:
+            if get_alert(conn, alert_id) is None:
+                raise AlertNotFound(f"alert {alert_id} does not exist")
+            raise AlertNotFiring(f"alert {alert_id} is not firing; only a firing alert can be acknowledged")
+        cur.execute(query("alerts", "insert_event"), {"alert_id": alert_id, "at": cur.execute("SELECT now() AS now").fetchone()["now"],
+                                                      "kind": "acknowledged", "value": None, "actor": actor,
+                                                      "detail": Jsonb({"note": note}) if note else None})
+        audit.record(conn, actor=actor, action="alert_acknowledge", target=f"alert:{alert_id}",
+                     selection={"rule": row["rule"], "labels": row["labels"]}, reason=note or None, rows=1)
+    return row
+
+
+def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, str] | None, duration: timedelta,
+            reason: str, actor: str, ruleset: RuleSet | None = None) -> dict[str, Any]:
+    """Stop notifications for alerts of `rule` (None: any rule) whose labels include `labels`,
+    for `duration`. Alerts keep their state and still show; only notifications are held."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise AlertActionError("a silence needs a reason (what is being done about it)")
+    if not actor:
+        raise AlertActionError("a silence needs the name of who set it")
+    if not isinstance(duration, timedelta) or duration <= timedelta(0):
+        raise AlertActionError("a silence needs a positive duration")
+    if duration > MAX_SILENCE:
+        raise AlertActionError("a silence may last at most 30 days")
+    labels = dict(labels or {})
+    if rule is not None and ruleset is not None:
+        if rule not in ruleset.rules:
+            raise AlertActionError(f"no alert rule named {rule!r}")
+        try:
+            allowed = metric_labels(ruleset.rules[rule].metric)
+        except ValueError as exc:
+            raise AlertActionError(str(exc)) from None
+        unknown = sorted(set(labels) - set(allowed))
+        if unknown:
+            raise AlertActionError(f"rule {rule!r} has no label {', '.join(repr(u) for u in unknown)} (its labels: {', '.join(allowed) or 'none'})")
+    if rule is None and not labels:
+        raise AlertActionError("silencing every alert needs at least one label (or pick a rule)")
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        starts = cur.execute("SELECT now() AS now").fetchone()["now"]
+        row = cur.execute(query("alerts", "insert_silence"), {
+            "rule": rule, "labels": Jsonb(labels), "starts_at": starts, "ends_at": starts + duration,
+            "reason": reason, "actor": actor,
+        }).fetchone()
+        audit.record(conn, actor=actor, action="alert_silence", target=f"rule:{rule or '*'}",
+                     selection={"rule": rule, "labels": labels, "until": row["ends_at"].isoformat()}, reason=reason)
+    return row
+
+
+def expire_silence(conn: psycopg.Connection, silence_id: int, *, actor: str) -> dict[str, Any]:
+    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("alerts", "expire_silence"), {"id": silence_id, "actor": actor}).fetchone()
+        if row is None:
+            raise AlertNotFound(f"silence {silence_id} does not exist or has already ended")
+        audit.record(conn, actor=actor, action="alert_unsilence", target=f"silence:{silence_id}",
+                     selection={"rule": row["rule"], "labels": row["labels"]})
+    return row
+
+
+def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
+    """Pending and firing alerts, each with its rule's severity/summary/runbook and silence."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("alerts", "active_alerts")).fetchall()
+        silences = cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
+    out = []
+    for row in rows:
+        rule = ruleset.rules.get(row["rule"]) if ruleset else None
+        silenced = next((s for s in silences if s["rule"] in (None, row["rule"])
+                         and all(row["labels"].get(k) == v for k, v in s["labels"].items())), None)
+        out.append({**row, "severity": rule.severity if rule else None,
+                    "summary": rule.render_summary(row["labels"], row["value"]) if rule else row["rule"],
+                    "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
+                    "silence": silenced})
+    order = {"critical": 0, "warning": 1, "info": 2, None: 3}
+    out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))
+    return out
+
+
+def recent_events(conn: psycopg.Connection, *, limit: int = 50, before_id: int | None = None,
+                  alert_id: int | None = None) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("alerts", "recent_events"),
+                           {"limit": limit, "before_id": before_id, "alert_id": alert_id}).fetchall()
+
+
+def recent_silences(conn: psycopg.Connection, *, limit: int = 50) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("alerts", "recent_silences"), {"limit": limit}).fetchall()
+
+
+__all__ = ["AlertSettings", "EvaluationReport", "evaluate", "acknowledge", "silence", "expire_silence",
+           "active_alerts", "recent_events", "recent_silences", "build_notification", "RuleError"]

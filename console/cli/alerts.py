@@ -1,0 +1,173 @@
+"""Alert commands: list rules and alerts, evaluate, deliver, test a webhook, read the delivery log,
+acknowledge and silence. The same domain functions the scheduler and the web console call."""
+
+from __future__ import annotations
+
+import getpass
+import json
+
+import click
+
+from console import alerts
+from console.alerts import evaluate as ev
+from console.alerts import outbox
+from console.alerts.rules import format_value
+from console.cli.common import DURATION, dsn_option, friendly_errors, main_group
+from console.db import connect, require_schema
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:  # noqa: BLE001 - no user name in some containers
+        return "cli"
+
+
+@main_group.group("alerts")
+def alerts_group() -> None:
+    """Alert rules, webhooks and deliveries (see docs/alerts.md)."""
+
+
+def _conn(obj):
+    conn = connect(obj.dsn, application_name="skiplock-cli")
+    require_schema(conn)
+    return conn
+
+
+@alerts_group.command("list")
+@dsn_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@friendly_errors
+@click.pass_obj
+def list_cmd(obj, as_json: bool) -> None:
+    """The rules in force (and where each comes from), destinations, and active alerts."""
+    with _conn(obj) as conn:
+        ruleset = alerts.load(conn, obj.config)
+        active = ev.active_alerts(conn, ruleset)
+    if as_json:
+        click.echo(json.dumps({
+            "rules": [r.as_record() for r in ruleset.rules.values()],
+            "destinations": [d.public() for d in ruleset.destinations.values()],
+            "active": [{"id": a["id"], "rule": a["rule"], "labels": a["labels"], "state": a["state"],
+                        "value": a["value"], "since": a["state_since"].isoformat(),
+                        "acknowledged_by": a["acknowledged_by"]} for a in active],
+        }, indent=2))
+        return
+    click.echo("RULES")
+    for rule in sorted(ruleset.rules.values(), key=lambda r: r.name):
+        flag = "" if rule.enabled else " (disabled)"
+        shadow = " (UI version shadowed by the config file)" if rule.name in ruleset.shadowed_rules else ""
+        click.echo(f"  {rule.name:<22} {rule.severity:<8} {rule.source:<7} {rule.describe()}{flag}{shadow}")
+    click.echo("DESTINATIONS")
+    if not ruleset.destinations:
+        click.echo("  none configured: alerts show in the console but notify nobody")
+    for dest in ruleset.destinations.values():
+        click.echo(f"  {dest.name:<22} {dest.kind:<9} {dest.source:<7} {dest.display_url()}")
+    click.echo("ACTIVE ALERTS")
+    if not active:
+        click.echo("  none: every rule is ok")
+    for a in active:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(a["labels"].items()))
+        extra = f" ack by {a['acknowledged_by']}" if a["acknowledged_by"] else ""
+        extra += " silenced" if a["silence"] else ""
+        click.echo(f"  #{a['id']:<5} {a['state']:<8} {a['rule']:<22} {labels:<24} value={format_value(a['value'])}{extra}")
+
+
+@alerts_group.command("evaluate")
+@dsn_option
+@friendly_errors
+@click.pass_obj
+def evaluate_cmd(obj) -> None:
+    """Evaluate every rule once now (the scheduler does this after each collection)."""
+    with _conn(obj) as conn:
+        report = alerts.evaluate_now(conn, obj.config)
+    click.echo(f"{report.rules} rules, {report.series} series, {len(report.transitions)} transitions, "
+               f"{report.notifications} notifications queued")
+    for t in report.transitions:
+        click.echo(f"  {t.kind:<9} {t.rule} {t.labels} value={format_value(t.value)}")
+    if report.held_rules:
+        click.echo(f"  collectors are stale: {len(report.held_rules)} rules held")
+
+
+@alerts_group.command("deliver")
+@dsn_option
+@friendly_errors
+@click.pass_obj
+def deliver_cmd(obj) -> None:
+    """Send what is due in the outbox once (the scheduler's delivery job does this)."""
+    with _conn(obj) as conn:
+        report = alerts.deliver(conn, obj.config)
+    click.echo(f"delivered {report.delivered}, retrying {report.retried}, failed {report.failed}, "
+               f"gave up {report.gave_up}")
+
+
+@alerts_group.command("test-webhook")
+@dsn_option
+@click.argument("name")
+@friendly_errors
+@click.pass_obj
+def test_webhook_cmd(obj, name: str) -> None:
+    """Send a test notification to the destination NAME and print the receiver's answer."""
+    with _conn(obj) as conn:
+        ruleset = alerts.load(conn, obj.config)
+        dest = ruleset.destinations.get(name)
+        if dest is None:
+            raise click.UsageError(f"no webhook named {name!r} (defined: {', '.join(sorted(ruleset.destinations)) or 'none'})")
+        result = outbox.send_test(conn, dest, timeout=alerts.settings(obj.config).delivery_timeout)
+    click.echo(f"{name} ({dest.kind}, {dest.display_url()}): {'OK' if result.ok else 'FAILED'} {result.message}")
+    if not result.ok:
+        raise SystemExit(1)
+
+
+@alerts_group.command("deliveries")
+@dsn_option
+@click.option("--limit", type=click.IntRange(1, 500), default=20, show_default=True)
+@click.option("--destination", default=None, help="Only this destination.")
+@friendly_errors
+@click.pass_obj
+def deliveries_cmd(obj, limit: int, destination: str | None) -> None:
+    """The newest rows of the delivery log."""
+    with _conn(obj) as conn:
+        rows = outbox.delivery_log(conn, limit=limit, destination=destination)
+    if not rows:
+        click.echo("no deliveries yet")
+    for r in rows:
+        what = f"{r['event'] or 'test'} {r['rule'] or ''}".strip()
+        status = r["http_status"] if r["http_status"] is not None else "-"
+        click.echo(f"{r['at']:%Y-%m-%d %H:%M:%S} {r['destination']:<16} #{r['attempt']:<3} {r['outcome']:<11} "
+                   f"{status!s:<4} {what} {r['error'] or ''}")
+
+
+@alerts_group.command("ack")
+@dsn_option
+@click.argument("alert_id", type=int)
+@click.option("--note", default=None, help="What you are doing about it.")
+@friendly_errors
+@click.pass_obj
+def ack_cmd(obj, alert_id: int, note: str | None) -> None:
+    """Acknowledge a firing alert: repeats stop, the console shows who is on it."""
+    with _conn(obj) as conn:
+        ev.acknowledge(conn, alert_id, actor=_actor(), note=note)
+    click.echo(f"alert {alert_id} acknowledged")
+
+
+@alerts_group.command("silence")
+@dsn_option
+@click.option("--rule", default=None, help="Rule name (default: every rule).")
+@click.option("--label", "labels", multiple=True, help="key=value the alert's labels must include (repeatable).")
+@click.option("--for", "duration", type=DURATION, required=True, help="How long, e.g. 30m, 2h.")
+@click.option("--reason", required=True, help="Why (kept in the audit log).")
+@friendly_errors
+@click.pass_obj
+def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, reason: str) -> None:
+    """Hold notifications of matching alerts for a while (audited)."""
+    selector = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise click.UsageError(f"--label {item!r} is not key=value")
+        selector[key] = value
+    with _conn(obj) as conn:
+        row = ev.silence(conn, rule=rule, labels=selector, duration=duration, reason=reason, actor=_actor(),
+                         ruleset=alerts.load(conn, obj.config))
+    click.echo(f"silence {row['id']} until {row['ends_at']:%Y-%m-%d %H:%M:%S %Z}")

@@ -1,0 +1,536 @@
+"""Alerts pages and their JSON twins.
+
+GET  /alerts                          firing and pending alerts, silences, recent transitions
+GET  /alerts/<id>                     one alert: its history, notifications and deliveries
+POST /alerts/<id>/ack                 acknowledge (operator; audited)
+POST /alerts/silences                 silence a rule + labels for a duration (operator; audited)
+POST /alerts/silences/<id>/expire     end a silence early (operator; audited)
+GET  /alerts/rules                    rules in force and where each comes from
+POST /alerts/rules                    save a UI rule (admin; audited; 400 with the reason when invalid)
+POST /alerts/rules/<name>/delete      (admin)
+GET  /alerts/destinations             webhooks (secrets never shown), "send test"
+POST /alerts/destinations             save a UI destination (admin)
+POST /alerts/destinations/<name>/delete
+POST /alerts/destinations/<name>/test send a test notification now, show the real answer (operator)
+GET  /alerts/deliveries               the delivery log
+and the same under /api/v1/alerts.
+
+Every change goes through the domain (`console.alerts`), which writes the audit row in the
+same transaction. This module sends nothing itself except the explicit "send test".
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+
+from console.alerts import evaluate as ev
+from console.alerts import outbox
+from console.alerts import rules as r
+from console.alerts.defaults import DEFAULT_NAMES
+from console.catalog import METRICS
+from console.web.api import Param, api_doc
+from console.web.auth import requires
+from console.web.database import get_conn, run_panel
+
+log = logging.getLogger(__name__)
+bp = Blueprint("alerts", __name__)
+
+
+def _config():
+    from console.web import state
+
+    return state().config
+
+
+@bp.record_once
+def _check_config_at_startup(setup_state) -> None:
+    # A typo in [[alerts.rules]] or [[webhooks]] stops create_app() with the rule's name.
+    r.check_config(setup_state.app.extensions["skiplock"].config)
+
+
+def _ruleset(conn) -> r.RuleSet:
+    return r.load(conn, _config())
+
+
+def _htmx() -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _wants_json() -> bool:
+    return request.path.startswith("/api/")
+
+
+# --- the alerts page -----------------------------------------------------------------------------
+
+
+def _active(conn) -> dict[str, Any]:
+    ruleset = _ruleset(conn)
+    active = ev.active_alerts(conn, ruleset)
+    return {"alerts": active, "firing": sum(1 for a in active if a["state"] == "firing"),
+            "pending": sum(1 for a in active if a["state"] == "pending"),
+            "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
+
+
+def _public_alert(a: dict[str, Any]) -> dict[str, Any]:
+    keys = ("id", "rule", "labels", "state", "state_since", "value", "evaluated_at", "fired_at", "severity",
+            "summary", "runbook", "condition", "acknowledged_by", "acknowledged_at", "ack_note")
+    out = {k: a.get(k) for k in keys}
+    silence = a.get("silence")
+    out["silenced_until"] = silence["ends_at"] if silence else None
+    out["silence_id"] = silence["id"] if silence else None
+    return out
+
+
+def _tab_state(active) -> str | None:
+    if not active.ok:
+        return None
+    if active.data["firing"]:
+        return f"{active.data['firing']} firing"
+    return None
+
+
+@bp.get("/alerts")
+@requires("viewer")
+def index():
+    active = run_panel(_active)
+    events = run_panel(ev.recent_events, limit=30)
+    silences = run_panel(ev.recent_silences, limit=30)
+    return render_template("alerts/index.html", active=active, events=events, silences=silences,
+                           tab_state=_tab_state(active))
+
+
+@bp.get("/alerts/active")
+@requires("viewer")
+def active_fragment():
+    active = run_panel(_active)
+    return render_template("alerts/_active.html", active=active, tab_state=_tab_state(active))
+
+
+@bp.get("/api/v1/alerts")
+@requires("viewer")
+@api_doc("Firing and pending alerts, firing first, most severe first",
+         description="Each alert has its rule's severity, summary and runbook, who acknowledged it, and the "
+                     "silence that holds its notifications (if any).")
+def api_index():
+    conn = get_conn()
+    data = _active(conn)
+    return jsonify({"firing": data["firing"], "pending": data["pending"],
+                    "alerts": [_public_alert(a) for a in data["alerts"]]})
+
+
+@bp.get("/api/v1/alerts/events")
+@requires("viewer")
+@api_doc("Alert transitions (firing, repeat, resolved, acknowledged), newest first", params=[
+    Param("before_id", type="integer", description="keyset cursor: events older than this id"),
+    Param("alert_id", type="integer", description="only this alert"),
+    Param("limit", type="integer", description="1-500 (default 50)"),
+])
+def api_events():
+    return jsonify({"events": ev.recent_events(get_conn(), limit=_int_arg("limit", 50, 1, 500),
+                                               before_id=_int_arg("before_id"), alert_id=_int_arg("alert_id"))})
+
+
+def _int_arg(name: str, default: int | None = None, low: int = 1, high: int = 2**62) -> int | None:
+    raw = request.args.get(name)
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise ValueError(f"{name}: must be a whole number between {low} and {high}")
+    return int(raw)
+
+
+# --- one alert ----------------------------------------------------------------------------------
+
+
+def _alert_data(conn, alert_id: int) -> dict[str, Any]:
+    alert = ev.get_alert(conn, alert_id)
+    if alert is None:
+        abort(404, f"alert {alert_id} does not exist")
+    ruleset = _ruleset(conn)
+    rule = ruleset.rules.get(alert["rule"])
+    return {
+        "alert": {**alert, "severity": rule.severity if rule else None,
+                  "summary": rule.render_summary(alert["labels"], alert["value"]) if rule else alert["rule"],
+                  "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None},
+        "events": ev.recent_events(conn, alert_id=alert_id, limit=100),
+        "notifications": outbox.recent(conn, alert_id=alert_id, limit=100),
+        "deliveries": outbox.delivery_log(conn, alert_id=alert_id, limit=100),
+    }
+
+
+@bp.get("/alerts/<int:alert_id>")
+@requires("viewer")
+def alert_page(alert_id: int):
+    return render_template("alerts/alert.html", **_alert_data(get_conn(), alert_id))
+
+
+@bp.get("/api/v1/alerts/<int:alert_id>")
+@requires("viewer")
+@api_doc("One alert with its transitions, notifications and delivery attempts",
+         params=[Param("alert_id", where="path", type="integer")], responses={"404": "no such alert"})
+def api_alert(alert_id: int):
+    return jsonify(_alert_data(get_conn(), alert_id))
+
+
+# --- acknowledge and silence ----------------------------------------------------------------------
+
+
+def _after_action(message: str):
+    """After a POST from the page: the refreshed fragment for htmx, else back to /alerts.
+    (`message` is what happened, kept for the log line.)"""
+    log.info("%s", message)
+    if _wants_json():
+        return None
+    if _htmx():
+        active = run_panel(_active)
+        return render_template("alerts/_active.html", active=active, tab_state=_tab_state(active))
+    return redirect(url_for("alerts.index"))
+
+
+def _ack(alert_id: int):
+    note = (request.form.get("note") or (request.get_json(silent=True) or {}).get("note") or "").strip()
+    try:
+        row = ev.acknowledge(get_conn(), alert_id, actor=g.user.name, note=note or None)
+    except ev.AlertNotFound as exc:
+        abort(404, str(exc))
+    except ev.AlertNotFiring as exc:
+        abort(409, str(exc))
+    return row
+
+
+@bp.post("/alerts/<int:alert_id>/ack")
+@requires("operator")
+def ack(alert_id: int):
+    _ack(alert_id)
+    return _after_action(f"Alert {alert_id} acknowledged by {g.user.name}")
+
+
+@bp.post("/api/v1/alerts/<int:alert_id>/ack")
+@requires("operator")
+@api_doc("Acknowledge a firing alert (stops repeat notifications until it resolves)", params=[
+    Param("alert_id", where="path", type="integer"), Param("note", where="form", description="what you are doing")],
+    responses={"404": "no such alert", "409": "the alert is not firing"})
+def api_ack(alert_id: int):
+    row = _ack(alert_id)
+    return jsonify({"acknowledged": row["id"], "by": g.user.name})
+
+
+def _form() -> dict[str, Any]:
+    data = request.get_json(silent=True) if request.is_json else None
+    return dict(data) if isinstance(data, dict) else {k: v for k, v in request.form.items() if k != "csrf_token"}
+
+
+def _silence():
+    form = _form()
+    rule = (form.get("rule") or "").strip() or None
+    labels = form.get("labels") or {}
+    if isinstance(labels, str):
+        labels = r.parse_selector(labels)
+    try:
+        seconds = r.parse_duration(form.get("duration") or "")
+    except ValueError as exc:
+        raise ValueError(f"duration: {exc}") from None
+    conn = get_conn()
+    return ev.silence(conn, rule=rule, labels=labels, duration=timedelta(seconds=seconds),
+                      reason=str(form.get("reason") or ""), actor=g.user.name, ruleset=_ruleset(conn))
+
+
+@bp.post("/alerts/silences")
+@requires("operator")
+def silence():
+    row = _silence()
+    return _after_action(f"Silenced until {row['ends_at']:%H:%M UTC}")
+
+
+@bp.post("/api/v1/alerts/silences")
+@requires("operator")
+@api_doc("Silence the notifications of a rule's alerts (and/or a label subset) for a duration", params=[
+    Param("rule", where="form", description="rule name; empty = every rule (then labels are required)"),
+    Param("labels", where="form", description="key=value[,key=value] the alert's labels must include"),
+    Param("duration", where="form", required=True, description="e.g. 30m, 2h (at most 30 days)"),
+    Param("reason", where="form", required=True, description="why; kept in the audit log"),
+])
+def api_silence():
+    return jsonify({"silence": _silence()}), 201
+
+
+@bp.get("/api/v1/alerts/silences")
+@requires("viewer")
+@api_doc("Active silences and those that ended within a day")
+def api_silences():
+    return jsonify({"silences": ev.recent_silences(get_conn(), limit=200)})
+
+
+def _expire(silence_id: int):
+    try:
+        return ev.expire_silence(get_conn(), silence_id, actor=g.user.name)
+    except ev.AlertNotFound as exc:
+        abort(404, str(exc))
+
+
+@bp.post("/alerts/silences/<int:silence_id>/expire")
+@requires("operator")
+def expire_silence(silence_id: int):
+    _expire(silence_id)
+    return _after_action(f"Silence {silence_id} ended")
+
+
+@bp.post("/api/v1/alerts/silences/<int:silence_id>/expire")
+@requires("operator")
+@api_doc("End a silence now", params=[Param("silence_id", where="path", type="integer")],
+         responses={"404": "no such active silence"})
+def api_expire_silence(silence_id: int):
+    return jsonify({"expired": _expire(silence_id)["id"]})
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+def _rules_data(conn) -> dict[str, Any]:
+    ruleset = _ruleset(conn)
+    ui_rows = _ui_rule_meta(conn)
+    out = []
+    for rule in sorted(ruleset.rules.values(), key=lambda x: x.name):
+        record = rule.as_record()
+        record["condition"] = rule.describe()
+        record["editable"] = rule.source != "file"
+        record["note"] = ("defined in config file" if rule.source == "file" else
+                          "built-in default" if rule.source == "default" else
+                          f"saved in the UI by {ui_rows[rule.name]['updated_by']}" if rule.name in ui_rows else "saved in the UI")
+        if rule.name in ruleset.shadowed_rules:
+            record["note"] += "; the UI's version is ignored (the config file wins)"
+        record["overrides_default"] = rule.source != "default" and rule.name in DEFAULT_NAMES
+        out.append(record)
+    return {"rules": out, "destinations": sorted(ruleset.destinations),
+            "shadowed": sorted(ruleset.shadowed_rules)}
+
+
+def _ui_rule_meta(conn) -> dict[str, dict[str, Any]]:
+    from psycopg.rows import dict_row
+
+    from console.sqlfiles import query
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        return {row["name"]: row for row in cur.execute(query("alerts", "ui_rules")).fetchall()}
+
+
+def _metrics() -> list[str]:
+    return sorted([*METRICS, *r.DERIVED_METRICS])
+
+
+@bp.get("/alerts/rules")
+@requires("viewer")
+def rules_page():
+    data = run_panel(_rules_data)
+    edit = request.args.get("edit")
+    form = None
+    if edit and data.ok:
+        form = next((x for x in data.data["rules"] if x["name"] == edit), None)
+    return render_template("alerts/rules.html", data=data, form=form, metrics=_metrics(), ops=r.OPS,
+                           severities=r.SEVERITIES, error=None)
+
+
+@bp.get("/api/v1/alerts/rules")
+@requires("viewer")
+@api_doc("Every rule in force with its source (default, ui, file)")
+def api_rules():
+    return jsonify(_rules_data(get_conn()))
+
+
+def _rule_record(form: dict[str, Any]) -> dict[str, Any]:
+    """A form (or JSON body) as the config file spells a rule; empty optional fields dropped."""
+    record = {k: form.get(k) for k in ("name", "metric", "labels", "op", "threshold", "clear", "for", "severity",
+                                       "summary", "runbook", "webhooks") if form.get(k) not in (None, "")}
+    if isinstance(form.get("enabled"), bool):
+        record["enabled"] = form["enabled"]
+    elif "enabled_present" in form or "enabled" in form:
+        record["enabled"] = form.get("enabled") in ("on", "true", "1", True)
+    when = form.get("when")
+    if isinstance(when, dict):
+        record["when"] = when
+    elif form.get("when_metric"):
+        record["when"] = {"metric": form.get("when_metric"), "labels": form.get("when_labels") or {},
+                          "op": form.get("when_op"), "threshold": form.get("when_threshold")}
+    return record
+
+
+@bp.post("/alerts/rules")
+@requires("admin")
+def save_rule():
+    form = _form()
+    try:
+        r.save_rule(get_conn(), _rule_record(form), actor=g.user.name, config=_config())
+    except r.RuleError as exc:
+        data = run_panel(_rules_data)
+        return render_template("alerts/rules.html", data=data, form=form, metrics=_metrics(), ops=r.OPS,
+                               severities=r.SEVERITIES, error=str(exc)), 400
+    return redirect(url_for("alerts.rules_page"))
+
+
+@bp.post("/api/v1/alerts/rules")
+@requires("admin")
+@api_doc("Create or replace a UI rule (same fields as [[alerts.rules]]); 400 names the problem",
+         description="A rule the config file defines cannot be saved here (the file wins).")
+def api_save_rule():
+    rule = r.save_rule(get_conn(), _rule_record(_form()), actor=g.user.name, config=_config())
+    return jsonify({"rule": rule.as_record()}), 201
+
+
+@bp.post("/alerts/rules/<name>/delete")
+@requires("admin")
+def delete_rule(name: str):
+    if not r.delete_rule(get_conn(), name, actor=g.user.name):
+        abort(404, f"no rule named {name!r} was saved in the UI")
+    return redirect(url_for("alerts.rules_page"))
+
+
+@bp.delete("/api/v1/alerts/rules/<name>")
+@requires("admin")
+@api_doc("Delete a UI rule (a default it overrode comes back)", params=[Param("name", where="path")],
+         responses={"404": "no such UI rule"})
+def api_delete_rule(name: str):
+    if not r.delete_rule(get_conn(), name, actor=g.user.name):
+        abort(404, f"no rule named {name!r} was saved in the UI")
+    return jsonify({"deleted": name})
+
+
+# --- destinations ----------------------------------------------------------------------------------
+
+
+def _destinations_data(conn) -> dict[str, Any]:
+    ruleset = _ruleset(conn)
+    out = []
+    for dest in sorted(ruleset.destinations.values(), key=lambda d: d.name):
+        item = dest.public()
+        item["note"] = "defined in config file" if dest.source == "file" else "saved in the UI"
+        if dest.name in ruleset.shadowed_destinations:
+            item["note"] += "; the UI's version is ignored (the config file wins)"
+        out.append(item)
+    return {"destinations": out, "pending": outbox.pending_summary(conn)}
+
+
+@bp.get("/alerts/destinations")
+@requires("viewer")
+def destinations_page():
+    data = run_panel(_destinations_data)
+    edit = request.args.get("edit")
+    form = next((d for d in data.data["destinations"] if d["name"] == edit), None) if edit and data.ok else None
+    return render_template("alerts/destinations.html", data=data, form=form, kinds=r.KINDS, error=None)
+
+
+@bp.get("/api/v1/alerts/destinations")
+@requires("viewer")
+@api_doc("Webhook destinations (URLs shortened, secrets never returned) and what waits in the outbox")
+def api_destinations():
+    return jsonify(_destinations_data(get_conn()))
+
+
+def _destination_record(form: dict[str, Any]) -> dict[str, Any]:
+    record = {k: form.get(k) for k in ("name", "kind", "url", "secret") if form.get(k) not in (None, "")}
+    headers = form.get("headers")
+    if isinstance(headers, str):
+        parsed: dict[str, str] = {}
+        for line in headers.splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = line.partition(":")
+            if not sep:
+                raise r.RuleError(f"webhook {form.get('name')!r}: header line {line.strip()!r} is not Name: value")
+            parsed[key.strip()] = value.strip()
+        headers = parsed
+    if headers:
+        record["headers"] = headers
+    return record
+
+
+@bp.post("/alerts/destinations")
+@requires("admin")
+def save_destination():
+    form = _form()
+    try:
+        r.save_destination(get_conn(), _destination_record(form), actor=g.user.name, config=_config())
+    except r.RuleError as exc:
+        form.pop("secret", None)  # never echo a secret back into the page
+        data = run_panel(_destinations_data)
+        return render_template("alerts/destinations.html", data=data, form=form, kinds=r.KINDS, error=str(exc)), 400
+    return redirect(url_for("alerts.destinations_page"))
+
+
+@bp.post("/api/v1/alerts/destinations")
+@requires("admin")
+@api_doc("Create or replace a UI destination; an empty secret keeps the saved one")
+def api_save_destination():
+    dest = r.save_destination(get_conn(), _destination_record(_form()), actor=g.user.name, config=_config())
+    return jsonify({"destination": dest.public()}), 201
+
+
+@bp.post("/alerts/destinations/<name>/delete")
+@requires("admin")
+def delete_destination(name: str):
+    if not r.delete_destination(get_conn(), name, actor=g.user.name):
+        abort(404, f"no destination named {name!r} was saved in the UI")
+    return redirect(url_for("alerts.destinations_page"))
+
+
+def _send_test(name: str) -> outbox.TestResult:
+    conn = get_conn()
+    dest = _ruleset(conn).destinations.get(name)
+    if dest is None:
+        abort(404, f"no destination named {name!r}")
+    cfg = _config()
+    return outbox.send_test(conn, dest, timeout=ev.AlertSettings.from_config(cfg).delivery_timeout)
+
+
+@bp.post("/alerts/destinations/<name>/test")
+@requires("operator")
+def test_destination(name: str):
+    result = _send_test(name)
+    if _htmx():
+        return render_template("alerts/_test_result.html", name=name, result=result)
+    data = run_panel(_destinations_data)
+    return render_template("alerts/destinations.html", data=data, form=None, kinds=r.KINDS, error=None,
+                           test_name=name, test_result=result)
+
+
+@bp.post("/api/v1/alerts/destinations/<name>/test")
+@requires("operator")
+@api_doc("Send a test notification now and return the receiver's real answer",
+         params=[Param("name", where="path")], responses={"404": "no such destination"})
+def api_test_destination(name: str):
+    result = _send_test(name)
+    return jsonify({"ok": result.ok, "status": result.status, "message": result.message,
+                    "duration_ms": result.duration_ms})
+
+
+# --- delivery log ------------------------------------------------------------------------------------
+
+
+def _deliveries_data(conn) -> dict[str, Any]:
+    limit = _int_arg("limit", 50, 1, 500)
+    rows = outbox.delivery_log(conn, limit=limit, before_id=_int_arg("before_id"),
+                               destination=request.args.get("destination") or None,
+                               alert_id=_int_arg("alert_id"))
+    return {"deliveries": rows, "next": rows[-1]["id"] if len(rows) == limit else None,
+            "destination": request.args.get("destination") or ""}
+
+
+@bp.get("/alerts/deliveries")
+@requires("viewer")
+def deliveries_page():
+    return render_template("alerts/deliveries.html", data=run_panel(_deliveries_data))
+
+
+@bp.get("/api/v1/alerts/deliveries")
+@requires("viewer")
+@api_doc("The delivery log, newest first", params=[
+    Param("destination", description="only this destination"),
+    Param("alert_id", type="integer", description="only this alert's notifications"),
+    Param("before_id", type="integer", description="keyset cursor (the `next` of the previous page)"),
+    Param("limit", type="integer", description="1-500 (default 50)"),
+])
+def api_deliveries():
+    return jsonify(_deliveries_data(get_conn()))
