@@ -49,7 +49,7 @@ def test_failing_queue_makes_the_verdict_failing_and_leads_the_queues_table(conn
     assert rows[0].startswith("billing")
     assert "No data yet" not in html
     data = client.get("/api/v1/overview?window=6h").get_json()
-    assert data["verdict"]["state"] == "failing" and data["verdict"]["source"] == "samples"
+    assert data["verdict"]["state"] == "failing" and "samples" in data["verdict"]["source"]
     figures = {f["key"]: f for f in data["figures"]}
     assert set(figures) == {"depth", "age", "throughput", "failures", "claim", "dead_letters", "dead_tuples"}
     assert figures["age"]["level"] == "bad"
@@ -145,3 +145,18 @@ def test_home_redirects_to_the_overview(client_as):
 def test_samples_store_roundtrip_used_by_the_page(conn):
     store_history(conn, minutes=2)
     assert {s.metric for s in samples.latest(conn)} >= {"queue_depth", "throughput", "table_dead_tuples"}
+
+
+def test_firing_alerts_lead_the_verdict_and_silenced_ones_do_not(conn, client_as):
+    store_history(conn, failing=None, minutes=3)
+    conn.execute("""INSERT INTO skiplock.alerts (rule, labels, state, value, fired_at)
+                    VALUES ('workers_zero', '{}', 'firing', 0, now() - interval '3 minutes')""")
+    client = client_as("viewer")
+    data = client.get("/api/v1/overview").get_json()
+    assert data["verdict"]["state"] == "failing" and data["verdict"]["source"].startswith("alerts")
+    assert [a["rule"] for a in data["alerts"]] == ["workers_zero"]
+    html = client.get("/overview").get_data(as_text=True)
+    assert 'id="firing-alerts"' in html and "critical" in html
+    conn.execute("""INSERT INTO skiplock.alert_silences (rule, labels, ends_at, created_by, reason)
+                    VALUES ('workers_zero', '{}', now() + interval '1 hour', 'operator', 'deploy')""")
+    assert client.get("/api/v1/overview").get_json()["verdict"]["state"] == "healthy"

@@ -17,6 +17,7 @@ alerts tables: no query touches the jobs table, so the page costs the same on 10
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,7 @@ from console.web.auth import requires
 from console.web.database import run_panel
 
 bp = Blueprint("overview", __name__)
+log = logging.getLogger(__name__)
 
 WINDOWS: dict[str, timedelta] = {"1h": timedelta(hours=1), "6h": timedelta(hours=6),
                                  "24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -143,7 +145,11 @@ def firing_alerts(conn) -> list[dict[str, Any]] | None:
         return None
     from console.web import state
 
-    ruleset = load(conn, state().config)
+    try:
+        ruleset = load(conn, state().config)
+    except ValueError as exc:  # a bad rule is the alerts page's to report; the overview goes on
+        log.warning("alert rules could not be loaded for the overview: %s", exc)
+        ruleset = None
     return [a for a in active(conn, ruleset) if a["state"] == "firing"]
 
 
@@ -181,36 +187,46 @@ def sample_verdict(latest: Latest) -> tuple[str, list[str]]:
     return "healthy", []
 
 
+_ORDER = ["unknown", "healthy", "degraded", "failing"]
+
+
 def verdict(conn, latest: Latest) -> dict[str, Any]:
+    """The worst of: firing alerts (when installed), the advisor's line (when installed), and
+    the latest samples. Alerts need time to fire (their `for` duration) and may be silenced;
+    the samples see a problem at once, so neither alone decides."""
     now = datetime.now(UTC)
     newest = latest.newest()
     stale = newest is None or now - newest > STALE_AFTER
-    stale_reason = ("no measurements stored yet: is `skiplock scheduler` running?" if newest is None else
-                    f"the newest measurement is {charts.format_value((now - newest).total_seconds(), 'seconds')} old: "
-                    "is `skiplock scheduler` running?")
+    states: list[str] = []
+    reasons: list[str] = []
+    sources: list[str] = []
     alerts = firing_alerts(conn)
     if alerts is not None:
         live = [a for a in alerts if not a.get("silence")]
-        critical = [a for a in live if a.get("severity") == "critical"]
-        state = "failing" if critical else "degraded" if live else "healthy"
-        reasons = [a.get("summary") or a["rule"] for a in live]
-        if stale:
-            state = "degraded" if state == "healthy" else state
-            reasons.append(stale_reason)
-        return {"state": state, "reasons": reasons, "source": "alerts", "measured_at": newest}
+        states.append("failing" if any(a.get("severity") == "critical" for a in live) else "degraded" if live else "healthy")
+        reasons += [a.get("summary") or a["rule"] for a in live]
+        sources.append("alerts")
     advisor_line = _optional("console.advisor", "verdict_line")
     if advisor_line is not None and not stale:
         line = advisor_line(conn)
-        if isinstance(line, dict) and line.get("state"):
-            return {"state": line["state"], "reasons": list(line.get("reasons") or []), "source": "advisor",
-                    "measured_at": newest}
-    if newest is None:
-        return {"state": "unknown", "reasons": [stale_reason], "source": "samples", "measured_at": None}
-    state, reasons = sample_verdict(latest)
+        if isinstance(line, dict) and line.get("state") in _ORDER:
+            states.append(line["state"])
+            reasons += [r for r in line.get("reasons") or [] if r not in reasons]
+            sources.append("advisor")
+    if newest is not None:
+        state, sample_reasons = sample_verdict(latest)
+        states.append(state)
+        reasons += [r for r in sample_reasons if r not in reasons]
+        sources.append("samples")
     if stale:
-        state = "degraded" if state == "healthy" else state
-        reasons.append(stale_reason)
-    return {"state": state, "reasons": reasons, "source": "samples", "measured_at": newest}
+        reasons.append("no measurements stored yet: is `skiplock scheduler` running?" if newest is None else
+                       f"the newest measurement is {charts.format_value((now - newest).total_seconds(), 'seconds')} "
+                       "old: is `skiplock scheduler` running?")
+        states.append("degraded" if newest is not None else "unknown")
+    state = max(states, key=_ORDER.index) if states else "unknown"
+    if newest is None and state == "healthy":
+        state = "unknown"  # nothing measured: "no alerts firing" means nothing
+    return {"state": state, "reasons": reasons, "source": "+".join(sources) or "none", "measured_at": newest}
 
 
 # --- figures and charts ---------------------------------------------------------------------
