@@ -24,9 +24,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, current_app, jsonify, render_template, request, url_for
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 from console import samples
-from console.catalog import METRICS
+from console.catalog import METRICS, check_metric
+from console.sqlfiles import query
 from console.web import charts
 from console.web.api import Param, api_doc
 from console.web.auth import requires
@@ -190,7 +193,7 @@ def sample_verdict(latest: Latest) -> tuple[str, list[str]]:
 _ORDER = ["unknown", "healthy", "degraded", "failing"]
 
 
-def verdict(conn, latest: Latest) -> dict[str, Any]:
+def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "load") -> dict[str, Any]:
     """The worst of: firing alerts (when installed), the advisor's line (when installed), and
     the latest samples. Alerts need time to fire (their `for` duration) and may be silenced;
     the samples see a problem at once, so neither alone decides."""
@@ -200,7 +203,8 @@ def verdict(conn, latest: Latest) -> dict[str, Any]:
     states: list[str] = []
     reasons: list[str] = []
     sources: list[str] = []
-    alerts = firing_alerts(conn)
+    if alerts == "load":
+        alerts = firing_alerts(conn)
     if alerts is not None:
         live = [a for a in alerts if not a.get("silence")]
         states.append("failing" if any(a.get("severity") == "critical" for a in live) else "degraded" if live else "healthy")
@@ -285,17 +289,49 @@ def figure_level(fig: Figure, latest: Latest, value: float | None) -> str:
     return level(value, fig.rule)
 
 
-def _series(conn, fig: Figure, since: timedelta) -> list[charts.Line]:
-    rows = samples.series(conn, fig.metric, since=since)
+CHART_POINTS = 120  # about one point per 3 px of a chart: enough detail, little to fetch
+
+
+def chart_lines(conn, metric: str, window: timedelta, *, where: dict[str, str] | None = None,
+                split_by: str | None = None, agg: str = "sum") -> list[charts.Line]:
+    """A metric's series over the window as chart lines, reduced to ~CHART_POINTS buckets in
+    the database (sql/overview.sql). Like `samples.series`, windows over 6 h read the
+    per-minute rollup and over 2 days the hourly one, falling back to raw samples when the
+    rollup is empty."""
+    check_metric(metric)
+    since = datetime.now(UTC) - window
+    step = max(window / CHART_POINTS, timedelta(seconds=1))
+    params = {"metric": metric, "since": since, "labels": Jsonb(where) if where else None,
+              "split": split_by, "agg": agg, "step": step}
+    rows: list[dict[str, Any]] = []
+    with conn.cursor(row_factory=dict_row) as cur:
+        if window > timedelta(hours=6):
+            resolution = "minute" if window <= timedelta(days=2) else "hour"
+            rows = cur.execute(query("overview", "series_rollup"), {**params, "resolution": resolution}).fetchall()
+        if not rows:
+            rows = cur.execute(query("overview", "series_raw"), params).fetchall()
+    lines: dict[str, list[tuple[datetime, float | None]]] = {}
+    for r in rows:
+        lines.setdefault(r["key"], []).append((r["at"], r["value"]))
+    return [charts.Line(key or "all", pts) for key, pts in sorted(lines.items())]
+
+
+def _series(conn, fig: Figure, window: timedelta) -> list[charts.Line]:
     where = dict(fig.where)
     if fig.key == "dead_tuples":
-        names = {r["labels"].get("table") for r in rows}
-        table = next((t for t in JOBS_TABLES if t in names), "jobs")
+        table = next((t for t in JOBS_TABLES if t in _tables_with(conn, fig.metric)), "jobs")
         where = {"table": table}
-    lines = charts.points_from_rows(rows, where=where, split_by=fig.split_by, agg=fig.agg)
+    lines = chart_lines(conn, fig.metric, window, where=where, split_by=fig.split_by, agg=fig.agg)
     if fig.split_by and len(lines) > charts.MAX_LINES:
-        lines = charts.points_from_rows(rows, where=where, agg=fig.agg)  # too many queues: one total
+        lines = chart_lines(conn, fig.metric, window, where=where, agg=fig.agg)  # too many queues: one total
     return lines
+
+
+def _tables_with(conn, metric: str) -> set[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT labels ->> 'table' FROM skiplock.samples "
+        "WHERE metric = %s AND collected_at >= now() - interval '15 minutes'", (metric,)).fetchall()
+    return {r[0] for r in rows}
 
 
 def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True) -> list[dict[str, Any]]:
@@ -383,14 +419,18 @@ def overview_data(window_name: str, window: timedelta, *, draw: bool, parts: tup
     """Each part is its own time-limited panel; a fragment computes only its own part."""
     latest = run_panel(_latest)
     out: dict[str, Any] = {"window": window_name, "windows": list(WINDOWS)}
+    alerts = run_panel(firing_alerts) if ("alerts" in parts or "verdict" in parts) else None
     if "verdict" in parts:
-        out["verdict"] = run_panel(verdict, latest.data) if latest.ok else latest
+        if latest.ok:
+            out["verdict"] = run_panel(verdict, latest.data, alerts.data if alerts.ok else "load")
+        else:
+            out["verdict"] = latest
     if "figures" in parts:
         out["figures"] = run_panel(figures_data, latest.data, window, draw=draw) if latest.ok else latest
     if "queues" in parts:
         out["queues"] = run_panel(queues_data, latest.data) if latest.ok else latest
     if "alerts" in parts:
-        out["alerts"] = run_panel(firing_alerts)
+        out["alerts"] = alerts
     return out
 
 
@@ -489,8 +529,7 @@ def queue_charts_data(conn, name: str, window: timedelta, *, draw: bool) -> list
     end = datetime.now(UTC)
     out = []
     for fig in QUEUE_FIGURES:
-        rows = samples.series(conn, fig.metric, since=window, labels={"queue": name})
-        lines = charts.points_from_rows(rows, split_by=fig.split_by, agg=fig.agg)
+        lines = chart_lines(conn, fig.metric, window, where={"queue": name}, split_by=fig.split_by, agg=fig.agg)
         threshold = RULES[fig.rule][1] if fig.rule else None
         item = {"key": fig.key, "title": fig.title, "unit": fig.unit, "help": fig.help,
                 "summary": charts.summary(lines, fig.unit),
