@@ -69,7 +69,15 @@ def make_dead_letters(conn, *, smtp: int = 6, card: int = 3, queue_smtp: str = "
         q.enqueue(conn, "charge_card", {"customer": 1000 + i, "amount_cents": 1999}, queue=queue_card, max_attempts=1)
     for queue, key, make in ((queue_smtp, "smtp", lambda j: TimeoutError(f"SMTP server smtp.example.com timed out after 30 s (job {j.id})")),
                              (queue_card, "card", lambda j: ValueError(f"card declined for customer {j.payload['customer']}"))):
-        for job in q.claim(conn, "worker-1", queues=[queue], limit=100, lease=60):
-            q.fail(conn, job, make(job))
+        for job in q.claim(conn, f"{queue}-1:4{len(queue)}1", queues=[queue], limit=100, lease=60):
+            try:
+                _handler(make(job))
+            except Exception as exc:  # a real traceback, as a worker records it
+                q.fail(conn, job, exc)
             ids[key].append(job.id)
     return ids
+
+
+def _handler(error: Exception) -> None:
+    """Stands in for a task handler that raises."""
+    raise error

@@ -131,11 +131,15 @@ def test_viewer_sees_no_actions_and_a_forged_post_is_refused(page: Page, live_se
 def _realistic_extras(conn) -> dict[str, int]:
     """Workers, maintenance runs, a bulk operation and audit rows, so every page has content."""
     conn.execute(
-        """INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, last_seen, in_flight, claimed, completed, failed, retried)
-           VALUES ('web-1:4312', 'web-1', 4312, '{default,mail}', 8, now(), 6, 18234, 18011, 12, 211),
-                  ('web-2:4388', 'web-2', 4388, '{default,mail}', 8, now() - interval '2 seconds', 7, 17990, 17802, 9, 179),
-                  ('billing-1:977', 'billing-1', 977, '{billing}', 4, now() - interval '3 seconds', 4, 5120, 4201, 880, 39),
-                  ('billing-2:1021', 'billing-2', 1021, '{billing}', 4, now() - interval '4 minutes', 3, 4988, 4133, 845, 10)""")
+        """INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, started_at, last_seen, in_flight, claimed, completed, failed, retried)
+           VALUES ('web-1:4312', 'web-1', 4312, '{default,mail}', 8, now() - interval '6 hours', now(), 1, 182340, 180110, 12, 211),
+                  ('web-2:4388', 'web-2', 4388, '{default,mail}', 8, now() - interval '6 hours', now() - interval '2 seconds', 0, 179900, 178020, 9, 179),
+                  ('billing-1:977', 'billing-1', 977, '{billing}', 4, now() - interval '2 hours', now() - interval '3 seconds', 2, 51200, 42010, 880, 39),
+                  ('billing-2:1021', 'billing-2', 1021, '{billing}', 4, now() - interval '2 hours', now() - interval '4 minutes', 1, 49880, 41330, 845, 10)""")
+    for worker, queue, n in (("web-1:4312", "default", 1), ("billing-1:977", "billing", 2), ("billing-2:1021", "billing", 1)):
+        if queue == "default":
+            q.enqueue(conn, "resize_image", {"image": "uploads/7781.png", "width": 640}, queue="default")
+        q.claim(conn, worker, queues=[queue], limit=n, lease=300)
     m.reap(conn, actor="scheduler")
     m.archive_completed(conn, older_than=__import__("datetime").timedelta(hours=1), actor="scheduler")
     m.pause_queue(conn, "reports", actor="operator", reason="nightly export disabled during the incident")

@@ -79,8 +79,8 @@ def test_lock_waits_are_drawn_as_a_tree(dsn, client_as):
             time.sleep(0.1)
         assert locks["waiting"] == 1
         [root] = locks["tree"]
-        assert root["pid"] == blocker.info.backend_pid and root["application"] == "migration-script"
-        assert [c["application"] for c in root["blocks"]] == ["blocked-worker"]
+        assert root["pid"] == blocker.info.backend_pid and root["application_name"] == "migration-script"
+        assert [c["application_name"] for c in root["blocks"]] == ["blocked-worker"]
         html = client_as("viewer").get("/health").get_data(as_text=True)
         assert f"pg_cancel_backend({blocker.info.backend_pid})" in html
     finally:
@@ -91,12 +91,11 @@ def test_lock_waits_are_drawn_as_a_tree(dsn, client_as):
 
 
 def test_lock_tree_handles_chains_and_cycles():
-    rows = [{"pid": 1, "blocked_by": []}, {"pid": 2, "blocked_by": [1]}, {"pid": 3, "blocked_by": [2]},
-            {"pid": 4, "blocked_by": [1]}]
-    [root] = health.lock_tree(rows)
+    waiters = [{"pid": 2, "blocked_by": [1]}, {"pid": 3, "blocked_by": [2]}, {"pid": 4, "blocked_by": [1]}]
+    [root] = health.lock_tree(waiters, {})
     assert root["pid"] == 1 and [c["pid"] for c in root["blocks"]] == [2, 4]
     assert root["blocks"][0]["blocks"][0]["pid"] == 3
-    cycle = health.lock_tree([{"pid": 5, "blocked_by": [6]}, {"pid": 6, "blocked_by": [5]}])
+    cycle = health.lock_tree([{"pid": 5, "blocked_by": [6]}, {"pid": 6, "blocked_by": [5]}], {})
     assert cycle[0]["pid"] == 5 and cycle[0]["blocks"][0]["pid"] == 6 and cycle[0]["blocks"][0]["blocks"] == []
 
 

@@ -7,7 +7,9 @@ GET /api/v1/health          the same as JSON
 
 Figures come from the latest stored samples (console.samples; names in console.catalog); the
 detail lists (holders, the blocking tree, vacuum progress, standbys) are live queries on
-PostgreSQL's statistics views (sql/health.sql), each bounded and under the panel's time limit,
+PostgreSQL's statistics views — the collectors' own queries (sql/collectors_database.sql) for
+the horizon holders and the blocking tree, sql/health.sql for the rest — each bounded and under
+the panel's time limit,
 so a slow one says "not available" alone. Every panel states good news plainly, and says what
 red means and what to do.
 """
@@ -18,9 +20,12 @@ from datetime import timedelta
 from typing import Any
 
 from flask import Blueprint, jsonify, render_template
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from console import samples
+from console.collectors import database as collectors_db
+from console.collectors.base import CONSOLE_APPS
 from console.sqlfiles import query
 from console.web.api import api_doc
 from console.web.auth import requires
@@ -109,53 +114,40 @@ _HOLDER_ADVICE = {
 
 
 def holders_panel(conn) -> dict[str, Any]:
-    rows = _rows(conn, "horizon_holders", limit=20)
+    """The collectors' own query (sql/collectors_database.sql horizon_holders), run live."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("collectors_database", "horizon_holders"), {"exclude_apps": list(CONSOLE_APPS)}).fetchall()
     out = []
-    for r in rows:
+    for r in rows[:20]:
         age = r["age_s"]
         lv = "bad" if (age or 0) >= HOLDER_BAD_S else "warn" if (age or 0) >= HOLDER_WARN_S else "good"
         if r["kind"] == "replication_slot" and r["state"] == "inactive":
             lv = "bad"
         if r["xid_age"] and r["xid_age"] >= 100_000_000:
             lv = "bad"
-        out.append({**r, "level": lv,
+        out.append({**r, "application": r["application_name"], "level": lv,
                     "advice": _HOLDER_ADVICE[r["kind"]].format(pid=r["pid"], id=r["id"]) if lv != "good" else None})
     return {"holders": out, "level": _worst(h["level"] for h in out)}
 
 
-def lock_tree(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Blocking roots (sessions that block others and wait for nobody in the set) with the
-    sessions they block underneath, depth-first. Cycles (deadlocks in progress) are cut."""
-    by_pid = {r["pid"]: {**r, "blocks": []} for r in rows}
-    children: dict[int, list[int]] = {}
-    for r in rows:
-        for blocker in r["blocked_by"] or []:
-            children.setdefault(blocker, []).append(r["pid"])
-    roots = [pid for pid, r in by_pid.items() if not [b for b in (r["blocked_by"] or []) if b in by_pid] and pid in children]
-    if not roots and rows:  # every node waits: a cycle; start anywhere
-        roots = [min(by_pid)]
-    seen: set[int] = set()
-
-    def build(pid: int) -> dict[str, Any]:
-        seen.add(pid)
-        node = dict(by_pid.get(pid) or {"pid": pid, "blocked_by": [], "blocks": []})
-        node["blocks"] = [build(c) for c in sorted(children.get(pid, [])) if c not in seen]
-        return node
-
-    return [build(pid) for pid in sorted(roots)]
-
-
-def _count(tree: list[dict[str, Any]]) -> int:
-    return sum(len(n["blocks"]) + _count(n["blocks"]) for n in tree)
+def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Blocking roots with the sessions they block underneath (the collectors' tree builder)."""
+    return collectors_db._tree(waiters, sessions)
 
 
 def locks_panel(conn) -> dict[str, Any]:
-    rows = _rows(conn, "lock_waits", limit=200)
-    tree = lock_tree(rows)
-    longest = max((r["waiting_s"] or 0 for r in rows if r["blocked_by"]), default=0.0)
-    waiting = sum(1 for r in rows if r["blocked_by"])
-    lv = "good" if not waiting else "bad" if longest >= LOCK_BAD_S else "warn" if longest >= LOCK_WARN_S else "good"
-    return {"tree": tree, "waiting": waiting, "longest_wait_s": longest, "level": lv}
+    """The collectors' lock_waiters and sessions queries, run live, drawn as a tree."""
+    text = sql.SQL(query("collectors_database", "lock_waiters")).format(
+        waitstart=sql.SQL("(SELECT min(l.waitstart) FROM pg_locks AS l WHERE l.pid = a.pid AND NOT l.granted)")
+        if conn.info.server_version >= 140000 else sql.NULL)
+    with conn.cursor(row_factory=dict_row) as cur:
+        waiters = cur.execute(text, {"exclude_apps": list(CONSOLE_APPS)}).fetchall()[:200]
+        pids = sorted({w["pid"] for w in waiters} | {b for w in waiters for b in (w["blocked_by"] or [])})
+        sessions = {r["pid"]: r for r in cur.execute(query("collectors_database", "sessions"), {"pids": pids})} if pids else {}
+    tree = lock_tree(waiters, sessions)
+    longest = max((w["waiting_s"] or 0 for w in waiters), default=0.0)
+    lv = "good" if not waiters else "bad" if longest >= LOCK_BAD_S else "warn" if longest >= LOCK_WARN_S else "good"
+    return {"tree": tree, "waiting": len(waiters), "longest_wait_s": longest, "level": lv}
 
 
 def wraparound_panel(conn) -> dict[str, Any]:
