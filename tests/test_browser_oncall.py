@@ -128,7 +128,7 @@ def test_viewer_sees_no_actions_and_a_forged_post_is_refused(page: Page, live_se
     assert statuses(conn, dead["smtp"]) == {i: "failed" for i in dead["smtp"]}
 
 
-def _realistic_extras(conn) -> dict[str, int]:
+def _realistic_extras(conn, dsn, dead) -> dict[str, int]:
     """Workers, maintenance runs, a bulk operation and audit rows, so every page has content."""
     conn.execute(
         """INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, started_at, last_seen, in_flight, claimed, completed, failed, retried)
@@ -141,16 +141,18 @@ def _realistic_extras(conn) -> dict[str, int]:
             q.enqueue(conn, "resize_image", {"image": "uploads/7781.png", "width": 640}, queue="default")
         q.claim(conn, worker, queues=[queue], limit=n, lease=300)
     m.reap(conn, actor="scheduler")
+    m.reap(conn, actor="alice", reason="worker host web-3 was replaced")
+    m.replay(dsn, {"ids": dead["smtp"][:2]}, actor="alice", reason="SMTP credentials rotated; retrying two receipts")
     m.archive_completed(conn, older_than=__import__("datetime").timedelta(hours=1), actor="scheduler")
     m.pause_queue(conn, "reports", actor="operator", reason="nightly export disabled during the incident")
     job = q.enqueue(conn, "render_report", {"report": "daily-sales", "format": "pdf", "recipients": ["cfo@example.com"]}, queue="reports")
     return {"job": job}
 
 
-def test_screenshots_of_the_main_pages(page: Page, live_server, conn, incident, tmp_path):
+def test_screenshots_of_the_main_pages(page: Page, live_server, conn, dsn, incident, tmp_path):
     out = Path(os.environ.get("SKIPLOCK_SCREENSHOTS") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)
-    extras = _realistic_extras(conn)
+    extras = _realistic_extras(conn, dsn, incident)
     failed_job = incident["card"][0]
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.set_default_timeout(15_000)
