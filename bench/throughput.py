@@ -184,13 +184,14 @@ async def _pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out) -> None:
     out.put(hist.counts)
 
 
-def start_skiplock_workers(dsn: str, n: int, args) -> list[subprocess.Popen]:
+def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": dsn,
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")]),
         "SKIPLOCK_WORKER_FLUSH_INTERVAL": "1",
         "SKIPLOCK_WORKER_POLL_INTERVAL": "0.2",
+        **(extra_env or {}),
     })
     cmd = [sys.executable, "-m", "console", "worker", "--tasks", "noop_tasks",
            "--concurrency", str(args.concurrency), "--batch-size", str(args.batch)]
@@ -330,16 +331,15 @@ def sustained(dsn: str, args) -> None:
     print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
           f"{args.sustained_mode} durability; jobs/s per {args.interval:g} s", flush=True)
     series: dict[str, list[float]] = {}
-    for contender in ("skiplock", "pgqueuer"):
-        if contender not in args.sustained_contenders:
-            continue
+    for contender in args.sustained_contenders:
         started = time.time()
         (reset_pgqueuer if contender == "pgqueuer" else reset_skiplock)(dsn, args.backlog)
         print(f"  {contender}: filled {args.backlog:,} jobs in {time.time() - started:.0f} s", flush=True)
         rates: list[float] = []
         with connect(dsn) as conn:
-            if contender == "skiplock":
-                procs = start_skiplock_workers(dsn, n, args)
+            if contender.startswith("skiplock"):
+                env = {"SKIPLOCK_WORKER_VACUUM_INTERVAL": "0"} if contender == "skiplock-novacuum" else {}
+                procs = start_skiplock_workers(dsn, n, args, env)
                 try:
                     while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < n:
                         time.sleep(0.05)
@@ -441,7 +441,8 @@ def parse_args(argv=None):
     parser.add_argument("--grid", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--sustained", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--sustained-mode", default="relaxed", choices=sorted(MODES))
-    parser.add_argument("--sustained-contenders", default="skiplock,pgqueuer")
+    parser.add_argument("--sustained-contenders", default="skiplock,pgqueuer",
+                        help="skiplock, pgqueuer, and skiplock-novacuum (the worker's own VACUUM off)")
     parser.add_argument("--sustained-workers", type=int, default=4)
     parser.add_argument("--backlog", type=int, default=2_000_000)
     parser.add_argument("--duration", type=float, default=300.0)
@@ -464,6 +465,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    # SIGTERM (e.g. stopping a background run) unwinds like Ctrl-C: workers stop, cluster stops
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"# bench/throughput.py {' '.join(sys.argv[1:])}")
     print(f"host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, psycopg {psycopg.__version__}")
     try:

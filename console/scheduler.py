@@ -18,7 +18,8 @@ config so a run more than that late is skipped):
 - reap: expired leases back to pending/failed (`console.queue.reap`, bounded batches);
 - archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
 - bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
-- retention: sample rollups and deletion (`console.collectors.retention`).
+- retention: sample rollups and deletion (`console.collectors.retention`);
+- alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`).
 
 Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
 says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
@@ -133,6 +134,11 @@ class Scheduler:
             JobSpec("bulk_resume", max(s.reap_interval, 30.0), self._bulk_resume),
             JobSpec("retention", s.retention_interval, self._retention),
         ]
+        # Alerts: evaluated after every collection (with this process's config), delivered on an interval.
+        from console.alerts.scheduling import AlertJobs
+
+        self.alerts = AlertJobs(config)
+        self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self._by_name = {j.name: j for j in self.jobs}
         self._aps: BlockingScheduler | None = None
 
@@ -225,10 +231,8 @@ class Scheduler:
         report = collectors.collect(conn, self.options, leader=self.node_id)
         if report.errors:
             log.info("collection %s: collector errors %s", report.run_id, report.errors)
-        if not AFTER_COLLECTION:
-            return
         hook_conn = self._conn(JobSpec("hooks", 0, lambda c: None))
-        for hook in list(AFTER_COLLECTION):
+        for hook in [*AFTER_COLLECTION, self.alerts.after_collection]:
             self._timed(_hook_name(hook), None, lambda hook=hook: hook(hook_conn, report))
 
     def _reap(self, conn: psycopg.Connection) -> None:

@@ -50,6 +50,9 @@ from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
 
+# Longest a finished job waits for its completion to ride along with the next batch claim.
+BATCH_WAIT = 0.05
+
 
 @dataclass
 class Outcome:
@@ -306,9 +309,14 @@ class Worker:
         log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)
 
         done: list[q.Job] = []
+        done_since = 0.0  # when the oldest finished-but-not-yet-completed job finished
         failures: list[Outcome] = []
         last_flush = time.monotonic()
         reconnect_delay = 0.5
+        # Claim in real batches: wait for `target` free slots before claiming again, unless the
+        # worker is idle or a finished job has waited BATCH_WAIT for its completion. Refilling
+        # each slot as it frees would cost one round trip per job (and fragment every batch).
+        target = min(self.batch_size, self.concurrency)
         while True:
             self._wake.clear()
             while True:
@@ -319,24 +327,34 @@ class Worker:
                 self.counters.runtime_histogram.observe(outcome.seconds)
                 with self._lock:
                     self._in_flight.pop(outcome.job.id, None)
-                (done.append(outcome.job) if outcome.error is None else failures.append(outcome))
+                if outcome.error is None:
+                    if not done:
+                        done_since = time.monotonic()
+                    done.append(outcome.job)
+                else:
+                    failures.append(outcome)
 
             stopping = self._stopping.is_set()
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
                 free = self.concurrency - len(self._in_flight)
-                limit = 0 if stopping else min(self.batch_size, free)
+                overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
+                if stopping or free == 0:
+                    limit = 0
+                elif free >= target or not self._in_flight or overdue:
+                    limit = min(self.batch_size, free)
+                else:
+                    limit = 0
                 claimed: list[q.Job] = []
+                completed: list[int] | None = None
                 if limit > 0:
                     started = time.monotonic()
                     completed, claimed = q.complete_and_claim(conn, self.id, done, queues=self.queues, limit=limit, lease=self.lease)
                     self._dispatch(claimed, time.monotonic() - started)
-                elif done:
+                elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)
-                else:
-                    completed = []
-                if done:
+                if done and completed is not None:
                     self.counters.completed += len(completed)
                     self.counters.lost += len(done) - len(completed)
                     done = []
@@ -368,7 +386,10 @@ class Worker:
                 continue  # more may be waiting: claim again at once
             if not self._results.empty():
                 continue
-            self._wake.wait(self.poll_interval)
+            timeout = self.poll_interval
+            if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
+                timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
+            self._wake.wait(timeout)
 
         return self._shutdown()
 

@@ -81,17 +81,43 @@ RETURNING d.name;
 SELECT pg_advisory_xact_lock(%(key)s);
 
 -- name: latest_samples
--- The newest value of every (metric, labels) of the given metrics within the window before %(now)s.
-SELECT DISTINCT ON (s.metric, s.labels)
+-- The samples of the newest collection cycle within the window before %(now)s, for the given
+-- metrics. A series missing from that cycle is gone (a drained queue the collector no longer
+-- lists), which differs from a NULL value (the collector could not measure it). Samples written
+-- without collection runs (tests, imports) fall back to each metric's newest timestamp.
+WITH run AS (
+    SELECT r.started_at
+    FROM skiplock.collection_runs AS r
+    WHERE r.started_at > %(now)s::timestamptz - make_interval(secs => %(window)s)
+      AND r.started_at <= %(now)s::timestamptz
+    ORDER BY r.started_at DESC
+    LIMIT 1
+),
+newest AS (
+    SELECT
+        m.metric,
+        coalesce(
+            (SELECT run.started_at FROM run),
+            (
+                SELECT max(x.collected_at)
+                FROM skiplock.samples AS x
+                WHERE x.metric = m.metric
+                  AND x.collected_at > %(now)s::timestamptz - make_interval(secs => %(window)s)
+                  AND x.collected_at <= %(now)s::timestamptz
+            )
+        ) AS collected_at
+    FROM unnest(%(metrics)s::text[]) AS m (metric)
+)
+SELECT
     s.metric,
     s.labels,
     s.value,
     s.collected_at
-FROM skiplock.samples AS s
-WHERE s.metric = ANY(%(metrics)s::text[])
-  AND s.collected_at > %(now)s::timestamptz - make_interval(secs => %(window)s)
-  AND s.collected_at <= %(now)s::timestamptz
-ORDER BY s.metric, s.labels, s.collected_at DESC;
+FROM newest AS n
+JOIN skiplock.samples AS s
+  ON s.metric = n.metric
+ AND s.collected_at = n.collected_at
+ORDER BY s.metric, s.labels;
 
 -- name: newest_collection
 SELECT

@@ -34,9 +34,12 @@ def ruleset(*receivers, kind="json", secret=SECRET):
     return RuleSet(rules={"queue_age": parse_rule(RULE)}, destinations=dests)
 
 
-def transition(conn, rules, seconds, value, queue="mail"):
+def transition(conn, rules, seconds, value, queue="mail", **others):
+    """One collection cycle at T0+seconds: `queue` at `value`, plus any other queues given as
+    keyword arguments (a queue missing from a cycle is gone, and its alert resolves)."""
     at = T0 + timedelta(seconds=seconds)
-    samples.store(conn, [Sample("queue_age_seconds", {"queue": queue}, value, at)])
+    values = {queue: value, **others}
+    samples.store(conn, [Sample("queue_age_seconds", {"queue": name}, v, at) for name, v in values.items()])
     return ev.evaluate(conn, rules, FAST, now=at)
 
 
@@ -130,7 +133,7 @@ def test_in_order_per_alert_while_the_receiver_is_down(conn):
         sender = outbox.Sender(conn, lambda: rules.destinations, FAST)
         sender.run_once()
         transition(conn, rules, 10, 1)  # resolved, queued behind the failing firing
-        transition(conn, rules, 20, 500, queue="sms")  # another alert is not held up
+        transition(conn, rules, 20, 500, queue="sms", mail=1)  # another alert is not held up
         drain(conn, rules)
     delivered = [(json.loads(r["body"])["event"], json.loads(r["body"])["alert"]["labels"]["queue"])
                  for r in receiver.delivered()]
@@ -158,7 +161,7 @@ def test_nothing_lost_across_a_restart(dsn):
         rules = ruleset(receiver)
         with connect(dsn) as first:
             transition(first, rules, 0, 500)
-            transition(first, rules, 10, 500, queue="sms")
+            transition(first, rules, 10, 500, queue="sms", mail=500)
             # The first sender claims the sms notification and dies before sending.
             crashed = outbox.Sender(first, lambda: rules.destinations, FAST, lease=0.3)
             claimed = crashed._claim()
@@ -226,7 +229,7 @@ def test_prune_removes_old_settled_rows_in_batches(conn):
         transition(conn, rules, 10, 1)
         transition(conn, rules, 20, 500)
         drain(conn, rules)
-    transition(conn, rules, 30, 500, queue="sms")  # still pending: never pruned
+    transition(conn, rules, 30, 500, queue="sms", mail=500)  # still pending: never pruned
     conn.execute("UPDATE skiplock.alert_outbox SET finished_at = now() - interval '40 days' WHERE status <> 'pending'")
     conn.execute("UPDATE skiplock.alert_deliveries SET at = now() - interval '40 days'")
     removed = outbox.prune(conn, keep=timedelta(days=30), batch=1)

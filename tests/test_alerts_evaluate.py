@@ -151,6 +151,12 @@ def test_missing_and_unavailable_values(conn):
     ev.evaluate(conn, rules, SETTINGS, now=T0 + timedelta(seconds=200))  # nothing within the window
     assert alert_state(conn) == "ok"
     assert [row[0] for row in outbox(conn)] == ["firing", "resolved"]
+    # A series missing from the newest cycle (a drained queue the collector no longer lists)
+    # resolves at once, while the others carry on.
+    step(conn, rules, 300, [({"queue": "mail"}, 500), ({"queue": "sms"}, 500)])
+    step(conn, rules, 310, [({"queue": "sms"}, 500)])
+    assert alert_state(conn, queue="mail") == "ok" and alert_state(conn, queue="sms") == "firing"
+    assert [(row[0], row[3]) for row in outbox(conn)][2:] == [("firing", "mail"), ("firing", "sms"), ("resolved", "mail")]
 
 
 def test_stale_collectors_hold_everything_and_fire_the_dead_mans_switch(conn):

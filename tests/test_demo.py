@@ -79,14 +79,16 @@ def _read_state(path: Path) -> dict | None:
     return state if state.get("children") and state.get("dsn") else None
 
 
-def _completed_jobs(dsn: str) -> int:
+def _scalar(dsn: str, statement: str) -> int:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            return conn.execute(
-                "SELECT coalesce(sum(completed), 0) FROM skiplock.workers"
-            ).fetchone()[0]
+            return conn.execute(statement).fetchone()[0]
     except psycopg.Error:
         return 0
+
+
+def _completed_jobs(dsn: str) -> int:
+    return _scalar(dsn, "SELECT coalesce(sum(completed), 0) FROM skiplock.workers")
 
 
 @pytest.fixture
@@ -98,18 +100,21 @@ def demo_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.slow
-def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
+def start_demo(demo_dir: Path, *args: str, log_name: str = "out") -> tuple[subprocess.Popen, Path]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "DATABASE_URL"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    port = free_port()
-    log = demo_dir.parent / f"{demo_dir.name}.out"
+    log = demo_dir.parent / f"{demo_dir.name}.{log_name}"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "console", "demo", "--data-dir", str(demo_dir), "--port", str(port),
-             "--rate", "20", "--kill-every", "4s", "--duration", "5m"],
+            [sys.executable, "-m", "console", "demo", "--data-dir", str(demo_dir), "--port", str(free_port()), *args],
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
+    return proc, log
+
+
+@pytest.mark.slow
+def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
+    proc, log = start_demo(demo_dir, "--rate", "20", "--kill-every", "4s", "--duration", "5m")
     try:
         state = _wait_for(lambda: _read_state(demo_dir / "state.json"), 60, "the demo's state file", proc, log)
         postmaster = state["postmaster_pid"]
@@ -118,6 +123,11 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
 
         # Real traffic: workers report completed jobs within a bounded time.
         _wait_for(lambda: _completed_jobs(state["dsn"]) > 0, 60, "completed jobs", proc, log)
+        if "scheduler" in state["children"]:
+            # The collectors measured the traffic: a non-zero throughput sample is stored.
+            _wait_for(lambda: _scalar(state["dsn"], "SELECT count(*) FROM skiplock.samples "
+                                                    "WHERE metric = 'throughput' AND value > 0"),
+                      60, "a non-zero throughput sample", proc, log)
         if state.get("url"):
             with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
                 assert response.status == 200
@@ -150,6 +160,28 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
     final = json.loads((demo_dir / "state.json").read_text())
     assert final["running"] is False and final["children"] == {}
     log.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_a_killed_demo_takes_its_children_along_and_the_next_start_stops_its_postgres(demo_dir):
+    proc, log = start_demo(demo_dir, "--kill-every", "0", "--rate", "2")
+    try:
+        state = _wait_for(lambda: _read_state(demo_dir / "state.json"), 60, "the demo's state file", proc, log)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # no chance to clean up
+        proc.wait()
+    # Linux's parent-death signal: the children get SIGTERM and stop (workers within their grace).
+    _wait_for(lambda: not any(_alive(pid) for pid in state["children"].values()), 30, "the orphaned children to stop")
+    assert _alive(state["postmaster_pid"])  # pg_ctl detaches PostgreSQL: the next start must stop it
+
+    again, log2 = start_demo(demo_dir, "--duration", "2s", "--kill-every", "0", log_name="out2")
+    assert again.wait(timeout=120) == 0, log2.read_text()
+    output = log2.read_text()
+    assert "stopping a PostgreSQL left running by an earlier demo" in output
+    assert not _alive(state["postmaster_pid"])
+    assert _processes_mentioning(str(demo_dir)) == []
+    log.unlink(missing_ok=True)
+    log2.unlink(missing_ok=True)
 
 
 def test_demo_without_postgres_names_the_package(monkeypatch, demo_dir):

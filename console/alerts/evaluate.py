@@ -8,8 +8,8 @@
 - A firing alert resolves only when the value crosses back over the rule's clear value
   (hysteresis: by default the threshold moved by `[alerts] hysteresis` of its size), so a value
   hovering at the threshold does not flap between firing and resolved.
-- A series that disappears from the samples resolves its alert; a sample whose value is NULL
-  ("not available") holds the state. When the collectors are stale no sample-based rule moves
+- Rules read the newest collection cycle's samples: a series missing from it (a drained queue)
+  resolves its alert; a sample whose value is NULL ("not available") holds the state. When the collectors are stale no sample-based rule moves
   at all (the data cannot be trusted); the `collection_age_seconds` rule, computed from the
   clock, says so instead.
 - Notifications: the first time a firing alert is neither silenced nor already notified, one
@@ -53,6 +53,7 @@ class AlertSettings:
     hysteresis: float = 0.1
     series_window: float = 300.0
     delivery_timeout: float = 10.0
+    delivery_interval: float = 10.0
     retry_base: float = 10.0
     retry_cap: float = 600.0
     give_up_after: float = 24 * 3600.0

@@ -356,8 +356,8 @@ class Demo:
     def _skiplock(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "console", *args]
 
-    def _add(self, name: str, argv: list[str], *, restart: bool = True) -> Child:
-        child = Child(name, argv, self.child_env(), self.logs / f"{name}.log", restart=restart)
+    def _add(self, name: str, argv: list[str], *, restart: bool = True, env: dict[str, str] | None = None) -> Child:
+        child = Child(name, argv, {**self.child_env(), **(env or {})}, self.logs / f"{name}.log", restart=restart)
         self.children[name] = child
         child.start()
         return child
@@ -372,7 +372,9 @@ class Demo:
                 "`skiplock scheduler` is not in this installation yet: no collectors (charts stay empty "
                 "unless --seed-history), no reaper (stuck leases stay stuck), no archiver")
         if "serve" in cmds:
-            self._add("web", self._skiplock("serve", "--host", opts.host, "--port", str(opts.port)))
+            # A secret key kept across runs, so a restart of the web console keeps the sign-in.
+            key = {"SKIPLOCK_WEB_SECRET_KEY": self._secrets()["secret_key"]} if _has_setting("web.secret_key") else {}
+            self._add("web", self._skiplock("serve", "--host", opts.host, "--port", str(opts.port)), env=key)
             self.url = f"http://{opts.host}:{opts.port}/"
         else:
             self.not_running["web"] = "`skiplock serve` is not in this installation yet: no web console to open"
@@ -431,6 +433,10 @@ class Demo:
             f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
             "             retries, dead letters in three error groups, a burst every 4 min, an idle-in-transaction",
             "             session every 10 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
+        ]
+        if "scheduler" in self.children:
+            lines.append("  Scheduler  collectors and reaper every 10 s, archiver every minute (completed jobs older than 2 min)")
+        lines += [
             f"  Processes  {', '.join(f'{name} (pid {c.pid})' for name, c in self.children.items())}",
             f"  Logs       {self.logs}/",
         ]
@@ -540,6 +546,10 @@ class Demo:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_path)
+
+
+def _has_setting(dotted: str) -> bool:
+    return any(s.dotted == dotted for s in SETTINGS)
 
 
 def _human(seconds: float) -> str:
