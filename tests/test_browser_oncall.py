@@ -169,11 +169,47 @@ def test_screenshots_of_the_main_pages(page: Page, live_server, conn, dsn, incid
         "audit": "/audit",
     }
     for name, path in shots.items():
+        if name == "database-health":
+            stop_blocking = _a_blocked_worker(dsn)
         response = page.goto(f"{live_server}{path}")
         assert response.status == 200, (name, response.status)
         page.wait_for_load_state("networkidle")
         if name == "queue":
             page.wait_for_selector("#queue-charts svg")
         page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+        if name == "database-health":
+            stop_blocking()
         assert (out / f"{name}.png").stat().st_size > 10_000
     assert extras["job"]
+
+
+def _a_blocked_worker(dsn: str):
+    """A migration holding a lock on skiplock.queues and a worker waiting for it (> 5 s: amber),
+    so the database page shows a blocking tree. Returns the function that ends both."""
+    import threading
+    import time
+
+    import psycopg
+
+    blocker = psycopg.connect(dsn, application_name="deploy-migration")
+    blocker.execute("LOCK TABLE skiplock.queues IN ACCESS EXCLUSIVE MODE")
+    blocker.execute("SELECT 'ALTER TABLE skiplock.queues ADD COLUMN note text' AS pretend_migration")
+
+    def wait():
+        with psycopg.connect(dsn, application_name="worker billing-1", autocommit=True) as w:
+            w.execute("SET lock_timeout = '30s'")
+            try:
+                w.execute("SELECT paused FROM skiplock.queues WHERE name = 'billing'")
+            except psycopg.errors.LockNotAvailable:
+                pass
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    time.sleep(5.5)
+
+    def stop():
+        blocker.rollback()
+        blocker.close()
+        thread.join(10)
+
+    return stop
