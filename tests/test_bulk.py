@@ -199,15 +199,15 @@ def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_d
 
     conn.execute(EXECUTIONS_TABLE)
     workers = WorkerProcs(subprocess_env)
-    enqueued = q.enqueue_many(conn, [q.NewJob("record", {"i": i}) for i in range(300)])
-    enqueued += q.enqueue_many(conn, [q.NewJob("doomed", {"order": i}, max_attempts=1) for i in range(40)])
+    enqueued = q.enqueue_many(conn, [q.NewJob("record", {"i": i}) for i in range(200)])
+    enqueued += q.enqueue_many(conn, [q.NewJob("doomed", {"order": i}, max_attempts=1) for i in range(30)])
     try:
         for _ in range(2):
             workers.start("--concurrency", "4")
         replays = 0
         deadline = time.monotonic() + 60
         for round_ in range(400):
-            if round_ < 6:  # keep a stream coming while maintenance runs
+            if round_ < 4:  # keep a stream coming while maintenance runs
                 enqueued += q.enqueue_many(conn, [q.NewJob("record", {"r": round_, "i": i}) for i in range(50)])
             archive_completed(conn, older_than=timedelta(0), batch_size=25, pause_ms=0)
             reap(conn, batch_size=10)
@@ -216,7 +216,7 @@ def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_d
             except NothingMatches:
                 pass
             done = conn.execute("SELECT count(*) FROM public.executions").fetchone()[0]
-            if round_ >= 6 and done >= 600 and replays >= 80:
+            if round_ >= 4 and done >= 400 and replays >= 60:
                 break
             assert time.monotonic() < deadline, "the workers did not finish in time"
             time.sleep(0.05)
@@ -233,4 +233,26 @@ def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_d
     records = [i for i in enqueued if i not in set(live)]
     runs_per_job = dict(conn.execute("SELECT job_id, count(*) FROM public.executions GROUP BY job_id").fetchall())
     assert sorted(runs_per_job) == sorted(records) and set(runs_per_job.values()) == {1}, "a job ran twice"
-    assert replays >= 40 and {r[0] for r in conn.execute("SELECT DISTINCT status FROM skiplock.jobs")} == {"failed"}
+    assert replays >= 60 and {r[0] for r in conn.execute("SELECT DISTINCT status FROM skiplock.jobs")} == {"failed"}
+
+
+def test_a_cancel_does_not_wait_for_a_long_throttle_pause(conn, dsn):
+    add_failed(conn, 20)
+    op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=10, rate=0.5)  # 20 s per batch
+    thread = bulk.run_in_thread(dsn, op_id)
+    while progress(conn, op_id)["done"] < 10:
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    cancel(conn, op_id, actor="bob")
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - t0 < 5
+    assert progress(conn, op_id)["state"] == "cancelled" and progress(conn, op_id)["done"] == 10
+
+
+def test_resume_abandoned_leaves_a_fresh_queued_operation_to_its_creator(conn, dsn):
+    add_failed(conn, 5)
+    op_id = start(conn, "replay", {"all": True}, actor="alice")
+    assert resume_abandoned(dsn) == []  # created a moment ago: its creator is about to run it
+    assert progress(conn, op_id)["state"] == "queued"
+    assert resume_abandoned(dsn, min_age=timedelta(0)) == [op_id]
+    assert progress(conn, op_id)["state"] == "done"

@@ -77,7 +77,7 @@ def test_purge_by_ids_and_to_the_archive(conn, skiplock):
     assert live_and_archived_ids(conn) == ([], sorted(ids[:3]))
 
 
-@pytest.mark.parametrize("args, message", [
+BAD_INPUT = [
     (["replay", "--queue", "nowhere"], "nothing to replay"),
     (["replay", "--all", "--batch-size", "0"], "batch size"),
     (["replay", "--all", "--rate", "-1"], "--rate"),
@@ -94,17 +94,22 @@ def test_purge_by_ids_and_to_the_archive(conn, skiplock):
     (["reap", "--batch-size", "0"], "batch size"),
     (["pause", " "], "queue name"),
     (["operations", "--cancel", "999"], "no bulk operation"),
-])
-def test_bad_input_exits_2_with_a_message_and_touches_nothing(conn, skiplock, args, message):
+]
+
+
+def test_bad_input_exits_2_with_a_message_and_touches_nothing(conn, skiplock):
     add_failed(conn, 3)
     add_completed(conn, 3)
-    result = skiplock(*args)
-    assert result.exit_code == 2, result.output
-    assert message in result.output
-    assert "Traceback" not in result.output
+    for args, message in BAD_INPUT:
+        result = skiplock(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
     assert statuses(conn) == {"failed": 3, "completed": 3}
     assert conn.execute("SELECT count(*) FROM skiplock.jobs_archive").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM skiplock.maintenance_runs").fetchone()[0] == 0
+    assert audit.search(conn) == []
 
 
 def test_archive_reap_retention_pause_resume_and_dead_letters(conn, skiplock):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -180,26 +180,29 @@ def run(
     stop: threading.Event | None = None,
     history: int = 20,
     statement_timeout_ms: int = 30_000,
+    on_batch: Callable[[int, float], None] | None = None,
 ) -> dict[str, Any]:
     """Work the operation to its end (done, cancelled or failed) and return its progress.
 
     Opens its own connection. If another process is already running it, returns at once. If
     `stop` is set (the process is shutting down), it stops between batches and leaves the
     operation 'running' for `resume_abandoned()`. A database error marks it 'failed' (with the
-    error) when that can still be written, and is re-raised.
+    error) when that can still be written, and is re-raised. `on_batch(rows, ms)` is called
+    after each committed batch (benchmarks time the batches with it).
     """
     with connect(dsn, application_name=f"skiplock-bulk-{op_id}") as conn:
         if not conn.execute(query("deadletters", "op_try_lock"), _lock_params(op_id)).fetchone()[0]:
             log.info("bulk operation %s is already being run by another process", op_id)
             return progress(conn, op_id)
         try:
-            return _run_locked(conn, op_id, stop or threading.Event(), history, statement_timeout_ms)
+            return _run_locked(conn, op_id, stop or threading.Event(), history, statement_timeout_ms, on_batch)
         finally:
             if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 conn.execute(query("deadletters", "op_unlock"), _lock_params(op_id))
 
 
-def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, history: int, timeout_ms: int) -> dict[str, Any]:
+def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, history: int, timeout_ms: int,
+                on_batch: Callable[[int, float], None] | None) -> dict[str, Any]:
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         op = cur.execute(query("deadletters", "op_begin"), {"id": op_id}).fetchone()
     if op is None:
@@ -237,7 +240,9 @@ def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, his
                     "id": op_id, "rows": row["rows"],
                     "cursor_finished_at": row["last_finished_at"], "cursor_id": row["last_id"]})
             after = {"after_finished_at": row["last_finished_at"], "after_id": row["last_id"]}
-            if not throttle.wait(row["rows"], time.perf_counter() - t0):
+            if on_batch is not None:
+                on_batch(row["rows"], (time.perf_counter() - t0) * 1000.0)
+            if not throttle.wait(row["rows"], time.perf_counter() - t0, interrupted=lambda: _cancel_requested(conn, op_id)):
                 log.info("bulk operation %s stopped between batches; resume_abandoned() will finish it", op_id)
                 return progress(conn, op_id)
     except Exception as exc:
@@ -254,6 +259,13 @@ def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, his
         _audit_end(conn, ended)
     log.info("bulk %s %s ended: %s, %s rows", ended["action"], op_id, ended["state"], ended["done"])
     return _describe(ended)
+
+
+def _cancel_requested(conn: psycopg.Connection, op_id: int) -> bool:
+    """Polled during a long throttle pause, so a cancel is not kept waiting for it."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        op = cur.execute(query("deadletters", "op_get"), {"id": op_id}).fetchone()
+    return op is None or op["cancel_requested_at"] is not None
 
 
 def run_in_thread(dsn: str, op_id: int, **kwargs: Any) -> threading.Thread:
