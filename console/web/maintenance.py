@@ -80,13 +80,13 @@ def _task_summary(conn) -> list[dict[str, Any]]:
     for task in runs.TASKS:
         row = last.get(task)
         if row is None:
-            lv, note = "warn", "never run: is `skiplock scheduler` running?"
+            lv, note = "warn", "never run: is the scheduler (skiplock scheduler) running?"
         elif row["outcome"] in ("error", "abandoned"):
             lv, note = "bad", f"the last run ended {row['outcome']}: {row.get('error') or 'its process went away'}"
         elif row["outcome"] == "running":
             lv, note = "good", "running now"
         elif row["finished_at"] and now - row["finished_at"] > EXPECTED_EVERY[task]:
-            lv, note = "warn", "no run for a while: is `skiplock scheduler` running?"
+            lv, note = "warn", "no run for a while: is the scheduler (skiplock scheduler) running?"
         else:
             lv, note = "good", "ran recently"
         out.append({"task": task, "help": TASK_HELP[task], "last": row, "level": lv, "note": note})
