@@ -164,9 +164,25 @@ _PLANS: dict[str | None, _Plan] = {
 }
 
 
-def _compose(name: str, plan: _Plan) -> sql.Composed:
-    where = sql.SQL(query("browse", "jobs_where")).format(state=sql.SQL(plan.state_sql), time=sql.SQL(plan.time_column))
-    return sql.SQL(query("browse", name)).format(where=where, keyset=sql.SQL(plan.keyset), order=sql.SQL(plan.order))
+def _time_condition(column: str) -> str:
+    return (f"(%(since)s::timestamptz IS NULL OR {column} >= %(since)s) "
+            f"AND (%(until)s::timestamptz IS NULL OR {column} < %(until)s)")
+
+
+def _compose(name: str, plan: _Plan, *, first_page: bool = False) -> sql.Composed:
+    """A listing query: the state's index window (from the cursor unless first_page) and the
+    filters on its rows. Every fragment is a constant of this module, never user input."""
+    indexed_time = plan.time_column == "j.finished_at"  # failed: the time range is an index range
+    window = sql.SQL(query("browse", "jobs_window")).format(
+        state=sql.SQL(plan.state_sql),
+        keyset=sql.SQL("true" if first_page else plan.keyset),
+        order=sql.SQL(plan.order),
+        index_time=sql.SQL(_time_condition(plan.time_column) if indexed_time else "true"),
+    )
+    filters = sql.SQL(query("browse", "jobs_filters")).format(
+        outer_time=sql.SQL("true" if indexed_time else _time_condition(plan.time_column)),
+    )
+    return sql.SQL(query("browse", name)).format(window=window, filters=filters, order=sql.SQL(plan.order))
 
 
 def encode_cursor(row: Mapping[str, Any], plan_state: str | None) -> str:
@@ -231,64 +247,111 @@ def _params(conn: psycopg.Connection, f: JobFilter) -> dict[str, Any]:
     return params
 
 
+DEFAULT_WINDOW = 50_000
+
+
+def has_row_filters(f: JobFilter) -> bool:
+    """Filters with no index of their own: they are applied to a bounded window of rows."""
+    return any(v is not None for v in (f.queue, f.kind, f.fingerprint, f.payload)) or (
+        (f.since or f.until) is not None and f.state in ("pending", "running"))
+
+
 @dataclass
 class Page:
     rows: list[dict[str, Any]]
     next_cursor: str | None
     filter: JobFilter
+    searched: int | None = None  # a full window was searched and the page came back short
 
 
-def list_jobs(conn: psycopg.Connection, f: JobFilter, *, after: str | None = None, limit: int = 50) -> Page:
+def _window_end(conn: psycopg.Connection, plan: _Plan, params: dict[str, Any], first_page: bool) -> dict[str, Any] | None:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(_compose("jobs_window_end", plan, first_page=first_page), params, prepare=False).fetchone()
+
+
+def list_jobs(conn: psycopg.Connection, f: JobFilter, *, after: str | None = None, limit: int = 50,
+              window: int = DEFAULT_WINDOW) -> Page:
+    """One page in the state's index order. Filters without an index look at most `window`
+    jobs past the cursor; when they find fewer than a page there, `searched` says how many were
+    looked at and `next_cursor` continues after them ("search further")."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidFilter(f"limit: must be between 1 and {MAX_PAGE}")
     plan = _PLANS[f.state]
-    params = {**_params(conn, f), **decode_cursor(after, f.state), "limit": limit + 1}
+    window = max(window, limit + 1)
+    params = {**_params(conn, f), **decode_cursor(after, f.state), "limit": limit + 1, "window": window}
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_compose("jobs_page", plan), params, prepare=False).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return Page(rows, encode_cursor(rows[-1], f.state) if more and rows else None, f)
+        rows = cur.execute(_compose("jobs_page", plan, first_page=after is None), params, prepare=False).fetchall()
+    if len(rows) > limit:
+        rows = rows[:limit]
+        return Page(rows, encode_cursor(rows[-1], f.state), f)
+    if has_row_filters(f):
+        end = _window_end(conn, plan, params, after is None)
+        if end is not None:
+            return Page(rows, encode_cursor(end, f.state), f, searched=window)
+    return Page(rows, None, f)
 
 
 @dataclass
 class Count:
     n: int
     capped: bool
+    window: int | None = None  # the count covers only the newest/first `window` jobs of the state
 
     def label(self) -> str:
-        return f"{self.n:,}+" if self.capped else f"{self.n:,}"
+        text = f"{self.n:,}+" if self.capped else f"{self.n:,}"
+        return f"{text} in the first {self.window:,} looked at" if self.window and not self.capped else text
 
 
-def count_jobs(conn: psycopg.Connection, f: JobFilter, *, cap: int = 10_000) -> Count:
-    """How many jobs match, counting at most cap + 1 rows: '10,000+' when there are more."""
-    params = {**_params(conn, f), "cap": cap + 1}
+def count_jobs(conn: psycopg.Connection, f: JobFilter, *, cap: int = 10_000, window: int = DEFAULT_WINDOW) -> Count:
+    """How many jobs match, counting at most cap + 1 rows ('10,000+' beyond), among at most
+    `window` jobs of the state's index when a filter has no index."""
+    plan = _PLANS[f.state]
+    window = max(window, cap + 1)
+    params = {**_params(conn, f), **decode_cursor(None, f.state), "cap": cap + 1, "window": window}
     with conn.cursor(row_factory=dict_row) as cur:
-        n = cur.execute(_compose("jobs_count", _PLANS[f.state]), params, prepare=False).fetchone()["n"]
-    return Count(min(n, cap), n > cap)
+        n = cur.execute(_compose("jobs_count", plan, first_page=True), params, prepare=False).fetchone()["n"]
+    partial = n <= cap and has_row_filters(f) and _window_end(conn, plan, params, True) is not None
+    return Count(min(n, cap), n > cap, window if partial else None)
 
 
-def export_jobs(conn_factory, f: JobFilter, *, limit: int, batch: int = 1000) -> Iterator[dict[str, Any]]:
+def export_jobs(conn_factory, f: JobFilter, *, limit: int, batch: int = 1000, window: int = DEFAULT_WINDOW,
+                max_scanned: int = 2_000_000) -> Iterator[dict[str, Any]]:
     """Rows of the filtered set in listing order, at most `limit`, fetched in keyset batches
     (each its own short statement, so no transaction stays open while the client reads).
-    `conn_factory()` returns a context manager giving a time-limited connection."""
+    With filters that have no index, each batch looks at a window of `window` jobs and the
+    export stops after `max_scanned` jobs were looked at. `conn_factory()` returns a context
+    manager giving a time-limited connection."""
     plan = _PLANS[f.state]
     sent = 0
-    after: dict[str, Any] = decode_cursor(None, f.state)
+    scanned = 0
+    cursor: dict[str, Any] = decode_cursor(None, f.state)
+    first = True
     base: dict[str, Any] | None = None
+    row_filters = has_row_filters(f)
+    window = max(window, batch + 1)
     while sent < limit:
         take = min(batch, limit - sent)
         with conn_factory() as conn:
             if base is None:
                 base = _params(conn, f)
+            params = {**base, **cursor, "limit": take, "window": window}
             with conn.cursor(row_factory=dict_row) as cur:
-                rows = cur.execute(_compose("jobs_export", plan), {**base, **after, "limit": take}, prepare=False).fetchall()
+                rows = cur.execute(_compose("jobs_export", plan, first_page=first), params, prepare=False).fetchall()
+            end = None
+            if len(rows) < take and row_filters:
+                end = _window_end(conn, plan, params, first)
         yield from rows
         sent += len(rows)
-        if len(rows) < take:
+        if len(rows) == take:
+            last = rows[-1]
+        elif end is not None and scanned + window < max_scanned:
+            last = end
+            scanned += window
+        else:
             return
-        last = rows[-1]
-        after = {f"c{i}": last[field] for i, field in enumerate(plan.cursor_fields)}
-        after.update({f"c{i}": None for i in range(len(plan.cursor_fields), 3)})
+        first = False
+        cursor = {f"c{i}": last[field] for i, field in enumerate(plan.cursor_fields)}
+        cursor.update({f"c{i}": None for i in range(len(plan.cursor_fields), 3)})
 
 
 # --- one job ----------------------------------------------------------------------------------
@@ -413,18 +476,29 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
 
 # --- queues -----------------------------------------------------------------------------------
 
-def queue_figures(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused."""
+# The queue figures walk the partial indexes with the collectors' queries and stop at these
+# caps, so a ten-million-row table costs what a small one does; beyond a cap a figure is a
+# lower bound and is flagged (shown as "100,000+").
+PENDING_CAP = 50_000
+FAILED_CAP = 10_000
+
+
+def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, failed_cap: int = FAILED_CAP) -> list[dict[str, Any]]:
+    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused, and
+    which figures are lower bounds (`pending_capped`, `failed_capped`)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        pending = {r["queue"]: r for r in cur.execute(query("browse", "queue_pending")).fetchall()}
-        running = {r["queue"]: r for r in cur.execute(query("browse", "queue_running")).fetchall()}
-        failed = {r["queue"]: r for r in cur.execute(query("browse", "queue_failed")).fetchall()}
+        pending_rows = cur.execute(query("collectors_queue", "pending_by_queue"), {"cap": pending_cap}).fetchall()
+        running = {r["queue"]: r for r in cur.execute(query("collectors_queue", "running_by_queue"), {"cap": pending_cap}).fetchall()}
+        failed = {r["queue"]: r for r in cur.execute(query("collectors_queue", "failed_by_queue"), {"cap": failed_cap}).fetchall()}
         flags = {r["queue"]: r for r in cur.execute(query("browse", "queue_flags")).fetchall()}
+    pending = {r["queue"]: r for r in pending_rows}
+    pending_capped = sum(r["eligible"] + r["scheduled"] for r in pending_rows) >= pending_cap
+    failed_capped = sum(r["failed"] for r in failed.values()) >= failed_cap
     now = datetime.now(UTC)
     out = []
     for name in sorted(set(pending) | set(running) | set(failed) | set(flags)):
-        p, r, f, q = pending.get(name, {}), running.get(name, {}), failed.get(name, {}), flags.get(name, {})
-        oldest = p.get("oldest_eligible")
+        p, r, f, fl = pending.get(name, {}), running.get(name, {}), failed.get(name, {}), flags.get(name, {})
+        age = p.get("oldest_eligible_s")
         out.append({
             "queue": name,
             "eligible": p.get("eligible", 0),
@@ -432,12 +506,13 @@ def queue_figures(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "running": r.get("running", 0),
             "stuck": r.get("stuck", 0),
             "failed": f.get("failed", 0),
-            "last_failure": f.get("last_failure"),
-            "oldest_eligible": oldest,
-            "age_seconds": (now - oldest).total_seconds() if oldest else 0.0,
-            "paused": bool(q.get("paused")),
-            "paused_at": q.get("paused_at"),
-            "paused_by": q.get("paused_by"),
+            "oldest_eligible": now - timedelta(seconds=age) if age is not None else None,
+            "age_seconds": float(age) if age is not None else 0.0,
+            "paused": bool(fl.get("paused")),
+            "paused_at": fl.get("paused_at"),
+            "paused_by": fl.get("paused_by"),
+            "pending_capped": pending_capped,
+            "failed_capped": failed_capped,
         })
     return out
 
@@ -472,12 +547,14 @@ def drain_estimate(points: list[tuple[datetime, float]], *, min_span: float = 60
     return Drain("steady", "not shrinking (no net progress)", None, 0.0)
 
 
-def backlog_points(conn: psycopg.Connection, queue: str, window: timedelta = timedelta(minutes=15)) -> list[tuple[datetime, float]]:
-    """Eligible-backlog samples of one queue (collectors' queue_depth{state=eligible})."""
+def backlog_points(conn: psycopg.Connection, window: timedelta = timedelta(minutes=15)) -> dict[str, list[tuple[datetime, float]]]:
+    """Eligible-backlog samples per queue (the collectors' queue_depth{state=eligible}), in one query."""
     from console import samples
 
-    rows = samples.series(conn, "queue_depth", since=window, labels={"queue": queue, "state": "eligible"})
-    return [(r["at"], r["value"]) for r in rows]
+    out: dict[str, list[tuple[datetime, float]]] = {}
+    for r in samples.series(conn, "queue_depth", since=window, labels={"state": "eligible"}):
+        out.setdefault(r["labels"].get("queue", "?"), []).append((r["at"], r["value"]))
+    return out
 
 
 # --- workers ----------------------------------------------------------------------------------

@@ -3,19 +3,29 @@
 -- timeout (console.web.database). The browser's page query is composed in console/browse.py
 -- from `jobs_where` plus one ORDER BY per state, each matching a partial index of 001.
 
--- name: jobs_where
--- Optional filters shared by the page, the count and the export. {state} and {time} are
--- filled by console/browse.py (a literal status chosen from a fixed list; the time column).
+-- name: jobs_window
+-- The state's own index, in its order, from the page cursor on, at most %(window)s rows: every
+-- listing reads through this, so a filter with no index of its own (queue, kind, payload,
+-- error group) looks at a bounded number of jobs and says so, instead of scanning the table.
+-- {state}, {keyset}, {order} and {index_time} are constant fragments from console/browse.py.
+SELECT j.*
+FROM skiplock.jobs AS j
 WHERE {state}
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s)
-  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s)
-  AND (%(fingerprint)s::text IS NULL OR j.error_fingerprint = %(fingerprint)s)
+  AND {keyset}
+  AND {index_time}
   AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
-  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
-  AND (%(since)s::timestamptz IS NULL OR {time} >= %(since)s)
-  AND (%(until)s::timestamptz IS NULL OR {time} < %(until)s)
   AND (%(min_id)s::bigint IS NULL OR j.id >= %(min_id)s)
   AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s)
+ORDER BY {order}
+LIMIT %(window)s
+
+-- name: jobs_filters
+-- The filters applied to the window's rows.
+WHERE (%(queue)s::text IS NULL OR j.queue = %(queue)s)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s)
+  AND (%(fingerprint)s::text IS NULL OR j.error_fingerprint = %(fingerprint)s)
+  AND (%(payload)s::jsonb IS NULL OR j.payload @> %(payload)s::jsonb)
+  AND {outer_time}
 
 -- name: jobs_page
 SELECT
@@ -36,9 +46,8 @@ SELECT
     -- Small payloads only (pg_column_size reads the stored size, it does not detoast): the
     -- listing shows a preview, redacted for viewers, and never ships megabytes per row.
     CASE WHEN pg_column_size(j.payload) <= 4096 THEN j.payload END AS payload
-FROM skiplock.jobs AS j
-{where}
-  AND {keyset}
+FROM ({window}) AS j
+{filters}
 ORDER BY {order}
 LIMIT %(limit)s
 
@@ -58,9 +67,8 @@ SELECT
     j.finished_at,
     j.payload,
     j.lease_until
-FROM skiplock.jobs AS j
-{where}
-  AND {keyset}
+FROM ({window}) AS j
+{filters}
 ORDER BY {order}
 LIMIT %(limit)s
 
@@ -68,10 +76,19 @@ LIMIT %(limit)s
 SELECT count(*) AS n
 FROM (
     SELECT 1
-    FROM skiplock.jobs AS j
-    {where}
+    FROM ({window}) AS j
+    {filters}
     LIMIT %(cap)s
 ) AS capped
+
+-- name: jobs_window_end
+-- The last row of a full window (none when the window holds every remaining job): where
+-- "search further" continues.
+SELECT j.*
+FROM ({window}) AS j
+ORDER BY {order}
+OFFSET %(window)s - 1
+LIMIT 1
 
 -- name: id_range
 SELECT min(j.id) AS lo, max(j.id) AS hi FROM skiplock.jobs AS j;
@@ -102,35 +119,6 @@ FROM (
 WHERE r.target = %(target)s
    OR r.selection @> jsonb_build_object('ids', jsonb_build_array(%(id)s::bigint))
 ORDER BY r.at;
-
--- name: queue_pending
--- Index-only over jobs_claim_idx (it INCLUDEs queue): eligible and scheduled jobs per queue.
-SELECT
-    j.queue,
-    count(*) FILTER (WHERE j.run_at <= now()) AS eligible,
-    count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-    min(j.run_at) FILTER (WHERE j.run_at <= now()) AS oldest_eligible
-FROM skiplock.jobs AS j
-WHERE j.status = 'pending'
-GROUP BY j.queue;
-
--- name: queue_running
-SELECT
-    j.queue,
-    count(*) AS running,
-    count(*) FILTER (WHERE j.lease_until < now()) AS stuck
-FROM skiplock.jobs AS j
-WHERE j.status = 'running'
-GROUP BY j.queue;
-
--- name: queue_failed
-SELECT
-    j.queue,
-    count(*) AS failed,
-    max(j.finished_at) AS last_failure
-FROM skiplock.jobs AS j
-WHERE j.status = 'failed'
-GROUP BY j.queue;
 
 -- name: queue_flags
 SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by

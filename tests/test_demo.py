@@ -91,6 +91,27 @@ def _completed_jobs(dsn: str) -> int:
     return _scalar(dsn, "SELECT coalesce(sum(completed), 0) FROM skiplock.workers")
 
 
+def _sign_in(url: str, name: str, password: str) -> urllib.request.OpenerDirector:
+    """A cookie-keeping client signed in through the login form (with its CSRF token)."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with browser.open(url + "login", timeout=10) as response:
+        form = response.read().decode()
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
+    data = urllib.parse.urlencode({"csrf_token": token, "name": name, "password": password, "next": "/"}).encode()
+    with browser.open(url + "login", data=data, timeout=10) as response:
+        assert "/login" not in response.geturl(), "the demo's login was refused"
+    return browser
+
+
+def _api_completed(browser: urllib.request.OpenerDirector, url: str) -> int:
+    with browser.open(url + "api/v1/workers", timeout=10) as response:
+        return sum(w["completed"] for w in json.loads(response.read())["workers"])
+
+
 @pytest.fixture
 def demo_dir():
     # Under /tmp: as root the cluster runs as `postgres`, who cannot enter pytest's tmp_path.
@@ -131,6 +152,13 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
         if state.get("url"):
             with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
                 assert response.status == 200
+            # The login the demo printed signs in, and the console shows the traffic.
+            assert "Login      demo / " in log.read_text()
+            password = json.loads((demo_dir / "secrets.json").read_text())["password"]
+            browser = _sign_in(state["url"], "demo", password)
+            _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
+            with browser.open(state["url"] + "queues", timeout=10) as response:
+                assert response.status == 200 and "billing" in response.read().decode()
 
         # The reports worker is killed (SIGKILL) and restarted by the demo.
         _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)
@@ -332,3 +360,54 @@ def test_seed_history_fills_hours_of_catalogued_samples_that_end_at_todays_dead_
     # Every seeded series keeps its labels the same over time (one line per series in a chart).
     keys = {(s.metric, tuple(sorted(s.labels))) for _, group in history(hours=0.1) for s in group}
     assert len({m for m, _ in keys}) == len({(m, k) for m, k in keys})
+
+
+def test_the_demo_config_loads_with_its_alert_rules_and_receiver(tmp_path):
+    from console.config import load_config
+    from console.demo.orchestrator import Demo, DemoOptions
+
+    demo = Demo(DemoOptions(data_dir=tmp_path, port=free_port()), out=lambda _: None)
+    demo.url, demo.receiver_port = "http://127.0.0.1:8000/", 9999
+    demo._write_config()
+    config = load_config(demo.config_path, env={})
+    assert config.worker.lease == 15.0
+    if demo.alerts_installed:
+        from console.alerts import rules
+
+        rules.check_config(config)  # the same validation the scheduler applies at start-up
+        by_name = rules.file_rules(config.tables)
+        assert by_name["queue_age"].threshold == 30
+        assert rules.file_destinations(config.tables)["demo-receiver"].url == "http://127.0.0.1:9999/hook"
+        assert config.alerts.console_url == "http://127.0.0.1:8000"
+
+
+def test_the_receiver_accepts_signed_notifications_and_refuses_forged_ones():
+    import threading
+    import urllib.error
+    from http.server import ThreadingHTTPServer
+
+    from console.demo import receiver
+
+    receiver.Receiver.secret = "s3cret"
+    server = ThreadingHTTPServer(("127.0.0.1", 0), receiver.Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    body = json.dumps({"event": "firing", "alert": {"rule": "queue_age", "severity": "critical",
+                                                     "labels": {"queue": "search"}, "summary": "waited 56s"}}).encode()
+    try:
+        stamp = int(time.time())
+        from console.alerts.transports import sign  # what the scheduler's sender puts in the header
+
+        good = sign("s3cret", stamp, body)
+        request = urllib.request.Request(url, data=body, headers={"X-Skiplock-Signature": good, "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+        forged = urllib.request.Request(url, data=body, headers={"X-Skiplock-Signature": f"t={stamp},v1=00"})
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(forged, timeout=5)
+        assert info.value.code == 401
+    finally:
+        server.shutdown()
+        server.server_close()
+        receiver.Receiver.secret = ""
+    assert receiver.describe(json.loads(body)) == "FIRING   critical queue_age{queue=search}: waited 56s"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -60,9 +62,11 @@ def test_the_procfile_has_web_scheduler_and_worker():
     assert "skiplock worker" in entries["worker"]
 
 
-def test_the_readme_links_resolve():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+@pytest.mark.parametrize("page", ["README.md", "docs/operators-guide.md", "docs/architecture.md"])
+def test_the_newcomers_pages_link_to_files_that_exist(page):
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
         if "://" in target:
             continue
-        assert (ROOT / target).exists(), f"README.md links to {target}, which does not exist"
+        assert (path.parent / target).exists(), f"{page} links to {target}, which does not exist"

@@ -69,6 +69,7 @@ def test_operator_finds_dead_letters_and_replays_one(page, live_server, personas
     page.click("#job-filters button[type=submit]")
     page.wait_for_url(re.compile(r"state=failed"))
     assert "queue=billing" in page.url  # bookmarkable
+    page.locator("#job-count", has_text="match").wait_for()  # the count loads as its own fragment
     assert page.inner_text("#job-count").startswith("4 jobs match")
     assert page.locator("#jobs-table tbody tr").count() == 4
     shot(page, "jobs")

@@ -76,6 +76,48 @@ def test_counts_are_capped_and_labelled(conn, jobs):
     assert (exact.n, exact.capped, exact.label()) == (3, False, "3")
 
 
+def test_filters_without_an_index_look_at_a_window_and_search_further(conn):
+    """A kind that only the oldest job has: each page looks at `window` jobs, says so, and
+    its cursor continues after them until the match is found."""
+    rare = q.enqueue(conn, "rare", {})
+    q.enqueue_many(conn, [{"kind": "common"} for _ in range(10)])
+    f = JobFilter.parse({"kind": "rare"})
+    first = list_jobs(conn, f, limit=2, window=4)
+    assert first.rows == [] and first.searched == 4 and first.next_cursor
+    pages, after, found = 0, None, []
+    while True:
+        page = list_jobs(conn, f, after=after, limit=2, window=4)
+        found += [r["id"] for r in page.rows]
+        pages += 1
+        if not page.next_cursor:
+            break
+        after = page.next_cursor
+    assert found == [rare] and pages == 3
+    windowed = count_jobs(conn, f, cap=2, window=4)
+    assert (windowed.n, windowed.capped) == (0, False) and windowed.window == 4  # window is raised to cap + 1 = 3 -> 4
+    assert "looked at" in windowed.label()
+    assert count_jobs(conn, f, cap=2, window=100).label() == "1"
+    assert count_jobs(conn, JobFilter(), cap=5, window=3).label() == "5+"  # no row filter: no window
+
+
+def test_export_walks_past_windows(conn):
+    from contextlib import contextmanager
+
+    from console.browse import export_jobs
+
+    rare = q.enqueue(conn, "rare", {})
+    q.enqueue_many(conn, [{"kind": "common"} for _ in range(10)])
+
+    @contextmanager
+    def factory():
+        yield conn
+
+    rows = list(export_jobs(factory, JobFilter(kind="rare"), limit=10, batch=2, window=3))
+    assert [r["id"] for r in rows] == [rare]
+    capped = list(export_jobs(factory, JobFilter(kind="rare"), limit=10, batch=2, window=3, max_scanned=3))
+    assert capped == []
+
+
 def test_time_range_on_all_states_uses_an_id_range(conn):
     """The since/until of completed/any jobs is turned into an id range by binary search."""
     for hours in (30, 20, 10, 5, 1):
@@ -109,11 +151,13 @@ def test_jobs_page_and_api_show_the_filtered_set(client_as, jobs):
     client = client_as("viewer")
     page = client.get("/jobs?state=failed")
     assert page.status_code == 200
-    assert b"3 jobs match" in page.data
+    assert b'hx-get="/jobs/_count?state=failed"' in page.data  # the count comes on its own
+    count = client.get("/jobs/_count?state=failed")
+    assert b"3 jobs match" in count.data and b"<html" not in count.data
     for job_id in jobs["failed"]:
         assert f'href="/jobs/{job_id}"'.encode() in page.data
     data = client.get("/api/v1/jobs?state=pending&queue=mail&limit=2").get_json()
-    assert data["count"] == {"n": 5, "capped": False, "label": "5"}
+    assert data["count"] == {"n": 5, "capped": False, "window": None, "label": "5"}
     assert len(data["jobs"]) == 2 and data["next"]
     second = client.get("/api/v1/jobs", query_string={"state": "pending", "queue": "mail", "limit": 2, "after": data["next"]}).get_json()
     assert not {j["id"] for j in data["jobs"]} & {j["id"] for j in second["jobs"]}

@@ -214,3 +214,13 @@ def test_admin_manages_users_and_tokens(client_as, conn):
     assert {u["name"] for u in listing["users"]} >= {"carol", "admin"}
     assert "token_sha256" not in str(listing)
     assert client_as("operator").get("/admin/users").status_code == 403
+
+
+def test_queue_figures_stop_at_their_caps(conn):
+    from console.browse import queue_figures
+
+    q.enqueue_many(conn, [{"kind": "k", "queue": "big"} for _ in range(30)])
+    exact = {r["queue"]: r for r in queue_figures(conn)}["big"]
+    assert exact["eligible"] == 30 and exact["pending_capped"] is False
+    capped = {r["queue"]: r for r in queue_figures(conn, pending_cap=10)}["big"]
+    assert capped["eligible"] == 10 and capped["pending_capped"] is True

@@ -63,7 +63,7 @@ DEMO_SETTINGS: dict[str, Any] = {
     "queue.backoff_base": 2.0,
     "queue.backoff_cap": 60.0,
     "scheduler.collect_interval": 10.0,
-    "scheduler.reap_interval": 10.0,
+    "scheduler.reap_interval": 30.0,  # the default: stuck leases stay visible for a few samples
     "scheduler.archive_interval": 60.0,
     "scheduler.election_interval": 5.0,
     "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
@@ -77,6 +77,51 @@ CLUSTER_SETTINGS = {
     "autovacuum_naptime": "10s",
     "log_min_messages": "warning",
 }
+
+
+# Alert rules with demo thresholds (they replace the defaults of the same name), so the bursts,
+# the killed worker and the idle session fire alerts within minutes, and a local receiver.
+DEMO_ALERTS = """\
+# Demo alert thresholds, lower than the defaults so that alerts fire (and resolve) within minutes.
+[[webhooks]]
+name = "demo-receiver"
+kind = "json"
+url = "http://127.0.0.1:{port}/hook"
+secret = "{secret}"
+
+[[alerts.rules]]
+name = "queue_age"
+metric = "queue_age_seconds"
+op = ">"
+threshold = 30
+clear = 10
+for = "20s"
+severity = "critical"
+summary = "Oldest eligible job in queue {{queue}} has waited {{value}}s (over {{threshold}}s)"
+runbook = "docs/alerts.md#queue_age"
+
+[[alerts.rules]]
+name = "stuck_leases"
+metric = "stuck_leases"
+op = ">"
+threshold = 0
+for = "10s"
+severity = "warning"
+summary = "{{value}} job(s) in queue {{queue}} hold an expired lease (a worker died)"
+runbook = "docs/alerts.md#stuck_leases"
+
+[[alerts.rules]]
+name = "vacuum_blocked"
+metric = "xmin_horizon_age_seconds"
+labels = {{ holder = "any" }}
+op = ">"
+threshold = 30
+clear = 5
+for = "10s"
+severity = "warning"
+summary = "The xmin horizon has been held for {{value}}s: vacuum cannot remove dead rows"
+runbook = "docs/alerts.md#vacuum_blocked"
+"""
 
 
 class DemoError(RuntimeError):
@@ -193,6 +238,7 @@ class Demo:
         self.not_running: dict[str, str] = {}
         self.dsn = ""
         self.url = ""
+        self.receiver_port = 0
         self.login: tuple[str, str] | None = None
         self._stop_requested = 0
         self._commands: set[str] = set()
@@ -273,6 +319,8 @@ class Demo:
         self._check_not_running_already()
         if "serve" in self._commands:
             _check_port_free(opts.host, opts.port)
+            self.url = f"http://{opts.host}:{opts.port}/"
+        self.receiver_port = free_port()
 
         try:
             cluster = PrivateCluster(self.base, settings=CLUSTER_SETTINGS, keep=True)
@@ -315,9 +363,16 @@ class Demo:
                 stored = seed_history(conn, hours=opts.seed_hours, rate=opts.rate)
             self.out(f"--seed-history: stored {stored} samples covering the last {opts.seed_hours:g} h")
 
+    @property
+    def alerts_installed(self) -> bool:
+        return _has_setting("alerts.evaluate")
+
     def _write_config(self) -> None:
         known = {s.dotted: s for s in SETTINGS}
-        applied = {k: v for k, v in DEMO_SETTINGS.items() if k in known}
+        wanted = dict(DEMO_SETTINGS)
+        if self.url:
+            wanted["alerts.console_url"] = self.url.rstrip("/")
+        applied = {k: v for k, v in wanted.items() if k in known}
         sections: dict[str, list[str]] = {}
         for dotted, value in applied.items():
             section, key = dotted.split(".", 1)
@@ -325,10 +380,13 @@ class Demo:
         lines = ["# Written by `skiplock demo` at each start: short intervals so a few minutes show everything.", ""]
         for section, entries in sections.items():
             lines += [f"[{section}]", *entries, ""]
-        skipped = [f"#   {k} = {_toml_value(v)}" for k, v in DEMO_SETTINGS.items() if k not in known]
+        skipped = [f"#   {k} = {_toml_value(v)}" for k, v in wanted.items() if k not in known]
         if skipped:
             lines += ["# Demo settings this installation does not have yet (its component is not installed):", *skipped, ""]
+        if self.alerts_installed:
+            lines += [DEMO_ALERTS.format(port=self.receiver_port, secret=self._secrets()["webhook_secret"])]
         self.config_path.write_text("\n".join(lines), encoding="utf-8")
+        self.config_path.chmod(0o600)  # it holds the demo receiver's signing secret
 
     def _secrets(self) -> dict[str, str]:
         """The demo login's password and the web console's secret key, kept across runs."""
@@ -339,6 +397,7 @@ class Demo:
             data = {}
         data.setdefault("password", secrets.token_urlsafe(9))
         data.setdefault("secret_key", secrets.token_hex(32))
+        data.setdefault("webhook_secret", secrets.token_hex(16))
         path.write_text(json.dumps(data))
         path.chmod(0o600)
         return data
@@ -365,6 +424,9 @@ class Demo:
     def start_children(self) -> None:
         opts = self.options
         cmds = self._commands
+        if self.alerts_installed and "scheduler" in cmds:
+            self._add("webhooks", [sys.executable, "-m", "console.demo.receiver", "--port", str(self.receiver_port)],
+                      env={"DEMO_WEBHOOK_SECRET": self._secrets()["webhook_secret"]})
         if "scheduler" in cmds:
             self._add("scheduler", self._skiplock("scheduler"))
         else:
@@ -375,7 +437,6 @@ class Demo:
             # A secret key kept across runs, so a restart of the web console keeps the sign-in.
             key = {"SKIPLOCK_WEB_SECRET_KEY": self._secrets()["secret_key"]} if _has_setting("web.secret_key") else {}
             self._add("web", self._skiplock("serve", "--host", opts.host, "--port", str(opts.port)), env=key)
-            self.url = f"http://{opts.host}:{opts.port}/"
         else:
             self.not_running["web"] = "`skiplock serve` is not in this installation yet: no web console to open"
         self._create_login()
@@ -435,7 +496,10 @@ class Demo:
             "             session every 10 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
         ]
         if "scheduler" in self.children:
-            lines.append("  Scheduler  collectors and reaper every 10 s, archiver every minute (completed jobs older than 2 min)")
+            lines.append("  Scheduler  collectors every 10 s, reaper every 30 s, archiver every minute (completed jobs older than 2 min)")
+        if "webhooks" in self.children:
+            lines.append(f"  Alerts     demo thresholds (queue age > 30 s, stuck leases, xmin horizon > 30 s) delivered to a local"
+                         f" receiver: {self.children['webhooks'].log_path}")
         lines += [
             f"  Processes  {', '.join(f'{name} (pid {c.pid})' for name, c in self.children.items())}",
             f"  Logs       {self.logs}/",

@@ -79,29 +79,47 @@ def _row_out(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def browse_data() -> dict[str, Any]:
+def count_data(f: browse.JobFilter) -> dict[str, Any]:
+    web = _state().config.web
+    count = run_panel(browse.count_jobs, f, cap=web.count_cap, window=web.scan_window)
+    if not count.ok:
+        return {"count": None, "count_error": count.error}
+    c = count.data
+    return {"count": {"n": c.n, "capped": c.capped, "window": c.window, "label": c.label()}, "count_error": None}
+
+
+def browse_data(*, with_count: bool = True) -> dict[str, Any]:
     f = _filter()
     limit = _limit()
     after = request.args.get("after") or None
-    page = run_limited(browse.list_jobs, f, after=after, limit=limit)
-    count = run_panel(browse.count_jobs, f, cap=_state().config.web.count_cap)
-    return {
+    page = run_limited(browse.list_jobs, f, after=after, limit=limit, window=_state().config.web.scan_window)
+    data = {
         "filter": f.describe(),
         "args": f.as_args(),
         "jobs": [_row_out(r) for r in page.rows],
         "next": page.next_cursor,
-        "count": {"n": count.data.n, "capped": count.data.capped, "label": count.data.label()} if count.ok else None,
-        "count_error": count.error,
+        "searched": page.searched,
         "limit": limit,
         "first_page": after is None,
     }
+    if with_count:
+        data.update(count_data(f))
+    return data
 
 
 @bp.get("/jobs")
 @requires("viewer")
 def index():
-    data = browse_data()
-    return render_template("jobs/index.html", states=browse.STATES, **data)
+    # The count arrives as its own fragment (/jobs/_count): the first page never waits for it.
+    data = browse_data(with_count=False)
+    return render_template("jobs/index.html", states=browse.STATES, count_pending=True, **data)
+
+
+@bp.get("/jobs/_count")
+@requires("viewer")
+def count_fragment():
+    f = _filter()
+    return render_template("jobs/_count.html", args=f.as_args(), count_pending=False, **count_data(f))
 
 
 @bp.get("/api/v1/jobs")
@@ -110,9 +128,12 @@ def index():
     *FILTER_PARAMS,
     Param("after", description="the `next` cursor of the previous page"),
     Param("limit", type="integer", description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
-], description="`count` is capped at web.count_cap (`capped: true` means more). Payloads are redacted for viewers.")
+    Param("count", description="false: skip the count"),
+], description="`count` stops at web.count_cap (`capped: true` means more); with a filter that has no index "
+               "(queue, kind, payload, error group) each page looks at web.scan_window jobs: `searched` says a short page "
+               "looked at that many and `next` continues after them. Payloads are redacted for viewers.")
 def api_index():
-    return jsonify(browse_data())
+    return jsonify(browse_data(with_count=request.args.get("count", "true").lower() not in ("0", "false", "no")))
 
 
 # --- export ---------------------------------------------------------------------------------
@@ -144,7 +165,7 @@ def _export(fmt: str):
 
     # The first batch runs before the response starts, so a bad filter or a timeout is an
     # error status, not a truncated file.
-    rows = browse.export_jobs(limited_conn, f, limit=limit)
+    rows = browse.export_jobs(limited_conn, f, limit=limit, window=st.config.web.scan_window)
     first = []
     try:
         first = [next(rows)]

@@ -38,9 +38,12 @@ def queues_data() -> dict[str, Any]:
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
+    points = run_panel(browse.backlog_points)
     for row in rows:
-        drain = run_panel(browse.backlog_points, row["queue"])
-        estimate = browse.drain_estimate(drain.data) if drain.ok else browse.Drain("unknown", "samples not available")
+        if points.ok:
+            estimate = browse.drain_estimate(points.data.get(row["queue"], []))
+        else:
+            estimate = browse.Drain("unknown", "samples not available")
         if estimate.state == "unknown" and row.get("eligible") == 0:
             estimate = browse.Drain("empty", "nothing waiting", 0.0)
         row["drain"] = {"state": estimate.state, "text": estimate.text, "seconds": estimate.seconds,
