@@ -4,7 +4,7 @@ The history imitates what the collectors would have stored while the demo's traf
 same metric names from `console.catalog`, the same labels as `console.collectors`): a rate that
 swells and ebbs, a burst on the search queue every four minutes, a killed worker's stuck leases
 every three, dead tuples kept low by the workers' vacuums except after each archiver run, and
-every ten minutes an idle session holding the xmin horizon while dead tuples climb. The
+every twenty minutes an idle session holding the xmin horizon for six while dead tuples climb. The
 figures (latencies, buffers, sizes) are those measured on the demo itself. Dead letters ramp up to the count the
 database holds now, so the live samples continue the seeded line instead of jumping.
 
@@ -76,8 +76,8 @@ def history(
         search_backlog = max(300.0 * (1 - burst_age / 45.0), 0.0)
         kill_phase = t % 180.0  # a worker killed every 3 minutes: leases expire 15 s later
         stuck = 1.0 + (rng.random() < 0.5) if 15.0 <= kill_phase < 30.0 else 0.0
-        idle_phase = t % 600.0  # a session idle in transaction for a minute every 10 minutes
-        idle = 90.0 <= idle_phase < 150.0
+        idle_phase = t % 1200.0  # a session idle in transaction for 6 minutes every 20 minutes
+        idle = 90.0 <= idle_phase < 450.0
         idle_age = idle_phase - 90.0 if idle else 0.0
 
         draining = search_backlog > 0
