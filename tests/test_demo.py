@@ -157,8 +157,8 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
             password = json.loads((demo_dir / "secrets.json").read_text())["password"]
             browser = _sign_in(state["url"], "demo", password)
             _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
-            with browser.open(state["url"] + "queues", timeout=10) as response:
-                assert response.status == 200 and "billing" in response.read().decode()
+            with browser.open(state["url"] + "overview", timeout=10) as response:
+                assert response.status == 200 and "Overview" in response.read().decode()
 
         # The reports worker is killed (SIGKILL) and restarted by the demo.
         _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)
