@@ -123,9 +123,16 @@ def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.cursor()
         id_at = attempts_at = None
+        deadlocks = 0
         while time.time() < stop_at:
             started = time.perf_counter()
-            cur.execute(sql_text, params, prepare=True)
+            try:
+                cur.execute(sql_text, params, prepare=True)
+            except psycopg.errors.DeadlockDetected:
+                # the naive claim's lock convoy also deadlocks now and then (two statements
+                # waiting on each other's head rows); the finished batch is completed next round
+                deadlocks += 1
+                continue
             rows = cur.fetchall()
             elapsed = time.perf_counter() - started
             if id_at is None:
@@ -144,6 +151,8 @@ def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_
                 time.sleep(0.01)
         if params["ids"]:
             cur.execute(sql_text, {**params, "limit": 0})
+    if deadlocks:
+        print(f"  ({worker}: {deadlocks} deadlocks)", flush=True)
     out.put(hist.counts)
 
 

@@ -119,9 +119,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "retention_hour_days", float, 400.0, "Days per-hour rollups (and collection run rows) are kept.", positive),
     Setting("scheduler", "retention_batch_size", int, 5000, "Most rows one retention statement deletes.", positive),
     Setting("scheduler", "lock_timeout_ms", int, 200, "lock_timeout of collector queries (size functions wait on locks).", positive),
-    Setting("scheduler", "depth_exact_limit", int, 100000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
-    Setting("scheduler", "failed_queue_limit", int, 20000, "Newest dead letters read for the per-queue split; beyond it shares are scaled to the exact total.", positive),
-    Setting("scheduler", "probe_queues", int, 3, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
+    Setting("scheduler", "depth_exact_limit", int, 10000, "Pending/running entries counted exactly per cycle; a larger backlog is scaled to the planner's estimate.", positive),
+    Setting("scheduler", "failed_queue_limit", int, 5000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
+    Setting("scheduler", "failed_total_limit", int, 50000, "Dead letters counted exactly per cycle; beyond it the total is the planner's estimate.", positive),
+    Setting("scheduler", "probe_queues", int, 1, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
     # [alerts] (rules and webhooks themselves are [[alerts.rules]] and [[webhooks]] tables)
     Setting("alerts", "evaluate", bool, True, "Evaluate alert rules after every collection cycle (the scheduler leader does).",),
     Setting("alerts", "series_window", float, 300.0, "Seconds a sample stays current for alert rules; older collections count as stale and hold every alert.", positive),
@@ -168,6 +169,23 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "export_limit", int, 100000, "Most rows one CSV/JSON export returns.", positive),
     Setting("web", "db_wait", float, 2.0, "Seconds a page waits for a database connection before saying the database is unreachable.", positive),
     Setting("web", "stale_worker_after", float, 30.0, "Seconds without a heartbeat after which a worker is shown as stale.", positive),
+    # [advisor] thresholds of `skiplock check` and the advisor page (docs/advisor.md explains each)
+    Setting("advisor", "idle_in_transaction_warn", duration, timedelta(seconds=10), "How long a session touching the jobs tables may sit idle in a transaction before the advisor warns.", positive_duration),
+    Setting("advisor", "idle_in_transaction_fail", duration, timedelta(minutes=1), "Time idle in a transaction on the jobs tables that the advisor calls a failure.", positive_duration),
+    Setting("advisor", "transaction_age_warn", duration, timedelta(minutes=1), "Age of a transaction touching the jobs tables that the advisor warns about.", positive_duration),
+    Setting("advisor", "transaction_age_fail", duration, timedelta(minutes=5), "Age of a transaction touching the jobs tables that the advisor calls a failure.", positive_duration),
+    Setting("advisor", "xmin_horizon_warn", duration, timedelta(minutes=5), "How long the xmin horizon may stand still before the advisor warns that vacuum is blocked.", positive_duration),
+    Setting("advisor", "xmin_horizon_fail", duration, timedelta(minutes=30), "Age of a blocked xmin horizon that the advisor calls a failure.", positive_duration),
+    Setting("advisor", "lock_wait_fail", duration, timedelta(seconds=5), "How long a session may wait on a jobs-table row lock before the advisor calls it a failure.", positive_duration),
+    Setting("advisor", "stuck_lease_grace", duration, timedelta(minutes=2), "How long past its lease a running job may stay before the advisor says the reaper is not rescuing it.", positive_duration),
+    Setting("advisor", "max_attempts_warn", int, 25, "A job allowed more attempts than this has no real retry cap (warn).", positive),
+    Setting("advisor", "max_attempts_fail", int, 100, "A job allowed more attempts than this is a failure of the retry policy.", positive),
+    Setting("advisor", "hot_loop_gap", duration, timedelta(seconds=1), "Two attempts of a job closer than this count as a hot retry loop.", positive_duration),
+    Setting("advisor", "dead_letter_age_warn", duration, timedelta(days=7), "Age of the oldest dead letter before the advisor calls the set a graveyard.", positive_duration),
+    Setting("advisor", "archive_slack", duration, timedelta(minutes=15), "How long past maintenance.archive_after a completed job may stay in the hot table before the advisor counts it as late."),
+    Setting("advisor", "completed_rows_warn", int, 10000, "Old completed rows in the hot table (estimated) before the advisor warns.", positive),
+    Setting("advisor", "sample_pages", int, 1000, "Most pages of the jobs table the advisor samples to estimate old completed rows.", positive),
+    Setting("advisor", "claim_min_calls", int, 100, "Claim calls needed before a buffers-per-claim figure counts.", positive),
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}

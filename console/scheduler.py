@@ -141,6 +141,7 @@ class Scheduler:
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self._by_name = {j.name: j for j in self.jobs}
         self._aps: BlockingScheduler | None = None
+        self._executor: ThreadPoolExecutor | None = None
 
     # --- leader election -----------------------------------------------------------------
 
@@ -263,13 +264,13 @@ class Scheduler:
 
     def build(self) -> BlockingScheduler:
         grace = max(1, int(round(self.config.scheduler.misfire_grace)))
+        self._executor = ThreadPoolExecutor(max_workers=len(self.jobs) + 1)
         aps = BlockingScheduler(
             timezone="UTC",
-            executors={"default": ThreadPoolExecutor(max_workers=len(self.jobs) + 1)},
+            executors={"default": self._executor},
             job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": grace},
         )
-        aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect", name="elect",
-                    next_run_time=datetime.now(UTC))
+        aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect", name="elect")
         for spec in self.jobs:
             aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name, name=spec.name,
                         next_run_time=datetime.now(UTC))
@@ -278,11 +279,16 @@ class Scheduler:
     def run(self) -> int:
         with connect(self.dsn, application_name=JOB_APP) as conn:
             require_schema(conn)
+        # APScheduler logs every run at INFO; the runs' health is in skiplock.scheduler_jobs.
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        self.elect()  # before the first runs, so a winner runs them at once
         self._aps = self.build()
         log.info("scheduler %s starting (election every %gs)", self.node_id, self.election_interval)
         try:
             self._aps.start()
         finally:
+            self._stop.set()
+            self._executor.shutdown(wait=True)  # runs in progress finish (each is bounded) before we disconnect
             self.close()
         return 0
 

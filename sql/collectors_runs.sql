@@ -16,6 +16,16 @@ ON CONFLICT (name) DO UPDATE
 SET taken_at = excluded.taken_at,
     state = excluded.state;
 
+-- name: save_states
+-- Every collector's snapshot in one statement (one round trip per cycle).
+INSERT INTO skiplock.collector_state AS s (name, taken_at, state)
+SELECT n.name, %(taken_at)s, n.state
+FROM unnest(%(names)s::text[], %(states)s::jsonb[]) AS n (name, state)
+ORDER BY n.name
+ON CONFLICT (name) DO UPDATE
+SET taken_at = excluded.taken_at,
+    state = excluded.state;
+
 -- name: insert_run
 INSERT INTO skiplock.collection_runs (started_at, finished_at, duration_ms, collectors, leader, details)
 VALUES (%(started_at)s, %(finished_at)s, %(duration_ms)s, %(collectors)s, %(leader)s, %(details)s)
@@ -39,3 +49,4 @@ SELECT now() AS now, clock_timestamp() AS clock;
 SELECT s.state
 FROM skiplock.collector_state AS s
 WHERE s.name = %(name)s;
+

@@ -55,3 +55,11 @@ LIMIT %(limit)s;
 SELECT count(*)::bigint AS entries
 FROM pg_stat_statements(false) AS s
 WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database());
+
+-- name: probe_planner_defaults
+-- The collector session turns bitmap and sequential scans off (for its capped counts); the
+-- probe must plan the claim exactly as a worker's session does, so it turns them back on
+-- for its own transaction.
+SELECT
+    set_config('enable_bitmapscan', 'on', true),
+    set_config('enable_seqscan', 'on', true);

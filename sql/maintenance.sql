@@ -239,3 +239,16 @@ SELECT
 FROM pg_inherits AS i
 JOIN pg_class AS c ON c.oid = i.inhrelid
 WHERE i.inhparent = 'skiplock.jobs_archive'::regclass;
+
+-- name: prune_runs
+-- Maintenance-run rows older than the archive's retention go with it, a bounded batch per run.
+-- Ids grow with time, so the oldest rows are at the start of the primary key.
+DELETE FROM skiplock.maintenance_runs AS r
+WHERE r.id = ANY(ARRAY(
+    SELECT o.id
+    FROM skiplock.maintenance_runs AS o
+    WHERE o.outcome <> 'running'
+      AND o.started_at < %(cutoff)s
+    ORDER BY o.id
+    LIMIT %(batch_size)s
+));

@@ -52,3 +52,33 @@ threshold = 1
 """)
     bad = run(dsn, config, "list")
     assert bad.exit_code == 2 and "alert rule 'typo'" in bad.output and "unknown metric 'queue_age'" in bad.output
+
+
+def test_the_receiver_command_prints_verified_notifications(tmp_path):
+    """`skiplock alerts receiver` as a real process, sent a real signed notification."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from console.alerts.rules import parse_destination
+    from console.alerts.transports import JsonTransport
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "SKIPLOCK_RECEIVER_SECRET": "recv-secret"}
+    proc = subprocess.Popen([sys.executable, "-m", "console", "alerts", "receiver", "--port", "0"], env=env, cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("listening on http://127.0.0.1:")
+        url = first.split()[2]
+        good = JsonTransport(parse_destination({"name": "r", "url": url, "secret": "recv-secret"}), timeout=5)
+        bad = JsonTransport(parse_destination({"name": "r", "url": url, "secret": "wrong"}), timeout=5)
+        assert good.send(good.test_notification()).status == 204
+        assert bad.send(bad.test_notification()).status == 204
+        lines = [proc.stdout.readline().strip() for _ in range(2)]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    assert lines[0].startswith("test") and lines[0].endswith("[signature ok]")
+    assert lines[1].endswith("[SIGNATURE INVALID]")

@@ -1,6 +1,6 @@
 """The issue's done-when, at small scale: stopping the workers makes the queue-age alert fire
 and reach a local webhook receiver, restarting them resolves it, and both transitions are in the
-database's history and delivery log (and the UI; see test_alerts_web.py).
+database's history, the console's alerts page and its delivery log.
 
 Real pieces throughout: `skiplock worker` subprocesses, the scheduler's own `collect` and
 `alerts_deliver` jobs run directly (`Scheduler.run_job`), the collectors, a threaded HTTP
@@ -64,7 +64,7 @@ def _queue_age_bodies(receiver):
     return out
 
 
-def test_stopping_workers_fires_queue_age_and_restarting_resolves_it(dsn, conn, subprocess_env, tmp_path):
+def test_stopping_workers_fires_queue_age_and_restarting_resolves_it(dsn, conn, subprocess_env, tmp_path, client_as):
     workers = WorkerProcs(subprocess_env)
     with Receiver() as receiver:
         config = _config(tmp_path, receiver.url)
@@ -117,6 +117,15 @@ def test_stopping_workers_fires_queue_age_and_restarting_resolves_it(dsn, conn, 
     assert log == [("delivered", "firing"), ("delivered", "resolved")]
     jobs = {j["job"] for j in scheduler.status(conn)["jobs"]}
     assert "alerts_deliver" in jobs and any(j.endswith("AlertJobs.after_collection") for j in jobs)
+
+    # ... and in the console: the transitions on the alerts page, both deliveries in the log.
+    viewer = client_as("viewer")
+    page = viewer.get("/alerts").get_data(as_text=True)
+    assert 'data-event="firing"' in page and 'data-event="resolved"' in page and "queue=e2e" in page
+    deliveries = viewer.get("/api/v1/alerts/deliveries").get_json()["deliveries"]
+    assert [(d["rule"], d["event"], d["outcome"]) for d in deliveries if d["rule"] == "queue_age"] == [
+        ("queue_age", "resolved", "delivered"), ("queue_age", "firing", "delivered")]
+    assert viewer.get("/alerts/deliveries").get_data(as_text=True).count('data-outcome="delivered"') >= 2
 
 
 def test_dead_mans_switch_fires_from_the_delivery_job_when_collection_stops(dsn, conn):

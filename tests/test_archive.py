@@ -211,3 +211,12 @@ def test_settings_from_config():
     s = MaintenanceSettings.from_config(cfg)
     assert s.archive_after == timedelta(days=2) and s.rate == 500.0 and s.bulk_rate is None
     assert s.archive_kwargs()["older_than"] == timedelta(days=2)
+
+
+def test_retention_prunes_old_maintenance_run_rows(conn):
+    old = runs.start(conn, "archive", "scheduler")
+    runs.finish(conn, old, "ok")
+    conn.execute("UPDATE skiplock.maintenance_runs SET started_at = now() - interval '40 days' WHERE id = %s", (old,))
+    result = apply_retention(conn, retention=timedelta(days=30), pause_ms=0)
+    assert result.detail["runs_pruned"] == 1
+    assert [r["id"] for r in runs.recent(conn)] == [result.run_id]

@@ -5,7 +5,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from console import queue as q
-from console.collectors import Options
+from console.collectors import Options, collector_connection
 from console.sqlfiles import query
 from tests.collector_helpers import cycle, value
 
@@ -75,7 +75,7 @@ def test_dead_letters_split_by_queue_scales_to_the_exact_total(dsn, conn):
     assert 38 <= total <= 42
 
 
-def test_queue_queries_walk_the_partial_indexes(conn):
+def test_queue_queries_walk_the_partial_indexes(dsn, conn):
     # Enough completed rows that a scan of the table would be the planner's worst option.
     conn.execute(
         """INSERT INTO skiplock.jobs (queue, kind, status, finished_at)
@@ -84,9 +84,10 @@ def test_queue_queries_walk_the_partial_indexes(conn):
            FROM generate_series(1, 20000) AS i"""
     )
     conn.execute("VACUUM ANALYZE skiplock.jobs")
-    params = {"cap": 100000}
-    for name, index in (("pending_by_queue", "jobs_claim_idx"), ("running_by_queue", "jobs_lease_idx"),
-                        ("failed_total", "jobs_failed_idx"), ("failed_by_queue", "jobs_failed_idx")):
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query("collectors_queue", name), params))
-        assert "Seq Scan on jobs" not in plan, f"{name}:\n{plan}"
-        assert index in plan, f"{name}:\n{plan}"
+    opts = Options(depth_exact_limit=100)
+    params = {"cap": opts.depth_exact_limit, "failed_total_cap": opts.failed_total_limit, "failed_queue_cap": opts.failed_queue_limit}
+    with collector_connection(dsn, opts) as collector:  # the collectors' session settings
+        plan = "\n".join(r[0] for r in collector.execute("EXPLAIN " + query("collectors_queue", "queue_snapshot"), params))
+    assert "Seq Scan on jobs" not in plan and "Bitmap Heap Scan on jobs" not in plan, plan
+    for index in ("jobs_claim_idx", "jobs_lease_idx", "jobs_failed_idx"):
+        assert index in plan, plan

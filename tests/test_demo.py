@@ -91,6 +91,27 @@ def _completed_jobs(dsn: str) -> int:
     return _scalar(dsn, "SELECT coalesce(sum(completed), 0) FROM skiplock.workers")
 
 
+def _sign_in(url: str, name: str, password: str) -> urllib.request.OpenerDirector:
+    """A cookie-keeping client signed in through the login form (with its CSRF token)."""
+    import http.cookiejar
+    import re
+    import urllib.parse
+
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    with browser.open(url + "login", timeout=10) as response:
+        form = response.read().decode()
+    token = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
+    data = urllib.parse.urlencode({"csrf_token": token, "name": name, "password": password, "next": "/"}).encode()
+    with browser.open(url + "login", data=data, timeout=10) as response:
+        assert "/login" not in response.geturl(), "the demo's login was refused"
+    return browser
+
+
+def _api_completed(browser: urllib.request.OpenerDirector, url: str) -> int:
+    with browser.open(url + "api/v1/workers", timeout=10) as response:
+        return sum(w["completed"] for w in json.loads(response.read())["workers"])
+
+
 @pytest.fixture
 def demo_dir():
     # Under /tmp: as root the cluster runs as `postgres`, who cannot enter pytest's tmp_path.
@@ -131,6 +152,13 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
         if state.get("url"):
             with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
                 assert response.status == 200
+            # The login the demo printed signs in, and the console shows the traffic.
+            assert "Login      demo / " in log.read_text()
+            password = json.loads((demo_dir / "secrets.json").read_text())["password"]
+            browser = _sign_in(state["url"], "demo", password)
+            _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
+            with browser.open(state["url"] + "queues", timeout=10) as response:
+                assert response.status == 200 and "billing" in response.read().decode()
 
         # The reports worker is killed (SIGKILL) and restarted by the demo.
         _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)

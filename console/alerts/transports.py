@@ -233,8 +233,8 @@ _PD_SEVERITY = {"critical": "critical", "warning": "warning", "info": "info"}
 
 class PagerDutyTransport(Transport):
     """PagerDuty Events API v2: firing and repeat send `trigger`, resolved sends `resolve`, with
-    `dedup_key` = `skiplock:<rule>:<alert id>` so PagerDuty folds repeats into one incident and
-    the resolve closes it. The routing key is the destination's `secret`. A "send test" sends a
+    `dedup_key` = `skiplock:<rule>:<alert id>:<episode start>` so PagerDuty folds repeats into one
+    incident, the resolve closes it, and the next episode opens a new one. The routing key is the destination's `secret`. A "send test" sends a
     `resolve` for a key that has no incident: PagerDuty checks the routing key and answers 202
     without paging anyone."""
 
@@ -243,8 +243,10 @@ class PagerDutyTransport(Transport):
     def render(self, notification):
         alert = notification.get("alert") or {}
         event = notification.get("event")
-        dedup = f"skiplock:{alert.get('rule')}:{alert.get('id')}" if alert.get("id") is not None else \
-            f"skiplock:test:{self.destination.name}"
+        if alert.get("id") is None:
+            dedup = f"skiplock:test:{self.destination.name}"
+        else:  # one incident per firing episode: the episode's start keeps a later one apart
+            dedup = f"skiplock:{alert.get('rule')}:{alert.get('id')}:{alert.get('started_at')}"
         document: dict[str, Any] = {
             "routing_key": self.destination.secret or "",
             "event_action": "resolve" if event in ("resolved", "test") else "trigger",

@@ -12,8 +12,9 @@ import sys
 
 import click
 
-from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
+from console.cli import advisor  # noqa: F401  (registers check)
 from console.cli import alerts  # noqa: F401  (registers the alerts group)
+from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
 from console.cli import demo  # noqa: F401  (registers demo)
 from console.cli import maintenance  # noqa: F401  (registers reap, archive, retention, replay, purge, pause, resume, ...)
 from console.cli import scheduler  # noqa: F401  (registers collect, scheduler)

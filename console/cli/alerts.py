@@ -171,3 +171,45 @@ def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, reason
         row = ev.silence(conn, rule=rule, labels=selector, duration=duration, reason=reason, actor=_actor(),
                          ruleset=alerts.load(conn, obj.config))
     click.echo(f"silence {row['id']} until {row['ends_at']:%Y-%m-%d %H:%M:%S %Z}")
+
+
+@alerts_group.command("receiver")
+@click.option("--port", type=click.IntRange(0, 65535), default=8099, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--secret", envvar="SKIPLOCK_RECEIVER_SECRET", default=None,
+              help="Verify X-Skiplock-Signature with this secret [env: SKIPLOCK_RECEIVER_SECRET].")
+def receiver_cmd(port: int, host: str, secret: str | None) -> None:
+    """A local webhook receiver for trying alerts out: prints one line per notification (and
+    whether its signature verifies). Point a `[[webhooks]]` entry of kind json at it."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from console.alerts.transports import verify
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802 - http.server's naming
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                doc = json.loads(body)
+                alert = doc.get("alert") or {}
+                labels = ",".join(f"{k}={v}" for k, v in sorted((alert.get("labels") or {}).items()))
+                line = f"{doc.get('event', '?'):<9} {alert.get('rule')} {labels} value={alert.get('value')} — {alert.get('summary')}"
+            except (ValueError, AttributeError):
+                line = f"not a Skiplock notification ({len(body)} bytes)"
+            if secret:
+                ok = verify(secret, self.headers.get("X-Skiplock-Signature", ""), body)
+                line += " [signature ok]" if ok else " [SIGNATURE INVALID]"
+            click.echo(line)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    click.echo(f"listening on http://{host}:{server.server_address[1]}/ (Ctrl-C to stop)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -101,7 +101,7 @@ def collect(
         produced: list[Sample] = []
         try:
             produced = list(collector.collect(ctx))
-        except (psycopg.Error, ArithmeticError, KeyError, TypeError, ValueError) as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever one collector hits, the others still run
             error = _describe(exc)
             log.warning("collector %s failed: %s", collector.name, error)
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE and not conn.closed:
@@ -134,8 +134,12 @@ def _store(conn: psycopg.Connection, report: CollectionReport, new_state: dict[s
     finished = datetime.now(UTC)
     with conn.transaction(), conn.cursor() as cur:
         samples_store.store(conn, report.samples, at=report.started_at)
-        for name, state in new_state.items():
-            cur.execute(query("collectors_runs", "save_state"), {"name": name, "taken_at": report.started_at, "state": Jsonb(state)})
+        if new_state:
+            cur.execute(query("collectors_runs", "save_states"), {
+                "taken_at": report.started_at,
+                "names": list(new_state),
+                "states": [Jsonb(state) for state in new_state.values()],
+            })
         row = cur.execute(query("collectors_runs", "insert_run"), {
             "started_at": report.started_at,
             "finished_at": finished,

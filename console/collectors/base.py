@@ -40,11 +40,14 @@ class Options:
     statement_timeout_ms: int = 2000
     lock_timeout_ms: int = 200
     # Pending/running entries counted exactly before scaling to the planner's estimate.
-    depth_exact_limit: int = 100_000
+    depth_exact_limit: int = 10_000
     # Dead letters read (with a heap fetch each, for the queue name) for the per-queue split.
-    failed_queue_limit: int = 20_000
+    failed_queue_limit: int = 5_000
+    # Dead letters counted exactly (an index-only walk of jobs_failed_idx) for the total;
+    # beyond it, the planner's estimate.
+    failed_total_limit: int = 50_000
     # Queues probed one by one with a rolled-back claim (besides one probe over all queues).
-    probe_queues: int = 3
+    probe_queues: int = 1
     # Seconds between re-reads of pg_stat_statements query text to find the claim statement.
     pgss_discovery_interval: float = 300.0
     live_worker_within: float = 15.0
@@ -61,6 +64,7 @@ class Options:
             lock_timeout_ms=s.lock_timeout_ms,
             depth_exact_limit=s.depth_exact_limit,
             failed_queue_limit=s.failed_queue_limit,
+            failed_total_limit=s.failed_total_limit,
             probe_queues=s.probe_queues,
             live_worker_within=3 * config.worker.flush_interval,
         )
@@ -73,6 +77,13 @@ def collector_connection(dsn: str, options: Options | None = None) -> psycopg.Co
         f"-c statement_timeout={int(options.statement_timeout_ms)}"
         f" -c lock_timeout={int(options.lock_timeout_ms)}"
         " -c idle_in_transaction_session_timeout=30000"
+        # Small catalog and index reads: compiling them costs more than running them.
+        " -c jit=off"
+        # The capped counts on skiplock.jobs must walk their partial index and stop at the cap;
+        # when the cap is a large share of the backlog the planner otherwise prefers a bitmap
+        # scan of every pending entry plus a sort, whose cost grows with the backlog. No
+        # collector query wants a sequential scan of anything large either.
+        " -c enable_bitmapscan=off -c enable_seqscan=off"
     )
     return connect(dsn, application_name=COLLECTOR_APP, autocommit=True, options=pg_options)
 

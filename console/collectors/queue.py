@@ -3,8 +3,12 @@
 Counts walk the partial indexes (pending: jobs_claim_idx, running: jobs_lease_idx, failed:
 jobs_failed_idx) and stop at a cap, so a ten-million-row table costs the same as a small one.
 Below the cap the numbers are exact. Above it, pending counts are scaled to the planner's
-estimate of pending rows (pg_stats on jobs.status x reltuples) and `queue_depth_estimated` is 1;
-the per-queue dead-letter split is scaled the same way to the exact-up-to-the-cap total.
+estimate of pending rows (pg_stats on jobs.status x reltuples, as of the last ANALYZE) and
+`queue_depth_estimated` is 1. The split by queue and state then comes from the head of the
+claim index (the first `depth_exact_limit` entries in claim order), so jobs scheduled for later,
+which sort last, are under-represented in it. The per-queue dead-letter split is scaled the
+same way to the total, which is exact up to `failed_total_limit` and the planner's estimate
+beyond it (`queue_depth_estimated` is 1 then too).
 Completed rows are never counted, only estimated from the same statistics.
 """
 
@@ -19,12 +23,13 @@ from console.samples import Sample
 def collect(ctx: Context) -> Iterable[Sample]:
     opts = ctx.options
     cap = opts.depth_exact_limit
-    pending = ctx.rows("collectors_queue", "pending_by_queue", {"cap": cap})
-    running = ctx.rows("collectors_queue", "running_by_queue", {"cap": cap})
-    failed_total = ctx.rows("collectors_queue", "failed_total", {"cap": cap})[0]["failed"]
-    failed_rows = ctx.rows("collectors_queue", "failed_by_queue", {"cap": opts.failed_queue_limit})
-    estimates = {r["status"]: r["estimate"] for r in ctx.rows("collectors_queue", "status_estimates")}
-    known = [r["name"] for r in ctx.rows("collectors_queue", "known_queues")]
+    snap = ctx.rows("collectors_queue", "queue_snapshot", {
+        "cap": cap, "failed_total_cap": opts.failed_total_limit, "failed_queue_cap": opts.failed_queue_limit,
+    })[0]
+    pending, running, failed_rows = snap["pending"], snap["running"], snap["failed"]
+    failed_total = snap["failed_total"]
+    estimates = snap["estimates"]
+    known = snap["known"]
 
     queues = sorted({*known, *(r["queue"] for r in pending), *(r["queue"] for r in running), *(r["queue"] for r in failed_rows)})
 
@@ -37,6 +42,9 @@ def collect(ctx: Context) -> Iterable[Sample]:
             scale = estimate / pending_seen
         estimated = True
 
+    if failed_total >= opts.failed_total_limit:
+        failed_total = max(failed_total, round(estimates.get("failed") or 0.0))
+        estimated = True
     failed_seen = sum(r["failed"] for r in failed_rows)
     failed_scale = failed_total / failed_seen if failed_seen and failed_total > failed_seen else 1.0
 

@@ -86,8 +86,9 @@ def _pgss(ctx: Context) -> list[Sample]:
 def _probe(ctx: Context, queues: list[str] | None) -> float:
     params = {"worker": PROBE_WORKER, "queues": queues, "limit": 1, "lease": 1.0}
     conn = ctx.conn
-    started = time.perf_counter()
     with conn.transaction(force_rollback=True), conn.cursor() as cur:
+        cur.execute(query("collectors_statements", "probe_planner_defaults"), {})
+        started = time.perf_counter()
         cur.execute(query("queue", "claim"), params)
         cur.fetchall()
         elapsed = time.perf_counter() - started

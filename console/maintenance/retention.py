@@ -7,6 +7,8 @@ cutoff, in the partition that straddles it and in the default partition, is dele
 of at most `batch_size` rows. Partitions for the coming days are created here too, so the
 archiver always finds one.
 
+Maintenance-run rows older than the cutoff are pruned too (one bounded batch per run).
+
 It does not touch the hot table.
 """
 
@@ -107,6 +109,9 @@ def apply_retention(
             if not throttle.wait(deleted, ms / 1000.0):
                 result.outcome = "cancelled"
                 break
+        with time_limited(conn, statement_timeout_ms, lock_timeout_ms=lock_timeout_ms) as cur:
+            result.detail["runs_pruned"] = cur.execute(query("maintenance", "prune_runs"),
+                                                       {"cutoff": cutoff, "batch_size": batch_size}).rowcount
     except Exception as exc:
         result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}".strip()
         raise

@@ -78,8 +78,15 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.jobs:bp",        # /jobs, /jobs/<id>, exports, job actions
     "console.web.queues:bp",      # /queues, pause/resume
     "console.web.workers:bp",     # /workers
+    "console.web.advisor:bp",     # /advisor, /api/v1/advisor
     "console.web.auditlog:bp",    # /audit
     "console.web.admin:bp",       # /admin/users (admin)
+    "console.web.metrics:bp",     # /metrics (Prometheus; no session, optional bearer token)
+    "console.web.alerts:bp",      # /alerts, rules, destinations, delivery log (+ /api/v1/alerts)
+    "console.web.overview:bp",    # /overview: verdict, figures, queues
+    "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
+    "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
+    "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
 )
 
 

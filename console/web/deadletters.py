@@ -1,0 +1,355 @@
+"""Dead letters: error groups, the jobs in a group or filter, and replay / purge of one job, a
+selection, or a whole group or filter, previewed, with a reason, run in the background with a
+progress bar that can be cancelled.
+
+GET  /deadletters                            error groups (filter: queue, kind)
+GET  /deadletters/jobs                       dead letters matching fingerprint/queue/kind (checkboxes)
+POST /deadletters/preview                    exact count + sample + reason form (operator)
+POST /deadletters/operations                 start the bulk operation, run it in a thread (operator)
+GET  /deadletters/operations/<id>            its page; /_progress is the polled fragment (HTTP 286 when over)
+POST /deadletters/operations/<id>/cancel     stop it between two batches (operator)
+POST /deadletters/jobs/<id>/<replay|purge>   one job, one click (operator)
+and the same under /api/v1/deadletters.
+
+The work is `console.maintenance`'s: groups/preview read `jobs_failed_idx`, start() fixes the
+exact count at a snapshot and writes the 'started' audit row, run() works in batches and
+writes the final audit row. This module only translates requests, so the CLI and the API
+behave the same. A bulk start is refused (409) when the selection now matches more jobs than
+the operator previewed: they confirm a number, and nothing beyond it is touched.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+
+from console import browse
+from console import maintenance as m
+from console.maintenance import bulk
+from console.maintenance.deadletters import count as count_matching
+from console.web.api import Param, api_doc
+from console.web.auth import requires
+from console.web.database import get_conn, run_limited, run_panel
+
+bp = Blueprint("deadletters", __name__)
+
+PAGE = 100
+SAMPLE = 10
+MAX_REASON = 500
+SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_before", "payload")
+
+SELECTION_PARAMS = [
+    Param("action", where="form", enum=bulk.ACTIONS, required=True, description="replay or purge"),
+    Param("selection", where="form", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
+    Param("ids", where="form", description="job ids (repeatable; instead of `selection`)"),
+    Param("fingerprint", where="form", description="error group (instead of `selection`)"),
+    Param("queue", where="form", description="queue (instead of `selection`)"),
+    Param("kind", where="form", description="job kind (instead of `selection`)"),
+]
+
+
+def _state():
+    from console.web import state
+
+    return state()
+
+
+def _settings() -> m.MaintenanceSettings:
+    return m.MaintenanceSettings.from_config(_state().config)
+
+
+def _text_arg(name: str) -> str | None:
+    value = request.args.get(name, "").strip()
+    if len(value) > 500:
+        abort(400, f"{name}: longer than 500 characters")
+    return value or None
+
+
+# --- reading --------------------------------------------------------------------------------
+
+def groups_data() -> dict[str, Any]:
+    queue, kind = _text_arg("queue"), _text_arg("kind")
+    groups = run_panel(m.groups, queue=queue, kind=kind, limit=100)
+    ops = run_panel(m.recent_operations, limit=10)
+    return {"queue": queue, "kind": kind, "groups": groups, "operations": ops}
+
+
+def _selection_from_args() -> m.Selection:
+    values: dict[str, Any] = {k: _text_arg(k) for k in SELECTION_FIELDS if _text_arg(k)}
+    if not values:
+        return m.Selection(all=True)
+    return m.Selection.from_dict(values)
+
+
+def _before() -> tuple[datetime, int] | None:
+    raw = request.args.get("before")
+    if not raw:
+        return None
+    stamp, _, job_id = raw.rpartition("~")
+    try:
+        return datetime.fromisoformat(stamp), int(job_id)
+    except ValueError:
+        abort(400, f"before: {raw!r} is not a cursor from a previous page")
+
+
+def jobs_data() -> dict[str, Any]:
+    sel = _selection_from_args()
+    rows = run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())
+    total = run_panel(count_matching, sel)
+    nxt = None
+    if len(rows) == PAGE:
+        last = rows[-1]
+        nxt = f"{last['finished_at'].isoformat()}~{last['id']}"
+    return {"selection": sel.to_dict(), "description": sel.describe(), "jobs": rows, "next": nxt,
+            "total": total.data if total.ok else None, "total_error": total.error,
+            "args": {k: v for k, v in sel.to_dict().items() if k != "all"}}
+
+
+@bp.get("/deadletters")
+@requires("viewer")
+def index():
+    return render_template("deadletters/index.html", **groups_data())
+
+
+@bp.get("/api/v1/deadletters")
+@requires("viewer")
+@api_doc("Dead letters grouped by error fingerprint (count, first/last seen, queues, kinds, example), and recent bulk operations",
+         params=[Param("queue"), Param("kind")])
+def api_index():
+    data = groups_data()
+    return jsonify({"queue": data["queue"], "kind": data["kind"],
+                    "groups": data["groups"].data if data["groups"].ok else {"available": False, "error": data["groups"].error},
+                    "operations": data["operations"].data if data["operations"].ok else None})
+
+
+@bp.get("/deadletters/jobs")
+@requires("viewer")
+def jobs():
+    return render_template("deadletters/jobs.html", **jobs_data())
+
+
+@bp.get("/api/v1/deadletters/jobs")
+@requires("viewer")
+@api_doc("Dead letters matching a filter, newest failure first (100 per page)", params=[
+    Param("fingerprint"), Param("queue"), Param("kind"),
+    Param("failed_since", description="ISO 8601"), Param("failed_before", description="ISO 8601"),
+    Param("payload", description="JSON object the payload contains"),
+    Param("before", description="the `next` cursor of the previous page"),
+], description="Payloads are not included; open a job for it (redacted for viewers).")
+def api_jobs():
+    data = jobs_data()
+    data["jobs"] = [{k: v for k, v in row.items() if k != "payload"} for row in data["jobs"]]
+    return jsonify(data)
+
+
+# --- selections from forms ------------------------------------------------------------------
+
+def _selection_from_form() -> m.Selection:
+    form = request.form
+    raw = form.get("selection")
+    if raw:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise m.InvalidSelection(f"selection is not valid JSON: {exc}") from None
+        return m.Selection.from_dict(data)
+    values: dict[str, Any] = {}
+    ids = [v for v in form.getlist("ids") if v.strip()]
+    if ids:
+        try:
+            values["ids"] = [int(v) for v in ids]
+        except ValueError:
+            raise m.InvalidSelection(f"ids: {', '.join(ids[:5])} are not job ids") from None
+    for name in SELECTION_FIELDS:
+        if form.get(name, "").strip():
+            values[name] = form[name].strip() if name != "fingerprint" else form[name]
+    if form.get("all") in ("1", "true", "on"):
+        values["all"] = True
+    if not values:
+        raise m.InvalidSelection("nothing selected: tick some jobs, or choose a group")
+    return m.Selection.from_dict(values)
+
+
+def _action() -> str:
+    action = request.form.get("action", "")
+    if action not in bulk.ACTIONS:
+        abort(400, f"action: {action!r} is not one of {', '.join(bulk.ACTIONS)}")
+    return action
+
+
+def _reason(required: bool) -> str | None:
+    reason = (request.form.get("reason") or "").strip()
+    if len(reason) > MAX_REASON:
+        abort(400, f"reason: at most {MAX_REASON} characters")
+    if required and not reason:
+        abort(400, "reason: say why (it goes in the audit log), e.g. 'SMTP password fixed in deploy 412'")
+    return reason or None
+
+
+def preview_data() -> dict[str, Any]:
+    action = _action()
+    sel = _selection_from_form()
+    p = run_limited(m.preview, sel, sample=SAMPLE)
+    return {"action": action, **p.as_dict(), "selection_json": json.dumps(p.selection, sort_keys=True)}
+
+
+@bp.post("/deadletters/preview")
+@requires("operator")
+def preview():
+    data = preview_data()
+    template = "deadletters/_confirm.html" if request.headers.get("HX-Request") else "deadletters/confirm.html"
+    return render_template(template, **data)
+
+
+@bp.post("/api/v1/deadletters/preview")
+@requires("operator")
+@api_doc("Preview a replay or purge: the exact count, a sample, the selection as understood (changes nothing)",
+         params=SELECTION_PARAMS)
+def api_preview():
+    data = preview_data()
+    data.pop("selection_json")
+    data["sample"] = [{k: v for k, v in row.items() if k != "payload"} for row in data["sample"]]
+    return jsonify(data)
+
+
+# --- bulk operations ------------------------------------------------------------------------
+
+def start_operation() -> dict[str, Any]:
+    action = _action()
+    sel = _selection_from_form()
+    reason = _reason(required=True)
+    expected_raw = request.form.get("expected", "").strip()
+    expected = None
+    if expected_raw:
+        if not expected_raw.isdigit():
+            abort(400, f"expected: {expected_raw!r} is not a count")
+        expected = int(expected_raw)
+    settings = _settings()
+    conn = get_conn()
+    if expected is not None:
+        now = run_limited(count_matching, sel)
+        if now > expected:
+            abort(409, f"the selection now matches {now:,} jobs, more than the {expected:,} you previewed "
+                       "(new failures arrived): preview again")
+    op_id = m.start(conn, action, sel, actor=g.user.name, reason=reason, rate=settings.bulk_rate,
+                    batch_size=settings.batch_size, purge_mode="delete")
+    bulk.run_in_thread(_state().dsn, op_id, history=settings.error_history)
+    return m.progress(conn, op_id)
+
+
+@bp.post("/deadletters/operations")
+@requires("operator")
+def start():
+    op = start_operation()
+    if request.headers.get("HX-Request"):
+        return render_template("deadletters/_progress.html", op=op, poll=True)
+    return redirect(url_for("deadletters.operation", op_id=op["id"]), 303)
+
+
+@bp.post("/api/v1/deadletters/operations")
+@requires("operator")
+@api_doc("Start a replay or purge of the selection; it runs in the background (poll its progress)", params=[
+    *SELECTION_PARAMS,
+    Param("reason", where="form", required=True, description="why (kept in the audit log)"),
+    Param("expected", where="form", type="integer", description="the previewed count: refuse (409) if more match now"),
+], responses={"409": "more jobs match than `expected`", "201": "started"})
+def api_start():
+    return jsonify(start_operation()), 201
+
+
+def _op(op_id: int) -> dict[str, Any]:
+    try:
+        return run_limited(m.progress, op_id)
+    except m.OperationState as exc:
+        abort(404, str(exc))
+
+
+@bp.get("/deadletters/operations/<int:op_id>")
+@requires("viewer")
+def operation(op_id: int):
+    op = _op(op_id)
+    return render_template("deadletters/operation.html", op=op, poll=op["active"])
+
+
+@bp.get("/deadletters/operations/<int:op_id>/_progress")
+@requires("viewer")
+def progress_fragment(op_id: int):
+    op = _op(op_id)
+    body = render_template("deadletters/_progress.html", op=op, poll=op["active"])
+    # 286 tells htmx to stop polling: the operation is over.
+    return body, 200 if op["active"] else 286
+
+
+@bp.get("/api/v1/deadletters/operations/<int:op_id>")
+@requires("viewer")
+@api_doc("A bulk operation's progress: state (queued, running, done, cancelled, failed), total, done, percent, rows/s, ETA")
+def api_operation(op_id: int):
+    return jsonify(_op(op_id))
+
+
+@bp.get("/api/v1/deadletters/operations")
+@requires("viewer")
+@api_doc("Recent bulk operations, newest first")
+def api_operations():
+    return jsonify(run_limited(m.recent_operations, limit=50))
+
+
+def _cancel(op_id: int) -> dict[str, Any]:
+    try:
+        return m.cancel(get_conn(), op_id, actor=g.user.name, reason=_reason(required=False))
+    except m.OperationState as exc:
+        status = 404 if "there is no" in str(exc) else 409
+        abort(status, str(exc))
+
+
+@bp.post("/deadletters/operations/<int:op_id>/cancel")
+@requires("operator")
+def cancel(op_id: int):
+    op = _cancel(op_id)
+    if request.headers.get("HX-Request"):
+        return render_template("deadletters/_progress.html", op=op, poll=op["active"])
+    return redirect(url_for("deadletters.operation", op_id=op_id), 303)
+
+
+@bp.post("/api/v1/deadletters/operations/<int:op_id>/cancel")
+@requires("operator")
+@api_doc("Cancel a bulk operation (it stops between two batches; rows already done stay done)",
+         params=[Param("reason", where="form")], responses={"404": "no such operation", "409": "it has already ended"})
+def api_cancel(op_id: int):
+    return jsonify(_cancel(op_id))
+
+
+# --- one job --------------------------------------------------------------------------------
+
+def _one(job_id: int, action: str) -> dict[str, Any]:
+    if action not in bulk.ACTIONS:
+        abort(404, f"no action {action!r}; actions: {', '.join(bulk.ACTIONS)}")
+    try:
+        return browse.act_on_job(get_conn(), job_id, action, actor=g.user.name,
+                                 reason=_reason(required=False), dsn=_state().dsn)
+    except browse.JobNotFound as exc:
+        abort(404, str(exc))
+    except browse.JobStateConflict as exc:
+        abort(409, str(exc))
+
+
+@bp.post("/deadletters/jobs/<int:job_id>/<action>")
+@requires("operator")
+def one(job_id: int, action: str):
+    _one(job_id, action)
+    back = request.form.get("next") or ""
+    if not back.startswith("/deadletters") or back.startswith("//"):
+        back = url_for("deadletters.index")
+    return redirect(back, 303)
+
+
+@bp.post("/api/v1/deadletters/jobs/<int:job_id>/<action>")
+@requires("operator")
+@api_doc("Replay or purge one dead letter now (audited)",
+         params=[Param("action", where="path", enum=bulk.ACTIONS), Param("reason", where="form")],
+         responses={"404": "no such job or action", "409": "the job is not a dead letter (any more)"})
+def api_one(job_id: int, action: str):
+    return jsonify({"ok": True, "action": action, **_one(job_id, action)})

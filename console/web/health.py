@@ -1,0 +1,245 @@
+"""Database health: is PostgreSQL keeping up with the queue's churn, and if not, who is in the
+way? Dead tuples and autovacuum for the jobs tables, xmin horizon holders with what to do about
+each, wraparound, lock waits as a tree, MultiXact/SLRU, WAL and replication.
+
+GET /health                 the page; GET /health/_panels the polled fragment
+GET /api/v1/health          the same as JSON
+
+Figures come from the latest stored samples (console.samples; names in console.catalog); the
+detail lists (holders, the blocking tree, vacuum progress, standbys) are live queries on
+PostgreSQL's statistics views — the collectors' own queries (sql/collectors_database.sql) for
+the horizon holders and the blocking tree, sql/health.sql for the rest — each bounded and under
+the panel's time limit,
+so a slow one says "not available" alone. Every panel states good news plainly, and says what
+red means and what to do.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from flask import Blueprint, jsonify, render_template
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from console import samples
+from console.collectors import database as collectors_db
+from console.collectors.base import CONSOLE_APPS
+from console.sqlfiles import query
+from console.web.api import api_doc
+from console.web.auth import requires
+from console.web.charts import format_value
+from console.web.database import run_panel
+from console.web.overview import Latest
+
+bp = Blueprint("health", __name__)
+
+HOLDER_WARN_S, HOLDER_BAD_S = 300.0, 3600.0       # a horizon held this long: amber, red
+XID_RED = 1_000_000_000                            # half-way to the 2^31 shutdown point
+LOCK_WARN_S, LOCK_BAD_S = 5.0, 60.0
+LAG_WARN_S, LAG_BAD_S = 30.0, 300.0
+RETAINED_WARN, RETAINED_BAD = 1 << 30, 10 << 30   # WAL kept by a slot: 1 GiB, 10 GiB
+PANEL_MS = 2000
+
+
+def _rows(conn, name: str, **params: Any) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("health", name), params).fetchall()
+
+
+def _worst(levels) -> str:
+    order = ["good", "warn", "bad"]
+    found = [lv for lv in levels if lv in order]
+    return max(found, key=order.index) if found else "good"
+
+
+# --- panels ---------------------------------------------------------------------------------
+
+def tables_panel(conn, latest: Latest) -> dict[str, Any]:
+    activity = {r["table_name"]: r for r in _rows(conn, "table_activity")}
+    progress = _rows(conn, "vacuum_progress")
+    settings = _rows(conn, "freeze_settings")[0]
+    out = []
+    for name in ("jobs", "jobs_archive"):
+        act = activity.get(name)
+        if act is None:
+            continue
+        live = latest.total("table_live_tuples", table=name)
+        dead = latest.total("table_dead_tuples", table=name)
+        live = act["live"] if live is None else live
+        dead = act["dead"] if dead is None else dead
+        threshold = latest.total("table_autovacuum_threshold", table=name)
+        if threshold is None:
+            threshold = settings["vacuum_threshold"] + settings["vacuum_scale_factor"] * (live or 0)
+        behind = latest.total("table_autovacuum_behind", table=name)
+        removed_nothing = latest.total("vacuum_removed_nothing", table=name)
+        running = [p for p in progress if p["table_name"] == name or p["table_name"].startswith(name + "_")]
+        ratio = (dead / (live + dead)) if (live or 0) + (dead or 0) else 0.0
+        if removed_nothing:
+            lv, advice = "bad", ("Vacuum ran but removed nothing: something holds the xmin horizon. "
+                                 "See the horizon holders below and end the oldest one.")
+        elif behind or (dead or 0) > 2 * threshold:
+            lv, advice = "warn", ("Dead rows are above the autovacuum threshold and no vacuum is running: "
+                                  "autovacuum may be busy elsewhere or throttled. Run VACUUM (VERBOSE) skiplock."
+                                  f"{name}, and consider lowering autovacuum_vacuum_scale_factor for this table.")
+        else:
+            lv, advice = "good", None
+        out.append({
+            "table": name, "live": live, "dead": dead, "dead_ratio": ratio, "threshold": threshold,
+            "threshold_used": min(1.0, (dead or 0) / threshold) if threshold else None,
+            "last_autovacuum": act["last_autovacuum"], "last_vacuum": act["last_vacuum"],
+            "last_autoanalyze": act["last_autoanalyze"], "autovacuum_count": act["autovacuum_count"],
+            "total_bytes": act["total_bytes"], "level": lv, "advice": advice,
+            "vacuum": [{
+                "pid": p["pid"], "phase": p["phase"], "index_passes": p["index_vacuum_count"],
+                "scanned": (p["heap_blks_scanned"] / p["heap_blks_total"]) if p["heap_blks_total"] else None,
+                "running_s": p["running_s"],
+            } for p in running],
+        })
+    return {"tables": out, "level": _worst(t["level"] for t in out)}
+
+
+_HOLDER_ADVICE = {
+    "idle_in_transaction": "A session opened a transaction and went quiet. Ask its owner, then "
+                           "SELECT pg_terminate_backend({pid}); set idle_in_transaction_session_timeout so it cannot recur.",
+    "transaction": "A long transaction or query. If it is not meant to run this long: SELECT pg_cancel_backend({pid}); "
+                   "(pg_terminate_backend if that does not end it).",
+    "replication_slot": "A replication slot pins old rows. If its consumer is gone for good: "
+                        "SELECT pg_drop_replication_slot('{id}');",
+    "prepared_transaction": "A forgotten two-phase transaction. Find its coordinator, or: ROLLBACK PREPARED '{id}';",
+    "standby": "A standby with hot_standby_feedback runs a long query. End that query on the standby, "
+               "or lower max_standby_streaming_delay.",
+}
+
+
+def holders_panel(conn) -> dict[str, Any]:
+    """The collectors' own query (sql/collectors_database.sql horizon_holders), run live."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("collectors_database", "horizon_holders"), {"exclude_apps": list(CONSOLE_APPS)}).fetchall()
+    out = []
+    for r in rows[:20]:
+        age = r["age_s"]
+        lv = "bad" if (age or 0) >= HOLDER_BAD_S else "warn" if (age or 0) >= HOLDER_WARN_S else "good"
+        if r["kind"] == "replication_slot" and r["state"] == "inactive":
+            lv = "bad"
+        if r["xid_age"] and r["xid_age"] >= 100_000_000:
+            lv = "bad"
+        out.append({**r, "application": r["application_name"], "level": lv,
+                    "advice": _HOLDER_ADVICE[r["kind"]].format(pid=r["pid"], id=r["id"]) if lv != "good" else None})
+    return {"holders": out, "level": _worst(h["level"] for h in out)}
+
+
+def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Blocking roots with the sessions they block underneath (the collectors' tree builder)."""
+    return collectors_db._tree(waiters, sessions)
+
+
+def locks_panel(conn) -> dict[str, Any]:
+    """The collectors' lock_waiters and sessions queries, run live, drawn as a tree."""
+    text = sql.SQL(query("collectors_database", "lock_waiters")).format(
+        waitstart=sql.SQL("(SELECT min(l.waitstart) FROM pg_locks AS l WHERE l.pid = a.pid AND NOT l.granted)")
+        if conn.info.server_version >= 140000 else sql.NULL)
+    with conn.cursor(row_factory=dict_row) as cur:
+        waiters = cur.execute(text, {"exclude_apps": list(CONSOLE_APPS)}).fetchall()[:200]
+        pids = sorted({w["pid"] for w in waiters} | {b for w in waiters for b in (w["blocked_by"] or [])})
+        sessions = {r["pid"]: r for r in cur.execute(query("collectors_database", "sessions"), {"pids": pids})} if pids else {}
+    tree = lock_tree(waiters, sessions)
+    longest = max((w["waiting_s"] or 0 for w in waiters), default=0.0)
+    lv = "good" if not waiters else "bad" if longest >= LOCK_BAD_S else "warn" if longest >= LOCK_WARN_S else "good"
+    return {"tree": tree, "waiting": len(waiters), "longest_wait_s": longest, "level": lv}
+
+
+def wraparound_panel(conn) -> dict[str, Any]:
+    rows = _rows(conn, "wraparound")
+    settings = _rows(conn, "freeze_settings")[0]
+    out = []
+    for r in rows:
+        xid_lv = "bad" if r["xid_age"] >= XID_RED else "warn" if r["xid_age"] >= settings["freeze_max_age"] else "good"
+        mxid_lv = ("bad" if (r["mxid_age"] or 0) >= XID_RED else
+                   "warn" if (r["mxid_age"] or 0) >= settings["mxid_freeze_max_age"] else "good")
+        out.append({**r, "xid_percent": 100.0 * r["xid_age"] / 2**31, "level": _worst([xid_lv, mxid_lv])})
+    return {"rows": out, "freeze_max_age": settings["freeze_max_age"], "level": _worst(r["level"] for r in out)}
+
+
+def slru_panel(conn, latest: Latest) -> dict[str, Any]:
+    waits = _rows(conn, "lwlock_waiters")
+    slru = _rows(conn, "slru")
+    mx_waits = [w for w in waits if "MultiXact" in (w["wait_event"] or "") or "SLRU" in (w["wait_event"] or "")]
+    consumption = latest.total("multixact_consumption_per_second")
+    reads = latest.by_label("slru_blocks_read_per_second", "slru")
+    lv = "bad" if sum(w["sessions"] for w in mx_waits) >= 5 else "warn" if mx_waits else "good"
+    return {"lwlock_waits": waits, "multixact_waits": mx_waits, "slru": slru,
+            "multixact_per_s": consumption, "slru_reads_per_s": reads, "level": lv}
+
+
+def wal_panel(conn, latest: Latest) -> dict[str, Any]:
+    standbys = _rows(conn, "replication")
+    slots = _rows(conn, "slots")
+    wal = _rows(conn, "wal")[0]
+    levels = []
+    for s in standbys:
+        lag = s["replay_lag_s"] or 0
+        s["level"] = "bad" if lag >= LAG_BAD_S else "warn" if lag >= LAG_WARN_S else "good"
+        levels.append(s["level"])
+    for s in slots:
+        kept = s["retained_bytes"] or 0
+        s["level"] = "bad" if kept >= RETAINED_BAD or (not s["active"] and kept >= RETAINED_WARN) else \
+            "warn" if kept >= RETAINED_WARN or not s["active"] else "good"
+        levels.append(s["level"])
+    return {"wal_bytes_per_s": latest.total("wal_bytes_per_second"), "wal": wal, "standbys": standbys,
+            "slots": slots, "level": _worst(levels)}
+
+
+def _latest(conn) -> Latest:
+    return Latest(samples.latest(conn, within=timedelta(minutes=15)))
+
+
+def health_data() -> dict[str, Any]:
+    latest_p = run_panel(_latest)
+    latest = latest_p.data if latest_p.ok else Latest([])
+    return {
+        "measured_at": latest.newest(),
+        "tables": run_panel(tables_panel, latest, timeout=PANEL_MS),
+        "holders": run_panel(holders_panel, timeout=PANEL_MS),
+        "locks": run_panel(locks_panel, timeout=PANEL_MS),
+        "wraparound": run_panel(wraparound_panel, timeout=PANEL_MS),
+        "slru": run_panel(slru_panel, latest, timeout=PANEL_MS),
+        "wal": run_panel(wal_panel, latest, timeout=PANEL_MS),
+    }
+
+
+PANELS = ("tables", "holders", "locks", "wraparound", "slru", "wal")
+
+
+def tab_state(data: dict[str, Any]) -> str:
+    bad = sum(1 for k in PANELS if data[k].ok and data[k].data["level"] == "bad")
+    return f"{bad} red" if bad else ""
+
+
+@bp.get("/health")
+@requires("viewer")
+def index():
+    data = health_data()
+    return render_template("health/index.html", tab_state=tab_state(data), fmt=format_value, **data)
+
+
+@bp.get("/health/_panels")
+@requires("viewer")
+def panels_fragment():
+    data = health_data()
+    return render_template("health/_panels.html", tab_state=tab_state(data), fmt=format_value, **data)
+
+
+@bp.get("/api/v1/health")
+@requires("viewer")
+@api_doc("Database health: jobs tables and autovacuum, xmin horizon holders (with advice), lock-wait tree, "
+         "wraparound, MultiXact/SLRU, WAL and replication",
+         description="Each panel has a `level` (good, warn, bad) or is {available: false, error} when its query timed out.")
+def api_index():
+    data = health_data()
+    out: dict[str, Any] = {"measured_at": data["measured_at"]}
+    for key in PANELS:
+        p = data[key]
+        out[key] = p.data if p.ok else {"available": False, "error": p.error}
+    return jsonify(out)

@@ -1,0 +1,91 @@
+"""The advisor page and /api/v1/advisor: every check with its state and evidence, the verdict,
+provoked faults shown as failures, roles, and bad input as a 400."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from console import queue as q
+from console.samples import Sample, store
+
+
+def test_the_page_lists_every_check_and_the_verdict(client_as, conn):
+    q.enqueue(conn, "email", {})
+    page = client_as("viewer").get("/advisor")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="ok"' in html
+    assert 'data-check="wal-replicas"' in html
+    assert 'data-verdict="not enough history"' in html
+    assert "no samples stored yet" in html
+    assert page.headers["Cache-Control"] == "no-store"
+
+
+def test_a_dropped_claim_index_shows_as_a_failure_with_evidence_and_remedy(client_as, conn):
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    html = client_as("viewer").get("/advisor").get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="fail"' in html
+    assert "no index matches the claim" in html
+    assert "CREATE INDEX CONCURRENTLY jobs_claim_idx" in html
+    assert "<title>1 failing" in html
+    fragment = client_as("viewer").get("/advisor/_checks").get_data(as_text=True)
+    assert fragment.startswith('<div id="advisor-checks"') and 'data-status="fail"' in fragment
+
+
+def test_the_api_mirrors_the_page(client_as, conn):
+    conn.execute("INSERT INTO skiplock.jobs (kind, max_attempts) VALUES ('poison', 1000000)")
+    data = client_as("viewer").get("/api/v1/advisor").get_json()
+    by_id = {c["id"]: c for c in data["checks"]}
+    assert by_id["retry-caps"]["status"] == "fail"
+    assert any("kind poison" in line for line in by_id["retry-caps"]["evidence"])
+    assert by_id["retry-caps"]["docs"] == "docs/advisor.md#retry-caps"
+    assert data["worst"] == "fail" and data["counts"]["fail"] >= 1
+    assert data["verdict"]["label"] == "not enough history"
+    only = client_as("viewer").get("/api/v1/advisor?check=retry-caps,notify-queue").get_json()
+    assert [c["id"] for c in only["checks"]] == ["retry-caps", "notify-queue"]
+
+
+def test_the_verdict_on_the_page_follows_the_stored_history(client_as, conn):
+    now = datetime.now(UTC)
+    rows = []
+    for i in range(49):
+        at = now - timedelta(hours=48 - i)
+        rows.append(Sample("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": "p95"}, 0.003 + 0.002 * i, at))
+        rows.append(Sample("table_autovacuum_behind", {"table": "jobs"}, 1.0 if i > 20 else 0.0, at))
+    store(conn, rows)
+    data = client_as("viewer").get("/api/v1/advisor").get_json()["verdict"]
+    assert data["label"] == "outgrowing PostgreSQL"
+    html = client_as("viewer").get("/advisor").get_data(as_text=True)
+    assert 'data-verdict="outgrowing PostgreSQL"' in html
+    assert 'data-signal="claim-latency"' in html and "claim latency went from" in html
+
+
+def test_an_unknown_check_is_a_400_and_anonymous_visitors_are_sent_to_sign_in(client_as):
+    bad = client_as("viewer").get("/api/v1/advisor?check=claim-plna")
+    assert bad.status_code == 400
+    assert "unknown check claim-plna" in bad.get_json()["error"]
+    assert client_as("viewer").get("/advisor?check=nope").status_code == 400
+    assert client_as(None).get("/advisor").status_code in (302, 401)
+    assert client_as(None).get("/api/v1/advisor").status_code == 401
+
+
+@pytest.mark.browser
+def test_in_the_browser_a_fixed_fault_turns_green_without_a_reload(page, live_server, personas, conn, web_app):
+    from tests.test_web_browser import shot, sign_in
+
+    q.enqueue(conn, "email", {})
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    sign_in(page, live_server, "viewer", "/advisor")
+    row = page.locator('tr[data-check="claim-plan"]')
+    assert row.get_attribute("data-status") == "fail"
+    assert "no index matches the claim" in row.inner_text()
+    assert page.title().startswith("1 failing")
+    assert page.locator("[data-verdict]").inner_text() == "Not enough history"
+    shot(page, "advisor")
+    conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
+                 "INCLUDE (queue) WHERE status = 'pending'")
+    page.wait_for_selector('tr[data-check="claim-plan"][data-status="ok"]', timeout=15_000)  # the fragment polls
+    assert not page.title().startswith("1 failing")
+    assert "1 failing" not in page.title()

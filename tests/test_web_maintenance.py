@@ -1,0 +1,90 @@
+"""The maintenance page: task summary, recent runs, run-now buttons (operator, CSRF, audited,
+end state in the DB), settings with secrets masked."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+from console import audit
+from console import maintenance as m
+from console import queue as q
+from tests.web_fixtures import CSRF
+
+
+def test_personas_and_csrf(client_as):
+    assert client_as(None).get("/maintenance").status_code == 302
+    assert client_as(None).get("/api/v1/maintenance").status_code == 401
+    for role in ("viewer", "operator", "admin"):
+        assert client_as(role).get("/maintenance").status_code == 200
+    viewer_html = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    assert "Run reap now" not in viewer_html
+    assert "Run reap now" in client_as("operator").get("/maintenance").get_data(as_text=True)
+    assert client_as("viewer").post("/maintenance/run/reap", data={"csrf_token": CSRF}).status_code == 403
+    forged = client_as("operator").post("/maintenance/run/reap")
+    assert forged.status_code == 403 and "CSRF" in forged.get_data(as_text=True)
+    assert client_as("operator").post("/maintenance/run/vacuum_everything", data={"csrf_token": CSRF}).status_code == 404
+
+
+def test_never_run_is_amber_and_settings_mask_secrets(client_as):
+    data = client_as("viewer").get("/api/v1/maintenance").get_json()
+    assert {t["task"]: t["level"] for t in data["tasks"]} == {"archive": "warn", "retention": "warn", "reap": "warn"}
+    settings = {f"{s['section']}.{s['key']}": s for s in data["settings"]}
+    assert settings["web.secret_key"]["value"] == "********"
+    assert settings["database.dsn"]["value"] == "********"
+    html = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    assert "test-secret-key" not in html and "never run" in html
+
+
+def test_run_reap_now_rescues_expired_leases_and_is_audited(conn, client_as):
+    job_id = q.enqueue(conn, "x", {}, queue="default")
+    q.claim(conn, "dead-worker", limit=1, lease=0.01)
+    time.sleep(0.05)
+    resp = client_as("operator").post("/maintenance/run/reap", data={"csrf_token": CSRF, "reason": "worker host died"})
+    assert resp.status_code == 303
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        status = conn.execute("SELECT status FROM skiplock.jobs WHERE id = %s", (job_id,)).fetchone()[0]
+        rows = audit.search(conn, action="reap")
+        if status == "pending" and rows:
+            break
+        time.sleep(0.1)
+    assert status == "pending"
+    assert (rows[0]["actor"], rows[0]["reason"], rows[0]["rows"]) == ("operator", "worker host died", 1)
+    data = client_as("viewer").get("/api/v1/maintenance").get_json()
+    reap = next(t for t in data["tasks"] if t["task"] == "reap")
+    assert reap["level"] == "good" and reap["last"]["rows"] == 1
+    assert data["runs"][0]["task"] == "reap"
+
+
+def test_run_archive_now_via_the_api(conn, client_as):
+    old = q.enqueue(conn, "x", {})
+    job = q.claim(conn, "w", limit=1)[0]
+    q.complete(conn, job)
+    conn.execute("UPDATE skiplock.jobs SET finished_at = now() - interval '2 days' WHERE id = %s", (old,))
+    resp = client_as("operator").post("/api/v1/maintenance/run/archive", data={"csrf_token": CSRF})
+    assert resp.status_code == 202
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = %s", (old,)).fetchone()[0] == 0 and audit.search(conn, action="archive"):
+            break
+        time.sleep(0.1)
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = %s", (old,)).fetchone()[0] == 0
+    assert m.archived_job(conn, old) is not None
+    assert audit.search(conn, action="archive")[0]["actor"] == "operator"
+
+
+def test_failed_last_run_is_red(conn, client_as):
+    from console.maintenance import runs
+
+    run_id = runs.start(conn, "archive", "scheduler")
+    runs.finish(conn, run_id, "error", error="QueryCanceled: canceling statement due to statement timeout")
+    data = client_as("viewer").get("/api/v1/maintenance").get_json()
+    archive = next(t for t in data["tasks"] if t["task"] == "archive")
+    assert archive["level"] == "bad" and "statement timeout" in archive["note"]
+    assert datetime.fromisoformat(data["runs"][0]["started_at"]) > datetime.now(UTC) - timedelta(minutes=1)
+
+
+def test_in_the_openapi_document(client_as):
+    paths = client_as("viewer").get("/api/v1/openapi.json").get_json()["paths"]
+    assert "/api/v1/maintenance" in paths and "/api/v1/maintenance/run/{task}" in paths
