@@ -88,12 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.stop()
     ids = list(next(iter(results.values()))[0])
-    header = f"{'check':22}" + "".join(f"{f'{n:,} rows median/max ms':>28}" for n in sizes)
+    header = f"{'check':22}" + "".join(f"  {f'{n:,} rows: median / max ms':>30}" for n in sizes)
     print()
     print(header)
     for check_id in ids:
         cells = "".join(
-            f"{statistics.median(results[n][0][check_id]):>18.1f} / {max(results[n][0][check_id]):>7.1f}" for n in sizes
+            f"  {statistics.median(results[n][0][check_id]):>20.1f} / {max(results[n][0][check_id]):>7.1f}" for n in sizes
         )
         print(f"{check_id:22}{cells}")
     print()

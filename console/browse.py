@@ -487,9 +487,9 @@ def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, f
     """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused, and
     which figures are lower bounds (`pending_capped`, `failed_capped`)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        pending_rows = cur.execute(query("collectors_queue", "pending_by_queue"), {"cap": pending_cap}).fetchall()
-        running = {r["queue"]: r for r in cur.execute(query("collectors_queue", "running_by_queue"), {"cap": pending_cap}).fetchall()}
-        failed = {r["queue"]: r for r in cur.execute(query("collectors_queue", "failed_by_queue"), {"cap": failed_cap}).fetchall()}
+        pending_rows = cur.execute(query("browse", "pending_by_queue"), {"cap": pending_cap}).fetchall()
+        running = {r["queue"]: r for r in cur.execute(query("browse", "running_by_queue"), {"cap": pending_cap}).fetchall()}
+        failed = {r["queue"]: r for r in cur.execute(query("browse", "failed_by_queue"), {"cap": failed_cap}).fetchall()}
         flags = {r["queue"]: r for r in cur.execute(query("browse", "queue_flags")).fetchall()}
     pending = {r["queue"]: r for r in pending_rows}
     pending_capped = sum(r["eligible"] + r["scheduled"] for r in pending_rows) >= pending_cap

@@ -181,3 +181,61 @@ SET status = 'failed',
 WHERE j.id = %(id)s
   AND j.status = 'pending'
 RETURNING j.id, j.queue;
+
+-- The per-queue figures of the queues page (console.browse.queue_figures): bounded walks of
+-- the three partial indexes, capped so a huge table costs what a small one does.
+
+-- name: pending_by_queue
+-- The first %(cap)s entries of the claim index in its own order (ORDER BY matches the index,
+-- so the planner walks it and stops; queue comes from INCLUDE, run_at from the key, so this
+-- is an index-only scan when the visibility map allows). Exact while pending <= cap.
+SELECT
+    p.queue,
+    count(*) FILTER (WHERE p.run_at <= now()) AS eligible,
+    count(*) FILTER (WHERE p.run_at > now()) AS scheduled,
+    extract(epoch FROM now() - min(p.run_at) FILTER (WHERE p.run_at <= now()))::float8 AS oldest_eligible_s
+FROM (
+    SELECT j.queue, j.run_at
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(cap)s
+) AS p
+GROUP BY p.queue
+ORDER BY p.queue;
+
+-- name: running_by_queue
+-- Running jobs through the lease index (bounded by workers x concurrency in practice, capped
+-- anyway); stuck = lease already expired and not yet rescued by the reaper.
+SELECT
+    r.queue,
+    count(*) AS running,
+    count(*) FILTER (WHERE r.lease_until < now()) AS stuck,
+    extract(epoch FROM now() - min(r.lease_until) FILTER (WHERE r.lease_until < now()))::float8 AS oldest_stuck_s
+FROM (
+    SELECT j.queue, j.lease_until
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'running'
+    ORDER BY j.lease_until
+    LIMIT %(cap)s
+) AS r
+GROUP BY r.queue
+ORDER BY r.queue;
+
+-- name: failed_by_queue
+-- Dead letters per queue: the newest %(cap)s through jobs_failed_idx (the queue needs a heap
+-- fetch per entry, so this cap is smaller than the total's). Exact while failed <= cap;
+-- beyond it the collector scales the shares to the total.
+SELECT
+    f.queue,
+    count(*) AS failed
+FROM (
+    SELECT j.queue
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'failed'
+    ORDER BY j.finished_at DESC, j.id DESC
+    LIMIT %(cap)s
+) AS f
+GROUP BY f.queue
+ORDER BY f.queue;
+

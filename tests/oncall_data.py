@@ -4,10 +4,11 @@ the collectors would write them) and dead letters in two error groups."""
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime, timedelta
 
+from console import audit, samples
 from console import queue as q
-from console import samples
 from console.samples import Sample
 
 QUEUES = ("default", "mail", "billing")
@@ -81,3 +82,14 @@ def make_dead_letters(conn, *, smtp: int = 6, card: int = 3, queue_smtp: str = "
 def _handler(error: Exception) -> None:
     """Stands in for a task handler that raises."""
     raise error
+
+
+def wait_audited(conn, action: str, outcome: str = "ok", timeout: float = 10) -> list[dict]:
+    """The runner writes its final audit row just after it marks the operation done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = audit.search(conn, action=action)
+        if any(r["outcome"] == outcome for r in rows):
+            return rows
+        time.sleep(0.05)
+    raise AssertionError(f"no {outcome} audit row for {action} after {timeout} s")

@@ -240,7 +240,6 @@ def test_expired_leases_warn_then_fail_when_the_reaper_does_not_come(conn):
     res = result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1))
     assert res.status == FAIL
     assert "the reaper is not rescuing them" in res.summary
-    assert "the reaper has never run on this database" in evidence(res)
     assert "no live scheduler leader; the scheduler has not run its reap job on this database" in evidence(res)
     maintenance.reap(conn)
     res = result(conn, "stuck-leases", cfg(stuck_lease_grace=0.1))

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from console import audit
 from console import maintenance as m
 from console import queue as q
-from tests.oncall_data import make_dead_letters, store_history
+from tests.oncall_data import make_dead_letters, store_history, wait_audited
 from tests.web_fixtures import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -76,7 +75,7 @@ def test_on_call_path_replay_then_purge(page: Page, live_server, conn, incident)
 
     assert statuses(conn, dead["card"]) == {i: "pending" for i in dead["card"]}
     assert statuses(conn, dead["smtp"]) == {i: "failed" for i in dead["smtp"]}
-    replays = audit.search(conn, action="replay")
+    replays = wait_audited(conn, "replay")
     assert {(r["outcome"], r["rows"], r["reason"], r["actor"]) for r in replays} == {
         ("started", 3, "payment provider outage over (INC-1042)", "operator"),
         ("ok", 3, "payment provider outage over (INC-1042)", "operator")}
@@ -96,7 +95,7 @@ def test_on_call_path_replay_then_purge(page: Page, live_server, conn, incident)
     left = {r[0] for r in conn.execute("SELECT id FROM skiplock.jobs WHERE id = ANY(%s)", (dead["smtp"],)).fetchall()}
     assert left == set(dead["smtp"]) - set(chosen)
     assert statuses(conn, left) == {i: "failed" for i in left}
-    purge_done = [r for r in audit.search(conn, action="purge") if r["outcome"] == "ok"]
+    purge_done = [r for r in wait_audited(conn, "purge") if r["outcome"] == "ok"]
     assert len(purge_done) == 1 and purge_done[0]["rows"] == 2
     assert purge_done[0]["selection"] == {"ids": sorted(chosen)}
 

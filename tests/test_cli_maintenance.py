@@ -194,3 +194,34 @@ def test_kill_9_during_a_replay_then_resume_replays_each_job_once(conn, subproce
     assert conn.execute("SELECT state, done FROM skiplock.bulk_operations").fetchone() == ("done", 3000)
     entries = replay_entries(conn, 1)
     assert sorted(entries) == sorted(ids) and set(entries.values()) == {1}
+
+
+def readme_maintenance_commands() -> list[list[str]]:
+    import re
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^## Dead letters and maintenance from the command line\n(.*?)(?=^## )", text, re.MULTILINE | re.DOTALL)
+    assert section, "README.md lost its maintenance section"
+    block = re.search(r"```sh\n(.*?)```", section.group(1), re.DOTALL).group(1)
+    commands = []
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if words:
+            assert words[0] == "skiplock"
+            commands.append(words[1:])
+    return commands
+
+
+def test_the_readme_maintenance_commands_work(conn, skiplock):
+    add_failed(conn, 8, fingerprint="SMTPError: timeout after <n>s")
+    add_failed(conn, 3, queue="legacy", age=timedelta(days=40))
+    add_completed(conn, 20, age=timedelta(hours=2))
+    commands = readme_maintenance_commands()
+    assert len(commands) >= 8
+    for args in commands:
+        result = skiplock(*args)
+        assert result.exit_code == 0, (args, result.output)
+    assert statuses(conn) == {"pending": 8}  # replayed; the legacy ones purged; completed archived
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs_archive WHERE purged").fetchone()[0] == 3
+    assert q.paused_queues(conn) == []

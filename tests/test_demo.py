@@ -157,8 +157,8 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
             password = json.loads((demo_dir / "secrets.json").read_text())["password"]
             browser = _sign_in(state["url"], "demo", password)
             _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
-            with browser.open(state["url"] + "queues", timeout=10) as response:
-                assert response.status == 200 and "billing" in response.read().decode()
+            with browser.open(state["url"] + "overview", timeout=10) as response:
+                assert response.status == 200 and "Overview" in response.read().decode()
 
         # The reports worker is killed (SIGKILL) and restarted by the demo.
         _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)
@@ -411,3 +411,29 @@ def test_the_receiver_accepts_signed_notifications_and_refuses_forged_ones():
         server.server_close()
         receiver.Receiver.secret = ""
     assert receiver.describe(json.loads(body)) == "FIRING   critical queue_age{queue=search}: waited 56s"
+
+
+def test_seeded_series_have_the_labels_the_collectors_give_them(dsn, conn):
+    """A chart draws seeded and measured samples as one line only if their labels agree."""
+    collectors = pytest.importorskip("console.collectors")
+    import console
+    from console.demo.seed import history
+
+    with psycopg.connect(dsn) as tx:
+        console.enqueue(tx, "billing.charge_card", {"ms": 1}, queue="billing")
+    measured: dict[str, set[tuple[str, ...]]] = {}
+    for _ in range(2):  # rates need two cycles
+        for sample in collectors.collect_once(dsn).samples:
+            measured.setdefault(sample.metric, set()).add(tuple(sorted(sample.labels)))
+    seeded: dict[str, set[tuple[str, ...]]] = {}
+    for _, group in history(hours=0.05):
+        for sample in group:
+            seeded.setdefault(sample.metric, set()).add(tuple(sorted(sample.labels)))
+    disagree = {m: (keys, measured[m]) for m, keys in seeded.items() if m in measured and not keys <= measured[m]}
+    assert not disagree, f"seeded label keys differ from the collectors' (seeded, measured): {disagree}"
+    values = {(s.metric, tuple(sorted(s.labels.items()))) for s in collectors.collect_once(dsn).samples}
+    for metric, labels in (("queue_depth", {"queue": "billing", "state": "eligible"}),
+                           ("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": "p95"}),
+                           ("table_dead_tuples", {"table": "jobs"}),
+                           ("xmin_horizon_age_seconds", {"holder": "any"})):
+        assert (metric, tuple(sorted(labels.items()))) in values, f"the collectors no longer produce {metric} {labels}"

@@ -104,6 +104,11 @@ def test_operator_finds_dead_letters_and_replays_one(page, live_server, personas
     page.goto(live_server + "/audit")
     assert "gateway back up" in page.inner_text("#audit-table")
     shot(page, "audit")
+    page.emulate_media(color_scheme="dark")
+    page.goto(live_server + "/jobs?queue=billing")
+    page.locator("#job-count", has_text="match").wait_for()
+    assert page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(247, 248, 250)"
+    shot(page, "jobs-dark")
 
 
 def test_viewer_sees_no_action_buttons_and_a_forged_post_is_refused(page, live_server, personas, traffic, conn):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from console import audit
-from tests.oncall_data import make_dead_letters
+from tests.oncall_data import make_dead_letters, wait_audited
 from tests.web_fixtures import CSRF
 
 
@@ -131,7 +131,7 @@ def test_preview_then_replay_a_group_in_the_background(conn, dead, client_as):
     assert (op["state"], op["done"], op["total"]) == ("done", 6, 6)
     assert statuses(conn, dead["smtp"]) == {i: "pending" for i in dead["smtp"]}
     assert statuses(conn, dead["card"]) == {i: "failed" for i in dead["card"]}
-    rows = audit.search(conn, action="replay")
+    rows = wait_audited(conn, "replay")
     assert {(r["outcome"], r["rows"], r["reason"], r["actor"]) for r in rows} == {
         ("started", 6, "SMTP password fixed", "operator"), ("ok", 6, "SMTP password fixed", "operator")}
     # the finished operation's fragment stops the polling with 286 and has no poll trigger

@@ -649,9 +649,9 @@ def stuck_leases(probe: Probe) -> Outcome:
         data["last_reap"] = last_reap
         reap_line = [f"last reaper run: {seconds(last_reap['age_s'])} ago by {last_reap['actor']}, {last_reap['outcome']}"
                      + (f" ({last_reap['error']})" if last_reap.get("error") else f", {count(last_reap['rows'])} rescued")]
-    elif probe.exists("skiplock.maintenance_runs") and counts["expired"]:
-        reap_line = ["the reaper has never run on this database"]
     if counts["expired"]:
+        # the scheduler's reaper records its runs in scheduler_jobs; maintenance_runs holds the
+        # operator's `skiplock reap` / "reap now"
         reap_line += _scheduler_line(probe, "reap")
     if not counts["expired"]:
         return Outcome(OK, f"no stuck leases ({count(counts['running'], COUNT_CAP)} job(s) running)", reap_line, "", data)

@@ -169,13 +169,15 @@ def _share_signal(sid: str, name: str, groups: list[list[tuple[datetime, float]]
     pts = [p for g in groups for p in g]
     if not pts:
         return Signal(sid, name, "unknown", f"no samples of {what} yet")
-    # the share of sampling instants where the condition held, over all series together
+    # the share of time the condition held, over all series together: each instant counts
+    # min(value, 1), so a raw 0/1 (or a count) sample is "held or not", and an hourly rollup's
+    # average of a 0/1 metric is the share of that hour it held
     by_time: dict[datetime, float] = {}
     for at, v in pts:
-        by_time[at] = max(by_time.get(at, 0.0), v)
-    share = sum(1 for v in by_time.values() if v > 0) / len(by_time)
+        by_time[at] = max(by_time.get(at, 0.0), min(max(v, 0.0), 1.0))
+    share = sum(by_time.values()) / len(by_time)
     data = {"share": share, "instants": len(by_time)}
-    text = f"{what} in {share:.0%} of {len(by_time):,} samples"
+    text = f"{what} {share:.0%} of the time ({len(by_time):,} sampling points)"
     level = SIGNAL_OUTGROWING if share >= outgrowing else SIGNAL_WATCH if share >= watch else SIGNAL_OK
     return Signal(sid, name, level, text, len(pts), data=data)
 

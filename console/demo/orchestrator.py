@@ -492,8 +492,8 @@ class Demo:
         lines += [
             f"  Database   {self.dsn}   (psql \"{self.dsn}\")",
             f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
-            "             retries, dead letters in three error groups, a burst every 4 min, an idle-in-transaction",
-            "             session every 10 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
+            "             retries, dead letters in three error groups, a burst every 4 min, a session idle in",
+            "             transaction for 6 min every 20 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
         ]
         if "scheduler" in self.children:
             lines.append("  Scheduler  collectors every 10 s, reaper every 30 s, archiver every minute (completed jobs older than 2 min)")

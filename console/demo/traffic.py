@@ -10,8 +10,9 @@ enqueues, each in its own short transaction the way application code would:
   permanent ones that become dead letters in three error groups (declined cards, a partner that
   is down, report requests missing a field); see `console.demo.tasks`;
 - a burst of low-priority search reindex jobs every few minutes, which raises queue age;
-- now and then a session left idle in transaction for a minute (REPEATABLE READ with an xid),
-  which holds back the xmin horizon so dead tuples climb until it ends.
+- every 20 minutes (the first after 90 s) a session left idle in transaction for six minutes
+  (REPEATABLE READ with an xid), which holds back the xmin horizon so dead tuples climb until it
+  ends; six, because the database page calls a holder amber after five.
 
 Killing a worker (stuck leases for the reaper) is the orchestrator's job: it owns the processes.
 This module never deletes or updates jobs; the workers and the scheduler do.
@@ -54,8 +55,8 @@ class TrafficOptions:
     burst_every: float = 240.0
     burst_size: int = 300
     first_burst_after: float = 45.0
-    idle_every: float = 600.0
-    idle_for: float = 60.0
+    idle_every: float = 1200.0
+    idle_for: float = 360.0
     first_idle_after: float = 90.0
     seed: int | None = None
 
@@ -235,8 +236,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, TrafficOptions]:
     parser.add_argument("--burst-every", type=float, default=240.0, help="seconds between bursts")
     parser.add_argument("--burst-size", type=int, default=300, help="jobs per burst (0: no bursts)")
     parser.add_argument("--first-burst-after", type=float, default=45.0)
-    parser.add_argument("--idle-every", type=float, default=600.0, help="seconds between idle-in-transaction sessions")
-    parser.add_argument("--idle-for", type=float, default=60.0, help="seconds each stays idle (0: never)")
+    parser.add_argument("--idle-every", type=float, default=1200.0, help="seconds between idle-in-transaction sessions")
+    parser.add_argument("--idle-for", type=float, default=360.0, help="seconds each stays idle (0: never)")
     parser.add_argument("--first-idle-after", type=float, default=90.0)
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
