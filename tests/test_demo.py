@@ -119,6 +119,8 @@ def demo_dir():
     path.chmod(0o755)  # mkdtemp makes it 0700; the demo would fall back to another folder
     yield path
     shutil.rmtree(path, ignore_errors=True)
+    for log in path.parent.glob(f"{path.name}.*"):  # the demo's captured output (kept while it ran)
+        log.unlink(missing_ok=True)
 
 
 def start_demo(demo_dir: Path, *args: str, log_name: str = "out") -> tuple[subprocess.Popen, Path]:
