@@ -12,14 +12,21 @@ import sys
 
 import click
 
-from console.cli import advisor  # noqa: F401  (registers check)
-from console.cli import alerts  # noqa: F401  (registers the alerts group)
-from console.cli import core  # noqa: F401  (registers migrate, worker, enqueue)
-from console.cli import demo  # noqa: F401  (registers demo)
-from console.cli import maintenance  # noqa: F401  (registers reap, archive, retention, replay, purge, pause, resume, ...)
-from console.cli import scheduler  # noqa: F401  (registers collect, scheduler)
-from console.cli import settings  # noqa: F401  (registers config example|show)
-from console.cli import users, web  # noqa: F401  (registers users, serve)
+# Each module registers its commands on main_group when imported:
+# advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
+# maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
+# scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
+from console.cli import (  # noqa: F401
+    advisor,
+    alerts,
+    core,
+    demo,
+    maintenance,
+    scheduler,
+    settings,
+    users,
+    web,
+)
 from console.cli.common import main_group
 
 main = main_group
