@@ -133,6 +133,20 @@ def test_sample_verdict_rules():
     assert sample_verdict(failing) == ("failing", ["75.0 % of finished jobs are failing"])
 
 
+def test_dead_ratio_counts_only_past_the_autovacuum_threshold():
+    """A small table is mostly dead rows after each archiver batch; that alone is not news."""
+    now = datetime.now(UTC)
+
+    def table(dead, threshold):
+        return Latest([Sample("table_dead_ratio", {"table": "jobs"}, 0.9, now),
+                       Sample("table_dead_tuples", {"table": "jobs"}, dead, now),
+                       Sample("table_autovacuum_threshold", {"table": "jobs"}, threshold, now)])
+
+    assert sample_verdict(table(dead=400, threshold=5000)) == ("healthy", [])
+    assert sample_verdict(table(dead=90_000, threshold=5000)) == (
+        "failing", ["the jobs table is mostly dead rows: vacuum is behind"])
+
+
 def test_overview_is_in_the_openapi_document(client_as):
     doc = client_as("viewer").get("/api/v1/openapi.json").get_json()
     op = doc["paths"]["/api/v1/overview"]["get"]
