@@ -476,7 +476,7 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
 
 # --- queues -----------------------------------------------------------------------------------
 
-# The queue figures walk the partial indexes with the collectors' queries and stop at these
+# The queue figures walk the partial indexes (sql/browse.sql) and stop at these
 # caps, so a ten-million-row table costs what a small one does; beyond a cap a figure is a
 # lower bound and is flagged (shown as "100,000+").
 PENDING_CAP = 50_000

@@ -224,8 +224,7 @@ ORDER BY r.queue;
 
 -- name: failed_by_queue
 -- Dead letters per queue: the newest %(cap)s through jobs_failed_idx (the queue needs a heap
--- fetch per entry, so this cap is smaller than the total's). Exact while failed <= cap;
--- beyond it the collector scales the shares to the total.
+-- fetch per entry). Exact while failed <= cap; beyond it the page shows a lower bound ("10,000+").
 SELECT
     f.queue,
     count(*) AS failed
