@@ -26,7 +26,7 @@ from flask import (
 
 from console import audit
 from console import users as users_mod
-from console.web.api import api_doc
+from console.web.api import INT, STR, api_doc, arr, obj
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited
 
@@ -46,7 +46,8 @@ def users():
 
 @bp.get("/api/v1/users")
 @requires("admin")
-@api_doc("Users and API tokens (never the secrets)")
+@api_doc("Users and API tokens (never the secrets)",
+         response=obj({"users": arr(obj({"name": STR, "role": STR})), "tokens": arr(obj({"id": INT}))}))
 def api_users():
     return jsonify(_listing())
 

@@ -16,7 +16,7 @@ from flask import Blueprint, jsonify, render_template, request
 
 from console.advisor import checks as advisor_checks
 from console.advisor.verdict import evaluate_verdict
-from console.web.api import Param, api_doc
+from console.web.api import INT, OBJ, STR, Param, api_doc, arr, obj
 from console.web.auth import requires
 from console.web.database import get_conn
 
@@ -75,7 +75,12 @@ def checks_fragment():
 @api_doc(
     "The advisor: every production-checklist check (ok/warn/fail/unknown with evidence, remedy and a docs link) "
     "and the verdict over the stored history",
-    params=[Param("check", description="Only these checks (repeat or comma-separate ids)")],
+    params=[Param("check", repeat=True, description="Only these checks (repeat or comma-separate ids)")],
+    response=obj({"database": STR, "worst": STR, "counts": obj({"ok": INT, "warn": INT, "fail": INT, "unknown": INT}),
+                  "checks": arr(obj({"id": STR, "title": STR, "area": STR,
+                                     "status": {"enum": ["ok", "warn", "fail", "unknown"]}, "summary": STR,
+                                     "evidence": arr(STR)})),
+                  "verdict": obj({"label": STR, "level": STR, "headline": STR, "signals": arr(OBJ)})}),
 )
 def api_index():
     data = checks_data(_only())

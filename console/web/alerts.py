@@ -32,7 +32,7 @@ from console.alerts import outbox
 from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
 from console.catalog import METRICS
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
@@ -114,7 +114,9 @@ def active_fragment():
 @requires("viewer")
 @api_doc("Firing and pending alerts, firing first, most severe first",
          description="Each alert has its rule's severity, summary and runbook, who acknowledged it, and the "
-                     "silence that holds its notifications (if any).")
+                     "silence that holds its notifications (if any).",
+         response=obj({"firing": INT, "pending": INT, "alerts": arr({"allOf": [ref("Alert"), obj({
+             "silenced_until": opt(STR), "silence_id": opt(INT)})]})}))
 def api_index():
     conn = get_conn()
     data = _active(conn)
@@ -125,10 +127,10 @@ def api_index():
 @bp.get("/api/v1/alerts/events")
 @requires("viewer")
 @api_doc("Alert transitions (firing, repeat, resolved, acknowledged), newest first", params=[
-    Param("before_id", type="integer", description="keyset cursor: events older than this id"),
-    Param("alert_id", type="integer", description="only this alert"),
-    Param("limit", type="integer", description="1-500 (default 50)"),
-])
+    Param("before_id", type="integer", minimum=1, maximum=2**62, description="keyset cursor: events older than this id"),
+    Param("alert_id", type="integer", minimum=1, maximum=2**62, description="only this alert"),
+    Param("limit", type="integer", minimum=1, maximum=500, description="1-500 (default 50)"),
+], response=obj({"events": arr(ref("AlertEvent"))}))
 def api_events():
     return jsonify({"events": ev.recent_events(get_conn(), limit=_int_arg("limit", 50, 1, 500),
                                                before_id=_int_arg("before_id"), alert_id=_int_arg("alert_id"))})
@@ -171,7 +173,9 @@ def alert_page(alert_id: int):
 @bp.get("/api/v1/alerts/<int:alert_id>")
 @requires("viewer")
 @api_doc("One alert with its transitions, notifications and delivery attempts",
-         params=[Param("alert_id", where="path", type="integer")], responses={"404": "no such alert"})
+         params=[Param("alert_id", where="path", type="integer")], responses={"404": "no such alert"},
+         response=obj({"alert": ref("Alert"), "events": arr(ref("AlertEvent")), "notifications": arr(OBJ),
+                       "deliveries": arr(ref("Delivery"))}))
 def api_alert(alert_id: int):
     return jsonify(_alert_data(get_conn(), alert_id))
 
@@ -192,7 +196,11 @@ def _after_action(message: str):
 
 
 def _ack(alert_id: int):
-    note = (request.form.get("note") or (request.get_json(silent=True) or {}).get("note") or "").strip()
+    body = request.get_json(silent=True) if request.is_json else None
+    note = request.form.get("note") or (body.get("note") if isinstance(body, dict) else None) or ""
+    if not isinstance(note, str):
+        raise ValueError("note: must be a string")
+    note = note.strip()
     try:
         row = ev.acknowledge(get_conn(), alert_id, actor=g.user.name, note=note or None)
     except ev.AlertNotFound as exc:
@@ -213,7 +221,8 @@ def ack(alert_id: int):
 @requires("operator")
 @api_doc("Acknowledge a firing alert (stops repeat notifications until it resolves)", params=[
     Param("alert_id", where="path", type="integer"), Param("note", where="form", description="what you are doing")],
-    responses={"404": "no such alert", "409": "the alert is not firing"})
+    responses={"404": "no such alert", "409": "the alert is not firing"},
+    body=obj({"note": STR}, optional=("note",)), response=obj({"acknowledged": INT, "by": STR}))
 def api_ack(alert_id: int):
     row = _ack(alert_id)
     return jsonify({"acknowledged": row["id"], "by": g.user.name})
@@ -253,14 +262,16 @@ def silence():
     Param("labels", where="form", description="key=value[,key=value] the alert's labels must include"),
     Param("duration", where="form", required=True, description="e.g. 30m, 2h (at most 30 days)"),
     Param("reason", where="form", required=True, description="why; kept in the audit log"),
-])
+], body=obj({"rule": opt(STR), "labels": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]},
+             "duration": {"type": ["string", "number"]}, "reason": STR}, optional=("rule", "labels")),
+   status=201, responses={"201": "silenced"}, response=obj({"silence": ref("Silence")}))
 def api_silence():
     return jsonify({"silence": _silence()}), 201
 
 
 @bp.get("/api/v1/alerts/silences")
 @requires("viewer")
-@api_doc("Active silences and those that ended within a day")
+@api_doc("Active silences and those that ended within a day", response=obj({"silences": arr(ref("Silence"))}))
 def api_silences():
     return jsonify({"silences": ev.recent_silences(get_conn(), limit=200)})
 
@@ -282,7 +293,7 @@ def expire_silence(silence_id: int):
 @bp.post("/api/v1/alerts/silences/<int:silence_id>/expire")
 @requires("operator")
 @api_doc("End a silence now", params=[Param("silence_id", where="path", type="integer")],
-         responses={"404": "no such active silence"})
+         responses={"404": "no such active silence"}, response=obj({"expired": INT}))
 def api_expire_silence(silence_id: int):
     return jsonify({"expired": _expire(silence_id)["id"]})
 
@@ -336,9 +347,22 @@ def rules_page():
 
 @bp.get("/api/v1/alerts/rules")
 @requires("viewer")
-@api_doc("Every rule in force with its source (default, ui, file)")
+@api_doc("Every rule in force with its source (default, ui, file)", response=obj({
+    "rules": arr(obj({"name": STR, "metric": STR, "op": {"enum": list(r.OPS)}, "threshold": NUM,
+                      "severity": {"enum": list(r.SEVERITIES)}, "source": {"enum": list(r.SOURCES)},
+                      "editable": BOOL, "enabled": BOOL, "condition": STR})),
+    "destinations": arr(STR), "shadowed": arr(STR)}))
 def api_rules():
     return jsonify(_rules_data(get_conn()))
+
+
+RULE_FIELDS = obj({
+    "name": {**STR, "pattern": "^[a-z][a-z0-9_.-]{0,62}$"}, "metric": STR,
+    "labels": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]}, "op": {"enum": list(r.OPS)},
+    "threshold": {"type": ["number", "string"]}, "clear": {"type": ["number", "string"]},
+    "for": {"type": ["string", "number"]}, "severity": {"enum": list(r.SEVERITIES)}, "summary": STR, "runbook": STR,
+    "webhooks": {"anyOf": [STR, arr(STR)]}, "enabled": {"type": ["boolean", "string"]}, "when": OBJ,
+}, optional=("labels", "clear", "for", "severity", "summary", "runbook", "webhooks", "enabled", "when"))
 
 
 def _rule_record(form: dict[str, Any]) -> dict[str, Any]:
@@ -374,7 +398,12 @@ def save_rule():
 @bp.post("/api/v1/alerts/rules")
 @requires("admin")
 @api_doc("Create or replace a UI rule (same fields as [[alerts.rules]]); 400 names the problem",
-         description="A rule the config file defines cannot be saved here (the file wins).")
+         description="A rule the config file defines cannot be saved here (the file wins). Send JSON, or the "
+                     "same fields form-encoded.",
+         body=RULE_FIELDS, params=[Param(k, where="form", required=k in ("name", "metric", "op", "threshold"))
+                                   for k in ("name", "metric", "labels", "op", "threshold", "clear", "for",
+                                             "severity", "summary", "runbook", "webhooks", "enabled")],
+         status=201, responses={"201": "saved"}, response=obj({"rule": obj({"name": STR, "metric": STR})}))
 def api_save_rule():
     rule = r.save_rule(get_conn(), _rule_record(_form()), actor=g.user.name, config=_config())
     return jsonify({"rule": rule.as_record()}), 201
@@ -391,7 +420,7 @@ def delete_rule(name: str):
 @bp.delete("/api/v1/alerts/rules/<name>")
 @requires("admin")
 @api_doc("Delete a UI rule (a default it overrode comes back)", params=[Param("name", where="path")],
-         responses={"404": "no such UI rule"})
+         responses={"404": "no such UI rule"}, response=obj({"deleted": STR}))
 def api_delete_rule(name: str):
     if not r.delete_rule(get_conn(), name, actor=g.user.name):
         abort(404, f"no rule named {name!r} was saved in the UI")
@@ -424,7 +453,10 @@ def destinations_page():
 
 @bp.get("/api/v1/alerts/destinations")
 @requires("viewer")
-@api_doc("Webhook destinations (URLs shortened, secrets never returned) and what waits in the outbox")
+@api_doc("Webhook destinations (URLs shortened, secrets never returned) and what waits in the outbox",
+         response=obj({"destinations": arr(obj({"name": STR, "kind": {"enum": list(r.KINDS)}, "url": STR,
+                                                 "has_secret": BOOL, "source": STR, "note": STR})),
+                       "pending": arr(OBJ)}))
 def api_destinations():
     return jsonify(_destinations_data(get_conn()))
 
@@ -462,7 +494,16 @@ def save_destination():
 
 @bp.post("/api/v1/alerts/destinations")
 @requires("admin")
-@api_doc("Create or replace a UI destination; an empty secret keeps the saved one")
+@api_doc("Create or replace a UI destination; an empty secret keeps the saved one",
+         description="Send JSON, or the same fields form-encoded (`headers` then one `Name: value` a line).",
+         body=obj({"name": {**STR, "pattern": "^[a-z][a-z0-9_.-]{0,62}$"}, "kind": {"enum": list(r.KINDS)},
+                   "url": {**STR, "format": "uri"}, "secret": STR,
+                   "headers": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]}},
+                  optional=("kind", "secret", "headers")),
+         params=[Param("name", where="form", required=True), Param("kind", where="form", enum=r.KINDS),
+                 Param("url", where="form", required=True, format="uri"), Param("secret", where="form"),
+                 Param("headers", where="form", description="one `Name: value` a line")],
+         status=201, responses={"201": "saved"}, response=obj({"destination": obj({"name": STR, "url": STR})}))
 def api_save_destination():
     dest = r.save_destination(get_conn(), _destination_record(_form()), actor=g.user.name, config=_config())
     return jsonify({"destination": dest.public()}), 201
@@ -499,7 +540,8 @@ def test_destination(name: str):
 @bp.post("/api/v1/alerts/destinations/<name>/test")
 @requires("operator")
 @api_doc("Send a test notification now and return the receiver's real answer",
-         params=[Param("name", where="path")], responses={"404": "no such destination"})
+         params=[Param("name", where="path")], responses={"404": "no such destination"},
+         response=obj({"ok": BOOL, "status": opt(INT), "message": opt(STR), "duration_ms": opt(NUM)}))
 def api_test_destination(name: str):
     result = _send_test(name)
     return jsonify({"ok": result.ok, "status": result.status, "message": result.message,
@@ -528,9 +570,9 @@ def deliveries_page():
 @requires("viewer")
 @api_doc("The delivery log, newest first", params=[
     Param("destination", description="only this destination"),
-    Param("alert_id", type="integer", description="only this alert's notifications"),
-    Param("before_id", type="integer", description="keyset cursor (the `next` of the previous page)"),
-    Param("limit", type="integer", description="1-500 (default 50)"),
-])
+    Param("alert_id", type="integer", minimum=1, maximum=2**62, description="only this alert's notifications"),
+    Param("before_id", type="integer", minimum=1, maximum=2**62, description="keyset cursor (the `next` of the previous page)"),
+    Param("limit", type="integer", minimum=1, maximum=500, description="1-500 (default 50)"),
+], response=obj({"deliveries": arr(ref("Delivery")), "next": opt(INT), "destination": STR}))
 def api_deliveries():
     return jsonify(_deliveries_data(get_conn()))

@@ -20,19 +20,137 @@ bp = Blueprint("api", __name__)
 API_PREFIX = "/api/v1"
 
 
+# --- schema helpers for the decorators: `obj({...})`, `arr(...)`, `opt(...)`, `ref("Error")` ---
+
+STR: dict[str, Any] = {"type": "string"}
+INT: dict[str, Any] = {"type": "integer"}
+NUM: dict[str, Any] = {"type": "number"}
+BOOL: dict[str, Any] = {"type": "boolean"}
+TIME: dict[str, Any] = {"type": "string", "format": "date-time"}
+OBJ: dict[str, Any] = {"type": "object"}
+ANY: dict[str, Any] = {}
+
+
+def opt(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema, or null."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def arr(items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": items}
+
+
+def ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def obj(props: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """An object with these properties, all required but `optional`; other keys allowed."""
+    out: dict[str, Any] = {"type": "object", "properties": props}
+    required = [k for k in props if k not in optional]
+    if required:
+        out["required"] = required
+    return out
+
+
+def panel(schema: dict[str, Any]) -> dict[str, Any]:
+    """A panel's data, or {available: false, error} when its query failed or timed out."""
+    return {"anyOf": [schema, ref("Unavailable")]}
+
+
+# Shapes several routes share (the document's components/schemas).
+COMPONENTS: dict[str, dict[str, Any]] = {
+    "Error": {**obj({"error": {**STR, "description": "what is wrong, naming the parameter"},
+                     "status": {**INT, "description": "the HTTP status again"}}, optional=("status",)),
+              "description": "Every error answer: 400 bad input, 401 no or bad token, 403 role too small, "
+                             "404 no such thing, 409 state conflict, 422 invalid content, 503 database "
+                             "unreachable or too slow."},
+    "Unavailable": obj({"available": {"const": False}, "error": STR}),
+    "Operation": obj({
+        "id": INT, "action": {"enum": ["replay", "purge"]}, "state": STR, "selection": OBJ,
+        "actor": STR, "reason": opt(STR), "total": opt(INT), "done": INT, "percent": opt(NUM),
+        "active": BOOL, "rows_per_s": opt(NUM), "eta_s": opt(NUM), "created_at": TIME,
+        "started_at": opt(TIME), "finished_at": opt(TIME), "error": opt(STR),
+    }, optional=("rows_per_s", "eta_s", "percent")),
+    "Job": obj({
+        "id": INT, "queue": STR, "kind": STR, "status": {"enum": ["pending", "running", "completed", "failed"]},
+        "priority": INT, "run_at": TIME, "attempts": INT, "max_attempts": INT, "last_error": opt(STR),
+        "error_fingerprint": opt(STR), "created_at": TIME, "finished_at": opt(TIME), "payload": ANY,
+    }, optional=("payload", "priority", "run_at", "status")),
+    "Alert": obj({
+        "id": INT, "rule": STR, "labels": OBJ, "state": STR, "state_since": TIME, "value": opt(NUM),
+        "evaluated_at": opt(TIME), "fired_at": opt(TIME), "severity": opt(STR), "summary": opt(STR),
+        "runbook": opt(STR), "condition": opt(STR), "acknowledged_by": opt(STR), "acknowledged_at": opt(TIME),
+        "ack_note": opt(STR),
+    }),
+    "AlertEvent": obj({"id": INT, "at": TIME, "kind": STR, "value": opt(NUM), "actor": opt(STR),
+                       "alert_id": INT, "rule": STR, "labels": OBJ}, optional=("value", "actor")),
+    "Delivery": obj({"id": INT, "at": TIME, "destination": STR, "attempt": INT, "outcome": STR,
+                     "http_status": opt(INT), "error": opt(STR), "duration_ms": opt(NUM), "alert_id": opt(INT),
+                     "event": STR}),
+    "Silence": obj({"id": INT, "rule": opt(STR), "labels": OBJ, "starts_at": TIME, "ends_at": TIME,
+                    "reason": STR, "created_by": STR, "expired_by": opt(STR)}),
+}
+
+# Statuses an API route may answer besides its success, with what they mean by default.
+ERRORS = {
+    "400": "bad input: the message names the parameter",
+    "401": "no, invalid or revoked bearer token",
+    "403": "the token's user lacks the role",
+    "404": "no such thing (or a path value that is not one)",
+    "409": "the thing's state does not allow it",
+    "422": "the content is well-formed but invalid",
+    "503": "the database is unreachable, the schema is missing, or the query exceeded its time limit",
+}
+
+_PATH_SCHEMA = {
+    # Flask's int converter matches digits only; ids are PostgreSQL bigints.
+    "int": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+    # A string path segment: one or more characters, never a slash.
+    None: {"type": "string", "minLength": 1, "pattern": "^[^/]+$"},
+    "string": {"type": "string", "minLength": 1, "pattern": "^[^/]+$"},
+}
+
+
 @dataclass(frozen=True)
 class Param:
+    """One parameter: in the query string, a path segment, or a field of a form body."""
+
     name: str
     where: str = "query"
     type: str = "string"
     description: str = ""
     required: bool = False
     enum: tuple[str, ...] | None = None
+    format: str | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
+    repeat: bool = False  # an array: ?x=1&x=2 or a repeated form field
+
+    def schema(self) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": self.type}
+        for key, value in (("enum", list(self.enum) if self.enum else None), ("format", self.format),
+                           ("minimum", self.minimum), ("maximum", self.maximum),
+                           ("maxLength", self.max_length), ("pattern", self.pattern)):
+            if value is not None:
+                schema[key] = value
+        return {"type": "array", "items": schema} if self.repeat else schema
 
 
 def api_doc(summary: str, *, params: list[Param] | tuple[Param, ...] = (), tag: str | None = None,
-            description: str = "", auth: bool = True, responses: dict[str, str] | None = None):
-    """Attach an OpenAPI description to a view (apply it under the route decorator)."""
+            description: str = "", auth: bool = True, responses: dict[str, str | tuple[str, dict]] | None = None,
+            response: dict[str, Any] | None = None, status: int = 200, body: dict[str, Any] | None = None,
+            media: tuple[str, ...] = ("application/json",)):
+    """Attach an OpenAPI description to a view (apply it under the route decorator).
+
+    `response` is the JSON schema of the success body (status `status`, in each of `media`);
+    `responses` adds statuses with their meaning ("409": "already ended"), answered with the Error
+    body unless given as (meaning, schema); 400 (when there are
+    parameters), 401/403 (with auth), 404 (with path parameters) and 503 are added for you.
+    `body` is a JSON request body's schema (then form `params` are its form-encoded twin).
+    """
 
     def decorate(view):
         view._openapi = {
@@ -42,6 +160,10 @@ def api_doc(summary: str, *, params: list[Param] | tuple[Param, ...] = (), tag: 
             "description": description,
             "auth": auth,
             "responses": responses or {},
+            "response": response,
+            "status": str(status),
+            "body": body,
+            "media": media,
         }
         return view
 
@@ -49,7 +171,71 @@ def api_doc(summary: str, *, params: list[Param] | tuple[Param, ...] = (), tag: 
 
 
 _CONVERTER = re.compile(r"<(?:(\w+):)?(\w+)>")
-_TYPES = {"int": "integer", "float": "number", "string": "string", "path": "string", None: "string"}
+
+
+def _operation(rule, method: str, doc: dict[str, Any], role: str | None) -> dict[str, Any]:
+    path_params = {name: conv for conv, name in _CONVERTER.findall(rule.rule)}
+    documented = {p.name: p for p in doc["params"] if p.where == "path"}
+    parameters = []
+    for name, conv in path_params.items():
+        p = documented.get(name)
+        schema = dict(_PATH_SCHEMA.get(conv, _PATH_SCHEMA[None]))
+        if p is not None and p.enum:
+            schema = {"type": "string", "enum": list(p.enum)}
+        parameters.append({"name": name, "in": "path", "required": True, "schema": schema,
+                           **({"description": p.description} if p is not None and p.description else {})})
+    form = [p for p in doc["params"] if p.where == "form"]
+    for p in doc["params"]:
+        if p.where in ("query", "header"):
+            entry = {"name": p.name, "in": p.where, "required": p.required, "schema": p.schema()}
+            if p.description:
+                entry["description"] = p.description
+            if p.repeat:
+                entry.update(style="form", explode=True)
+            parameters.append(entry)
+
+    success: dict[str, Any] = {"description": "OK" if doc["status"] == "200" else doc["responses"].get(doc["status"], "OK")}
+    schema = doc["response"] if doc["response"] is not None else OBJ
+    success["content"] = {m: {"schema": schema if m == "application/json" else STR} for m in doc["media"]}
+    responses: dict[str, Any] = {doc["status"]: success}
+    errors: dict[str, Any] = {}
+    if form or doc["body"] or any(p.where in ("query", "header") for p in doc["params"]):
+        errors["400"] = ERRORS["400"]
+    if doc["auth"]:
+        errors["401"] = ERRORS["401"]
+        errors["403"] = f"needs the {role or ('viewer' if method == 'GET' else 'operator')} role"
+    if path_params:
+        errors["404"] = ERRORS["404"]
+    errors["503"] = ERRORS["503"]
+    errors.update({code: text for code, text in doc["responses"].items() if not code.startswith("2")})
+    for code in sorted(errors):
+        text, schema = errors[code] if isinstance(errors[code], tuple) else (errors[code], ref("Error"))
+        responses[code] = {"description": text, "content": {"application/json": {"schema": schema}}}
+
+    op: dict[str, Any] = {
+        "summary": doc["summary"],
+        "operationId": f"{rule.endpoint}.{method.lower()}",
+        "tags": [doc["tag"] or rule.endpoint.split(".")[0]],
+        "parameters": parameters,
+        "responses": responses,
+    }
+    if doc["description"] or role:
+        op["description"] = (doc["description"] + (f"\n\nRole: {role}." if role else "")).strip()
+    if not doc["auth"]:
+        op["security"] = []
+    content: dict[str, Any] = {}
+    if doc["body"]:
+        content["application/json"] = {"schema": doc["body"]}
+    if form:
+        content["application/x-www-form-urlencoded"] = {"schema": {
+            "type": "object",
+            "properties": {p.name: {**p.schema(), **({"description": p.description} if p.description else {})}
+                           for p in form},
+            **({"required": [p.name for p in form if p.required]} if any(p.required for p in form) else {}),
+        }}
+    if content:
+        op["requestBody"] = {"required": any(p.required for p in form) or bool(doc["body"]), "content": content}
+    return op
 
 
 def openapi_document(app) -> dict[str, Any]:
@@ -60,46 +246,9 @@ def openapi_document(app) -> dict[str, Any]:
         if doc is None or not (rule.rule.startswith(API_PREFIX) or rule.rule == "/healthz"):
             continue
         path = _CONVERTER.sub(r"{\2}", rule.rule)
-        path_params = {name: _TYPES.get(conv, "string") for conv, name in _CONVERTER.findall(rule.rule)}
         role = getattr(view, "_skiplock_role", None)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
-            op: dict[str, Any] = {
-                "summary": doc["summary"],
-                "operationId": f"{rule.endpoint}.{method.lower()}",
-                "tags": [doc["tag"] or rule.endpoint.split(".")[0]],
-                "parameters": [],
-                "responses": {
-                    "200": {"description": "OK"},
-                    **({"400": {"description": "bad parameter (message in `error`)"},
-                        "401": {"description": "no or invalid token"},
-                        "403": {"description": f"needs role {role or ('viewer' if method == 'GET' else 'operator')}"}}
-                       if doc["auth"] else {}),
-                    **{code: {"description": text} for code, text in doc["responses"].items()},
-                },
-            }
-            if doc["description"] or role:
-                op["description"] = (doc["description"] + (f"\n\nRole: {role}." if role else "")).strip()
-            if not doc["auth"]:
-                op["security"] = []
-            for name, typ in path_params.items():
-                op["parameters"].append({"name": name, "in": "path", "required": True, "schema": {"type": typ}})
-            form = []
-            for p in doc["params"]:
-                schema: dict[str, Any] = {"type": p.type}
-                if p.enum:
-                    schema["enum"] = list(p.enum)
-                if p.where == "form":
-                    form.append((p, schema))
-                elif p.where != "path" or p.name not in path_params:
-                    op["parameters"].append({"name": p.name, "in": p.where, "required": p.required,
-                                             "description": p.description, "schema": schema})
-            if form:
-                op["requestBody"] = {"content": {"application/x-www-form-urlencoded": {"schema": {
-                    "type": "object",
-                    "properties": {p.name: {**schema, "description": p.description} for p, schema in form},
-                    "required": [p.name for p, _ in form if p.required],
-                }}}}
-            paths.setdefault(path, {})[method.lower()] = op
+            paths.setdefault(path, {})[method.lower()] = _operation(rule, method, doc, role)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -109,7 +258,12 @@ def openapi_document(app) -> dict[str, Any]:
                            "Authenticate with `Authorization: Bearer <token>` (`skiplock users token NAME`). "
                            "Times are ISO 8601 in UTC. Errors are `{\"error\": message, \"status\": code}`.",
         },
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "components": {
+            "schemas": COMPONENTS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                           "description": "An API token from `skiplock users token NAME` "
+                                                          "or the admin page; it acts with its user's role."}},
+        },
         "security": [{"bearer": []}],
         "paths": paths,
     }
@@ -117,6 +271,6 @@ def openapi_document(app) -> dict[str, Any]:
 
 @bp.get(f"{API_PREFIX}/openapi.json")
 @requires("viewer")
-@api_doc("This document", tag="meta")
+@api_doc("This document", tag="meta", response=obj({"openapi": STR, "info": OBJ, "paths": OBJ, "components": OBJ}))
 def openapi():
     return jsonify(openapi_document(current_app))

@@ -11,7 +11,7 @@ from flask import Blueprint, jsonify, render_template, request
 
 from console import audit
 from console.browse import InvalidFilter, parse_time
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_limited
 
@@ -52,7 +52,9 @@ def index():
     Param("action", description="exact action (replay, purge, pause, login, ...)"),
     Param("since", description="ISO 8601 time or span back from now (15m, 6h, 7d)"),
     Param("until", description="ISO 8601 time or span back from now"),
-    Param("before", type="integer", description="the `next` value of the previous page"),
-])
+    Param("before", type="integer", minimum=0, maximum=2**63 - 1, description="the `next` value of the previous page"),
+], response=obj({"entries": arr(obj({"id": INT, "at": TIME, "actor": STR, "action": STR, "target": opt(STR),
+                                     "reason": opt(STR), "rows": opt(INT), "outcome": opt(STR)})),
+                 "next": opt(INT), "args": OBJ, "first_page": BOOL}))
 def api_index():
     return jsonify(audit_data())

@@ -7,7 +7,7 @@ from flask import Blueprint, current_app, jsonify, redirect, render_template, ur
 from psycopg_pool import PoolTimeout
 
 from console.db import time_limited
-from console.web.api import api_doc
+from console.web.api import STR, api_doc, obj
 from console.web.auth import public, requires
 from console.web.database import DatabaseUnreachable, get_conn
 
@@ -26,7 +26,11 @@ def home():
 @bp.get("/healthz")
 @public
 @api_doc("Liveness: does the database answer?", tag="health", auth=False,
-         responses={"200": "database answers", "503": "database unreachable or schema missing"})
+         responses={"200": "database answers",
+                    "503": ("database unreachable or schema missing",
+                            obj({"status": {"enum": ["unavailable"]}, "database": STR, "error": STR},
+                                optional=("error",)))},
+         response=obj({"status": {"enum": ["ok"]}, "database": STR}))
 def healthz():
     try:
         conn = get_conn()

@@ -30,7 +30,7 @@ from console import browse
 from console import maintenance as m
 from console.maintenance import bulk
 from console.maintenance.deadletters import count as count_matching
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
 
@@ -44,7 +44,8 @@ SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_befo
 SELECTION_PARAMS = [
     Param("action", where="form", enum=bulk.ACTIONS, required=True, description="replay or purge"),
     Param("selection", where="form", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
-    Param("ids", where="form", description="job ids (repeatable; instead of `selection`)"),
+    Param("ids", where="form", type="integer", repeat=True, minimum=0, maximum=2**63 - 1,
+          description="job ids (repeatable; instead of `selection`)"),
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
     Param("queue", where="form", description="queue (instead of `selection`)"),
     Param("kind", where="form", description="job kind (instead of `selection`)"),
@@ -117,7 +118,12 @@ def index():
 @bp.get("/api/v1/deadletters")
 @requires("viewer")
 @api_doc("Dead letters grouped by error fingerprint (count, first/last seen, queues, kinds, example), and recent bulk operations",
-         params=[Param("queue"), Param("kind")])
+         params=[Param("queue", max_length=500), Param("kind", max_length=500)],
+         response=obj({"queue": opt(STR), "kind": opt(STR),
+                       "groups": panel(arr(obj({"fingerprint": STR, "count": INT, "first_seen": TIME,
+                                                "last_seen": TIME, "queues": arr(STR), "kinds": arr(STR),
+                                                "example": opt(STR)}))),
+                       "operations": opt(arr(ref("Operation")))}))
 def api_index():
     data = groups_data()
     return jsonify({"queue": data["queue"], "kind": data["kind"],
@@ -134,11 +140,14 @@ def jobs():
 @bp.get("/api/v1/deadletters/jobs")
 @requires("viewer")
 @api_doc("Dead letters matching a filter, newest failure first (100 per page)", params=[
-    Param("fingerprint"), Param("queue"), Param("kind"),
-    Param("failed_since", description="ISO 8601"), Param("failed_before", description="ISO 8601"),
-    Param("payload", description="JSON object the payload contains"),
+    Param("fingerprint", max_length=500), Param("queue", max_length=500), Param("kind", max_length=500),
+    Param("failed_since", max_length=500, description="ISO 8601"),
+    Param("failed_before", max_length=500, description="ISO 8601"),
+    Param("payload", max_length=500, description="JSON object the payload contains"),
     Param("before", description="the `next` cursor of the previous page"),
-], description="Payloads are not included; open a job for it (redacted for viewers).")
+], description="Payloads are not included; open a job for it (redacted for viewers).",
+   response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),
+                 "total": opt(INT), "total_error": opt(STR), "args": OBJ}))
 def api_jobs():
     data = jobs_data()
     data["jobs"] = [{k: v for k, v in row.items() if k != "payload"} for row in data["jobs"]]
@@ -207,7 +216,8 @@ def preview():
 @bp.post("/api/v1/deadletters/preview")
 @requires("operator")
 @api_doc("Preview a replay or purge: the exact count, a sample, the selection as understood (changes nothing)",
-         params=SELECTION_PARAMS)
+         params=SELECTION_PARAMS,
+         response=obj({"action": STR, "total": INT, "sample": arr(ref("Job")), "selection": OBJ, "description": STR}))
 def api_preview():
     data = preview_data()
     data.pop("selection_json")
@@ -253,9 +263,9 @@ def start():
 @requires("operator")
 @api_doc("Start a replay or purge of the selection; it runs in the background (poll its progress)", params=[
     *SELECTION_PARAMS,
-    Param("reason", where="form", required=True, description="why (kept in the audit log)"),
-    Param("expected", where="form", type="integer", description="the previewed count: refuse (409) if more match now"),
-], responses={"409": "more jobs match than `expected`", "201": "started"})
+    Param("reason", where="form", required=True, max_length=MAX_REASON, description="why (kept in the audit log)"),
+    Param("expected", where="form", type="integer", minimum=0, description="the previewed count: refuse (409) if more match now"),
+], status=201, responses={"409": "more jobs match than `expected`", "201": "started"}, response=ref("Operation"))
 def api_start():
     return jsonify(start_operation()), 201
 
@@ -285,14 +295,15 @@ def progress_fragment(op_id: int):
 
 @bp.get("/api/v1/deadletters/operations/<int:op_id>")
 @requires("viewer")
-@api_doc("A bulk operation's progress: state (queued, running, done, cancelled, failed), total, done, percent, rows/s, ETA")
+@api_doc("A bulk operation's progress: state (queued, running, done, cancelled, failed), total, done, percent, rows/s, ETA",
+         responses={"404": "no such operation"}, response=ref("Operation"))
 def api_operation(op_id: int):
     return jsonify(_op(op_id))
 
 
 @bp.get("/api/v1/deadletters/operations")
 @requires("viewer")
-@api_doc("Recent bulk operations, newest first")
+@api_doc("Recent bulk operations, newest first", response=arr(ref("Operation")))
 def api_operations():
     return jsonify(run_limited(m.recent_operations, limit=50))
 
@@ -317,7 +328,8 @@ def cancel(op_id: int):
 @bp.post("/api/v1/deadletters/operations/<int:op_id>/cancel")
 @requires("operator")
 @api_doc("Cancel a bulk operation (it stops between two batches; rows already done stay done)",
-         params=[Param("reason", where="form")], responses={"404": "no such operation", "409": "it has already ended"})
+         params=[Param("reason", where="form", max_length=MAX_REASON)], response=ref("Operation"),
+         responses={"404": "no such operation", "409": "it has already ended"})
 def api_cancel(op_id: int):
     return jsonify(_cancel(op_id))
 
@@ -349,7 +361,8 @@ def one(job_id: int, action: str):
 @bp.post("/api/v1/deadletters/jobs/<int:job_id>/<action>")
 @requires("operator")
 @api_doc("Replay or purge one dead letter now (audited)",
-         params=[Param("action", where="path", enum=bulk.ACTIONS), Param("reason", where="form")],
+         params=[Param("action", where="path", enum=bulk.ACTIONS), Param("reason", where="form", max_length=MAX_REASON)],
+         response=obj({"ok": BOOL, "action": STR}),
          responses={"404": "no such job or action", "409": "the job is not a dead letter (any more)"})
 def api_one(job_id: int, action: str):
     return jsonify({"ok": True, "action": action, **_one(job_id, action)})

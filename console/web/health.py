@@ -27,7 +27,7 @@ from console import samples
 from console.collectors import database as collectors_db
 from console.collectors.base import CONSOLE_APPS
 from console.sqlfiles import query
-from console.web.api import api_doc
+from console.web.api import STR, TIME, api_doc, obj, opt, panel
 from console.web.auth import requires
 from console.web.charts import format_value
 from console.web.database import run_panel
@@ -235,7 +235,8 @@ def panels_fragment():
 @requires("viewer")
 @api_doc("Database health: jobs tables and autovacuum, xmin horizon holders (with advice), lock-wait tree, "
          "wraparound, MultiXact/SLRU, WAL and replication",
-         description="Each panel has a `level` (good, warn, bad) or is {available: false, error} when its query timed out.")
+         description="Each panel has a `level` (good, warn, bad) or is {available: false, error} when its query timed out.",
+         response=obj({"measured_at": opt(TIME), **{key: panel(obj({"level": STR})) for key in PANELS}}))
 def api_index():
     data = health_data()
     out: dict[str, Any] = {"measured_at": data["measured_at"]}

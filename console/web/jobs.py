@@ -30,7 +30,7 @@ from flask import (
 
 from console import browse
 from console.db import time_limited
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel, timeout_ms
 from console.web.redact import may_filter_on, payload_for
@@ -39,11 +39,11 @@ bp = Blueprint("jobs", __name__)
 
 FILTER_PARAMS = [
     Param("state", enum=browse.STATES, description="pending, running, completed or failed; empty = any"),
-    Param("queue", description="exact queue name"),
-    Param("kind", description="exact job kind"),
-    Param("fingerprint", description="error group (the dead letters' fingerprint)"),
-    Param("id", type="integer", description="one job id"),
-    Param("payload", description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
+    Param("queue", max_length=200, description="exact queue name"),
+    Param("kind", max_length=200, description="exact job kind"),
+    Param("fingerprint", max_length=200, description="error group (the dead letters' fingerprint)"),
+    Param("id", type="integer", minimum=0, maximum=2**63 - 1, description="one job id"),
+    Param("payload", max_length=2000, description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
     Param("since", description="ISO 8601 time or a span back from now (15m, 6h, 7d); failed: failure time, else enqueue time"),
     Param("until", description="ISO 8601 time or a span back from now"),
 ]
@@ -127,9 +127,13 @@ def count_fragment():
 @api_doc("List jobs matching a filter (keyset pages)", params=[
     *FILTER_PARAMS,
     Param("after", description="the `next` cursor of the previous page"),
-    Param("limit", type="integer", description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
-    Param("count", description="false: skip the count"),
-], description="`count` stops at web.count_cap (`capped: true` means more); with a filter that has no index "
+    Param("limit", type="integer", minimum=1, maximum=browse.MAX_PAGE,
+          description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
+    Param("count", type="boolean", description="false: skip the count"),
+], response=obj({
+    "filter": OBJ, "args": OBJ, "jobs": arr(ref("Job")), "next": opt(STR), "searched": opt(INT), "limit": INT,
+    "first_page": BOOL, "count": opt(obj({"n": INT, "capped": BOOL, "label": STR})), "count_error": opt(STR),
+}, optional=("count", "count_error")), description="`count` stops at web.count_cap (`capped: true` means more); with a filter that has no index "
                "(queue, kind, payload, error group) each page looks at web.scan_window jobs: `searched` says a short page "
                "looked at that many and `next` continues after them. Payloads are redacted for viewers.")
 def api_index():
@@ -236,7 +240,10 @@ def export(fmt: str):
 @bp.get("/api/v1/jobs/export.<fmt>")
 @requires("viewer")
 @api_doc("Export the filtered jobs as CSV or JSON (streamed, at most web.export_limit rows)",
-         params=FILTER_PARAMS, description="fmt is `csv` or `json`.")
+         params=[Param("fmt", where="path", enum=("csv", "json")), *FILTER_PARAMS,
+                 Param("limit", type="integer", minimum=1, description="at most this many rows (1 to web.export_limit)")],
+         media=("application/json", "text/csv"), response=arr(ref("Job")),
+         description="fmt is `csv` (a header row, then one row per job) or `json` (an array of jobs).")
 def api_export(fmt: str):
     return _export(fmt)
 
@@ -268,7 +275,11 @@ def detail(job_id: int):
 
 @bp.get("/api/v1/jobs/<int:job_id>")
 @requires("viewer")
-@api_doc("One job: fields, payload (redacted for viewers), error history, timeline, allowed actions")
+@api_doc("One job: fields, payload (redacted for viewers), error history, timeline, allowed actions",
+         response=obj({"job": {**ref("Job"), "description": "also errors (the history), archived, locked_by"},
+                       "timeline": arr(obj({"at": opt(TIME), "event": STR})), "actions_note": opt(STR),
+                       "allowed": arr(STR), "redacted": BOOL}),
+         responses={"404": "no such job"})
 def api_detail(job_id: int):
     return jsonify(job_data(job_id))
 
@@ -298,7 +309,8 @@ def act(job_id: int, action: str):
 @requires("operator")
 @api_doc("Act on one job: replay (failed), run_now (pending, due later), cancel (pending), purge (failed)",
          params=[Param("action", where="path", enum=tuple(browse.ACTIONS)),
-                 Param("reason", where="form", description="why (kept in the audit log)")],
+                 Param("reason", where="form", description="why (kept in the audit log; first 500 characters)")],
+         response=obj({"ok": BOOL, "action": STR}),
          responses={"404": "no such job or action", "409": "the job's state does not allow the action"})
 def api_act(job_id: int, action: str):
     result = _act(job_id, action)

@@ -26,7 +26,7 @@ from console.config import SETTINGS
 from console.db import connect
 from console.maintenance import runs
 from console.timefmt import duration
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import run_panel
 
@@ -125,7 +125,12 @@ def _panel(p) -> Any:
 
 @bp.get("/api/v1/maintenance")
 @requires("viewer")
-@api_doc("Maintenance: the last run of each task with a level, recent runs, recent bulk operations, settings (secrets masked)")
+@api_doc("Maintenance: the last run of each task with a level, recent runs, recent bulk operations, settings (secrets masked)",
+         response=obj({"tasks": panel(arr(obj({"task": STR, "level": STR}))),
+                       "runs": panel(arr(obj({"id": INT, "task": STR, "actor": STR, "started_at": TIME,
+                                              "finished_at": opt(TIME), "outcome": opt(STR)}))),
+                       "operations": panel(arr(ref("Operation"))), "scheduler": panel(opt(OBJ)),
+                       "settings": arr(obj({"section": STR, "key": STR, "display": STR, "secret": BOOL}))}))
 def api_index():
     data = maintenance_data()
     return jsonify({k: (_panel(v) if k != "settings" else v) for k, v in data.items()})
@@ -171,8 +176,9 @@ def run(task: str):
 @bp.post("/api/v1/maintenance/run/<task>")
 @requires("operator")
 @api_doc("Run reap or archive now, in the background (the run shows in the maintenance runs; audited)",
-         params=[Param("task", where="path", enum=RUN_NOW), Param("reason", where="form")],
-         responses={"202": "started", "404": "no such task"})
+         params=[Param("task", where="path", enum=RUN_NOW), Param("reason", where="form", max_length=500)],
+         status=202, responses={"202": "started", "404": "no such task"},
+         response=obj({"task": {"enum": list(RUN_NOW)}, "started": BOOL}))
 def api_run(task: str):
     out = run_now(task)
     out.pop("thread")

@@ -31,7 +31,7 @@ from console import samples
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
 from console.web import charts
-from console.web.api import Param, api_doc
+from console.web.api import ANY, NUM, OBJ, STR, Param, api_doc, arr, obj, opt, panel
 from console.web.auth import requires
 from console.web.database import run_panel
 
@@ -504,7 +504,13 @@ def _panel_json(p) -> Any:
 ], description="verdict.state is healthy, degraded, failing or unknown; reasons say why. "
                "Each figure has its latest value, a level (good/warn/bad/neutral/unknown) and its series "
                "as [time, value] pairs (value null = not measured). A panel whose query failed is "
-               "{available: false, error}. `alerts` is null when the alerts package is not installed.")
+               "{available: false, error}. `alerts` is null when the alerts package is not installed.",
+   response=obj({"window": {"enum": list(WINDOWS)},
+                 "verdict": panel(obj({"state": {"enum": ["healthy", "degraded", "failing", "unknown"]},
+                                       "reasons": arr(STR)})),
+                 "figures": panel(arr(obj({"key": STR, "metric": STR, "unit": STR, "value": opt(NUM), "level": STR,
+                                           "series": arr(OBJ)}))),
+                 "alerts": opt(panel(arr(OBJ))), "queues": panel(arr(obj({"queue": STR}))), "metrics": OBJ}))
 def api_index():
     name, window = window_arg()
     data = overview_data(name, window, draw=False)
@@ -559,7 +565,10 @@ def queue_charts(name: str):
 @bp.get("/api/v1/overview/queue/<name>")
 @requires("viewer")
 @api_doc("One queue's trend series (depth by state, oldest waiting job, dead letters) over a window",
-         params=[Param("window", enum=tuple(WINDOWS), description=f"default {DEFAULT_WINDOW}")])
+         params=[Param("window", enum=tuple(WINDOWS), description=f"default {DEFAULT_WINDOW}")],
+         response=obj({"queue": STR, "window": {"enum": list(WINDOWS)},
+                       "figures": panel(arr(obj({"key": STR, "unit": STR, "series": arr(
+                           obj({"label": STR, "points": arr(arr(ANY))}))})))}))
 def api_queue_charts(name: str):
     window_name, window = window_arg()
     p = run_panel(queue_charts_data, name, window, draw=False)

@@ -14,11 +14,15 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 
 from console import browse, samples
 from console.maintenance import pause_queue, resume_queue
-from console.web.api import Param, api_doc
+from console.web.api import BOOL, NUM, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
 bp = Blueprint("queues", __name__)
+
+QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
+                 "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
+                optional=("eligible", "running", "failed", "paused"))
 
 
 def _from_samples(conn) -> list[dict[str, Any]]:
@@ -69,7 +73,9 @@ def table():
 @bp.get("/api/v1/queues")
 @requires("viewer")
 @api_doc("Per-queue figures: eligible, scheduled, running, stuck, failed, oldest eligible age, paused, drain estimate",
-         description="`source` is `live`, or `samples` when the live query timed out (then `error` says why).")
+         description="`source` is `live`, or `samples` when the live query timed out (then `error` says why).",
+         response=obj({"queues": arr(QUEUE_ROW), "source": {"enum": ["live", "samples"]}, "error": opt(STR),
+                       "tab_state": STR}))
 def api_index():
     return jsonify(queues_data())
 
@@ -91,7 +97,9 @@ def detail(name: str):
 
 @bp.get("/api/v1/queues/<name>")
 @requires("viewer")
-@api_doc("One queue's figures and drain estimate")
+@api_doc("One queue's figures and drain estimate", responses={"404": "no such queue (no jobs and never paused)"},
+         response=obj({"queue": QUEUE_ROW, "source": {"enum": ["live", "samples"]}, "error": opt(STR),
+                       "tab_state": STR}))
 def api_detail(name: str):
     return jsonify(queue_data(name))
 
@@ -129,7 +137,8 @@ def resume(name: str):
 @bp.post("/api/v1/queues/<name>/pause")
 @requires("operator")
 @api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
-         params=[Param("reason", where="form", description="why (kept in the audit log)")])
+         params=[Param("reason", where="form", description="why (kept in the audit log; first 500 characters)")],
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
     return jsonify({"ok": True, "queue": name, "paused": True})
@@ -137,7 +146,8 @@ def api_pause(name: str):
 
 @bp.post("/api/v1/queues/<name>/resume")
 @requires("operator")
-@api_doc("Resume a paused queue (audited)", params=[Param("reason", where="form", description="why")])
+@api_doc("Resume a paused queue (audited)", params=[Param("reason", where="form", description="why")],
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_resume(name: str):
     _set(name, "resume")
     return jsonify({"ok": True, "queue": name, "paused": False})

@@ -11,7 +11,7 @@ from typing import Any
 from flask import Blueprint, jsonify, render_template
 
 from console import browse
-from console.web.api import api_doc
+from console.web.api import INT, NUM, OBJ, STR, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
 
@@ -54,6 +54,8 @@ def table():
 
 @bp.get("/api/v1/workers")
 @requires("viewer")
-@api_doc("Workers (live and stopped within the hour) with counters, throughput, claim latency, stale flag; running jobs")
+@api_doc("Workers (live and stopped within the hour) with counters, throughput, claim latency, stale flag; running jobs",
+         response=obj({"workers": arr(OBJ), "workers_error": opt(STR), "running": arr(obj({"id": INT, "queue": STR})),
+                       "running_error": opt(STR), "live": INT, "stale": INT, "in_flight": INT, "stale_after": NUM}))
 def api_index():
     return jsonify(workers_data())
