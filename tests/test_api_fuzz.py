@@ -9,7 +9,8 @@ and each answer must be: no 5xx, a documented status, a body matching the docume
 and the documented content type.
 
 Bounded: at most MAX_EXAMPLES generated cases per operation in the fuzzing phase (coverage adds
-its own boundary cases), derandomized, no deadline: about 40 s on this machine.
+its own boundary cases), derandomized, no shrinking, no deadline: about 45 s of fuzzing plus
+15 s of set-up on this machine.
 Run: `.venv/bin/python -m pytest tests/test_api_fuzz.py`.
 
 Excluded from fuzzing (EXCLUDED below, each with its reason); they keep their own tests.
@@ -45,14 +46,14 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
-MAX_EXAMPLES = 8
+MAX_EXAMPLES = 5
 
 # (method, path): why the fuzzer must not call it.
 EXCLUDED: dict[tuple[str, str], str] = {
     ("POST", "/api/v1/deadletters/operations"):
         "starts a bulk replay/purge in a background thread: a fuzzed {\"all\": true} purge would empty the dead "
         "letters the rest of the run reads, and its thread would outlive the test's database. The seed calls it "
-        "once and checks that answer against the document (test_seeded_bulk_start_matches_the_document).",
+        "once (a one-job replay); tests/test_web_deadletters.py tests it.",
 }
 
 
@@ -149,9 +150,11 @@ def test_every_operation_keeps_its_contract(api_schema, fuzz_api):
             failures.append(f"schema error: {exc}")
             continue
         ran.append(operation.label)
+        began = time.monotonic()
         try:
             test()
         except (Exception, BaseExceptionGroup) as exc:
             failures.append(f"{operation.label}:\n{exc}")
+        print(f"{operation.label}: {time.monotonic() - began:.1f} s")
     assert not failures, "\n\n".join(failures)
     assert len(ran) >= 30, ran

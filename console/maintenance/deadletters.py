@@ -78,7 +78,7 @@ class Selection:
             if not ids:
                 raise InvalidSelection("ids is an empty list: name at least one job id")
             for job_id in ids:
-                if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+                if isinstance(job_id, bool) or not isinstance(job_id, int) or not 1 <= job_id <= 2**63 - 1:
                     raise InvalidSelection(f"ids: {job_id!r} is not a job id (a positive whole number)")
             if len(ids) > MAX_IDS:
                 raise InvalidSelection(f"ids: at most {MAX_IDS:,} ids at once; use a filter for more")

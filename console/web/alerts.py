@@ -235,10 +235,15 @@ def _form() -> dict[str, Any]:
 
 def _silence():
     form = _form()
+    for name in ("rule", "reason"):
+        if not isinstance(form.get(name) or "", str):
+            raise ValueError(f"{name}: must be a string")
     rule = (form.get("rule") or "").strip() or None
     labels = form.get("labels") or {}
     if isinstance(labels, str):
         labels = r.parse_selector(labels)
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError("labels: give key=value[,key=value] or an object of strings")
     try:
         seconds = r.parse_duration(form.get("duration") or "")
     except ValueError as exc:

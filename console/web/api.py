@@ -2,7 +2,9 @@
 document generated from the app's routes at /api/v1/openapi.json.
 
 A route documents itself where it is defined; nothing else needs editing when an API route is
-added. Parameters are `Param(name, where="query"|"path"|"form", type=..., description=...)`.
+added. Parameters are `Param(name, where="query"|"path"|"form", type=..., minimum=..., enum=...)`;
+`response=obj({...})` is the success body's shape (helpers below: STR, INT, TIME, opt, arr, ref);
+error statuses get the shared `Error` component. tests/test_api_fuzz.py holds the routes to it.
 """
 
 from __future__ import annotations

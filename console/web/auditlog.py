@@ -28,7 +28,7 @@ def audit_data() -> dict[str, Any]:
     until = parse_time(args["until"], "until") if (args.get("until") or "").strip() else None
     before = (args.get("before") or "").strip() or None
     if before is not None:
-        if not before.isdigit():
+        if not before.isdigit() or int(before) > 2**63 - 1:
             raise InvalidFilter(f"before: {before!r} is not an audit row id")
         before = int(before)
     limit = state().config.web.page_size

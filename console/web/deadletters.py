@@ -44,7 +44,7 @@ SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_befo
 SELECTION_PARAMS = [
     Param("action", where="form", enum=bulk.ACTIONS, required=True, description="replay or purge"),
     Param("selection", where="form", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
-    Param("ids", where="form", type="integer", repeat=True, minimum=0, maximum=2**63 - 1,
+    Param("ids", where="form", type="integer", repeat=True, minimum=1, maximum=2**63 - 1,
           description="job ids (repeatable; instead of `selection`)"),
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
     Param("queue", where="form", description="queue (instead of `selection`)"),
