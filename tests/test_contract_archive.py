@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from console import queue as q
@@ -33,7 +34,8 @@ def job_columns(conn) -> list[str]:
 
 def rows_by_id(conn, table: str, ids: list[int]) -> dict[int, dict]:
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(f"SELECT * FROM skiplock.{table} WHERE id = ANY(%s)", (ids,)).fetchall()
+        statement = sql.SQL("SELECT * FROM {} WHERE id = ANY(%s)").format(sql.Identifier("skiplock", table))
+        rows = cur.execute(statement, (ids,)).fetchall()
     assert len(rows) == len({r["id"] for r in rows}), f"an id appears twice in {table}"
     return {r["id"]: r for r in rows}
 

@@ -11,6 +11,7 @@ mutations, scripts/mutations.py re-runs them).
 from __future__ import annotations
 
 import threading
+
 import pytest
 
 import console
