@@ -263,8 +263,9 @@ def main(argv: list[str] | None = None) -> int:
             verdict = {"failed": "KILLED", "timeout": "KILLED (timeout)", "passed": "SURVIVED"}[outcome]
             survived += outcome == "passed"
             print(f"{verdict:16} {m.id:28} {seconds:5.0f}s  {m.breaks}", flush=True)
-            if outcome == "passed":
-                print(f"{'':16} {tail}")
+            failed = [line for line in tail.splitlines() if line.startswith(("FAILED", "ERROR"))]
+            if outcome == "passed" or failed:
+                print(f"{'':16} {failed[0] if failed else tail}"[:300])
     print(f"{len(chosen) - survived} killed, {survived} survived")
     return 1 if survived else 0
 
