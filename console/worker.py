@@ -389,9 +389,25 @@ class Worker:
             timeout = self.poll_interval
             if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
                 timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
-            self._wake.wait(timeout)
+            last_flush = self._idle(time.monotonic() + timeout, last_flush)
 
         return self._shutdown()
+
+    def _idle(self, poll_at: float, last_flush: float) -> float:
+        """Wait for the doorbell until `poll_at`, still writing the registry row every
+        `flush_interval`: with a poll interval longer than the flush interval an idle worker
+        would otherwise look dead to the console (live = seen within 3 flush intervals).
+        A flush is not a poll: it claims nothing. Returns the time of the last flush."""
+        while True:
+            now = time.monotonic()
+            flush_at = last_flush + self.flush_interval
+            if self._wake.wait(max(0.0, min(poll_at, flush_at) - now)) or flush_at >= poll_at:
+                return last_flush
+            try:
+                self._flush()
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError):
+                return last_flush  # the main loop reconnects
+            last_flush = time.monotonic()
 
     def _shutdown(self) -> int:
         for _ in range(self.concurrency):

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Re-run the mutations of docs/reliability.md: break one promise at a time, run the test that
+pins it, and report whether the test noticed (killed) or not (survived).
+
+Each mutation is a list of (file, old text, new text) edits. The tree is copied once to a
+temporary folder (the work tree itself is never edited); for each mutation the edits are
+applied to the copy, the named test runs there with this work tree's .venv python, and the
+files are restored. The copy is imported in preference to the editable install (PYTHONPATH and
+the working directory point at it; checked before the first run).
+
+    .venv/bin/python scripts/mutations.py              # every mutation
+    .venv/bin/python scripts/mutations.py --list       # what they are
+    .venv/bin/python scripts/mutations.py --only fence-cac-both --only reap-live
+    .venv/bin/python scripts/mutations.py --baseline   # first check the named tests pass unmutated
+    .venv/bin/python scripts/mutations.py --only fence-cac-both --tests tests/test_queue.py
+                                                       # run other tests against a mutation
+
+Each run starts its own private PostgreSQL (tests/conftest.py), so run it on a quiet machine:
+the full list takes a few minutes. Exit status 1 when a mutation survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = ROOT / ".venv" / "bin" / "python"
+RUN_TIMEOUT = 600  # seconds for one pytest run; a hang is reported, never waited on forever
+
+FENCING = "tests/test_contract_fencing.py"
+REAPER = "tests/test_contract_reaper.py"
+SIGNATURE = "tests/test_contract_webhook_signature.py"
+ARCHIVE = "tests/test_contract_archive.py"
+DOORBELL = "tests/test_contract_doorbell.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    id: str
+    breaks: str  # the promise it breaks, in a few words
+    test: str  # pytest node id that must fail
+    edits: tuple[tuple[str, str, str], ...]  # (file, old, new); old must occur exactly once
+
+
+COMPLETE_MANY = """-- name: complete_many
+UPDATE skiplock.jobs AS j
+SET status = 'completed',
+    finished_at = now(),
+    lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+"""
+HEARTBEAT = """-- name: heartbeat
+UPDATE skiplock.jobs AS j
+SET lease_until = now() + make_interval(secs => %(lease)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+"""
+RELEASE = """    lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.id;
+
+-- name: reap"""
+CAC_FENCE = """      AND j.attempts = d.attempt
+      AND j.locked_by = %(worker)s
+      AND j.status = 'running'
+    RETURNING j.id
+),"""
+
+
+def _drop(text: str, line: str) -> str:
+    assert line in text
+    return text.replace(line, "", 1)
+
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # --- fencing -----------------------------------------------------------------------------
+    Mutation("fence-cac-both", "complete_and_claim drops the owner and attempt checks",
+             f"{FENCING}::test_a_rescued_jobs_late_completion_through_the_worker_is_refused_and_counted_lost",
+             (("sql/queue.sql", CAC_FENCE, _drop(_drop(CAC_FENCE, "      AND j.attempts = d.attempt\n"),
+                                                 "      AND j.locked_by = %(worker)s\n")),)),
+    Mutation("fence-cac-attempt", "complete_and_claim drops the attempt check",
+             f"{FENCING}::test_same_worker_reclaim_complete_and_claim_is_fenced_by_the_attempt",
+             (("sql/queue.sql", CAC_FENCE, _drop(CAC_FENCE, "      AND j.attempts = d.attempt\n")),)),
+    Mutation("fence-cac-owner", "complete_and_claim drops the owner check",
+             f"{FENCING}::test_another_owner_at_the_same_attempt_is_fenced_by_the_owner",
+             (("sql/queue.sql", CAC_FENCE, _drop(CAC_FENCE, "      AND j.locked_by = %(worker)s\n")),)),
+    Mutation("fence-many-attempt", "complete_many drops the attempt check",
+             f"{FENCING}::test_same_worker_reclaim_complete_many_is_fenced_by_the_attempt",
+             (("sql/queue.sql", COMPLETE_MANY, _drop(COMPLETE_MANY, "  AND j.attempts = d.attempt\n")),)),
+    Mutation("fence-fail-attempt", "fail drops the attempt check",
+             f"{FENCING}::test_same_worker_reclaim_fail_is_fenced_by_the_attempt",
+             (("sql/queue.sql", "WHERE j.id = %(id)s\n  AND j.attempts = %(attempt)s\n", "WHERE j.id = %(id)s\n"),)),
+    Mutation("fence-fail-owner", "fail drops the owner check",
+             f"{FENCING}::test_another_owner_at_the_same_attempt_is_fenced_by_the_owner",
+             (("sql/queue.sql", "  AND j.attempts = %(attempt)s\n  AND j.locked_by = %(worker)s\n",
+               "  AND j.attempts = %(attempt)s\n"),)),
+    Mutation("fence-heartbeat-attempt", "heartbeat drops the attempt check",
+             f"{FENCING}::test_same_worker_reclaim_heartbeat_and_release_are_fenced_by_the_attempt",
+             (("sql/queue.sql", HEARTBEAT, _drop(HEARTBEAT, "  AND j.attempts = d.attempt\n")),)),
+    Mutation("fence-release-attempt", "release drops the attempt check",
+             f"{FENCING}::test_same_worker_reclaim_heartbeat_and_release_are_fenced_by_the_attempt",
+             (("sql/queue.sql", RELEASE, _drop(RELEASE, "  AND j.attempts = d.attempt\n")),)),
+    Mutation("worker-lost-uncounted", "the worker does not count a refused completion as lost",
+             f"{FENCING}::test_a_rescued_jobs_late_completion_through_the_worker_is_refused_and_counted_lost",
+             (("console/worker.py", "self.counters.lost += len(done) - len(completed)", "pass"),)),
+    # --- reaper ------------------------------------------------------------------------------
+    Mutation("reap-live", "the reaper ignores lease_until (rescues live leases)",
+             f"{REAPER}::test_live_leases_are_left_alone",
+             (("sql/queue.sql", "    WHERE j.status = 'running'\n      AND j.lease_until < now()\n    ORDER BY j.lease_until",
+               "    WHERE j.status = 'running'\n    ORDER BY j.lease_until"),
+              ("sql/queue.sql", "WHERE j.id = e.id\n  AND j.status = 'running'\n  AND j.lease_until < now()\n",
+               "WHERE j.id = e.id\n  AND j.status = 'running'\n"))),
+    Mutation("reap-no-backoff", "rescued jobs are due at once (no backoff)",
+             f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
+             (("sql/queue.sql", "THEN now() + make_interval(secs => least(%(backoff_cap)s,",
+               "THEN now() + 0 * make_interval(secs => least(%(backoff_cap)s,"),)),
+    Mutation("reap-no-jitter", "rescue backoff without jitter",
+             f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
+             (("sql/queue.sql", "* (0.5 + random() / 2))", "* 0.75)"),)),
+    Mutation("reap-exponent", "rescue backoff one doubling short",
+             f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
+             (("sql/queue.sql", "power(2, greatest(j.attempts - 1, 0))", "power(2, greatest(j.attempts - 2, 0))"),)),
+    Mutation("reap-exhausted-pending", "an exhausted rescued job goes back to pending",
+             f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
+             (("sql/queue.sql", "SET status = CASE WHEN j.attempts < j.max_attempts THEN",
+               "SET status = CASE WHEN j.attempts <= j.max_attempts THEN"),)),
+    Mutation("reap-gives-attempt-back", "a lost lease gives the attempt back",
+             f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
+             (("sql/queue.sql", "    lease_until = NULL\nFROM expired AS e",
+               "    lease_until = NULL,\n    attempts = greatest(j.attempts - 1, 0)\nFROM expired AS e"),)),
+    # --- webhook signatures ------------------------------------------------------------------
+    Mutation("sign-no-dot", "the signature is computed over t+body without the dot",
+             f"{SIGNATURE}::test_a_real_delivery_verifies_with_an_hmac_written_from_the_docs",
+             (("console/alerts/transports.py", 'f"{timestamp}.".encode() + body', 'f"{timestamp}".encode() + body'),)),
+    Mutation("verify-no-window", "verify drops the replay window",
+             f"{SIGNATURE}::test_verify_refuses_stale_and_future_timestamps",
+             (("console/alerts/transports.py", "    if abs((now or time.time()) - timestamp) > tolerance:\n        return False\n", ""),)),
+    Mutation("verify-past-only", "verify refuses stale but not future timestamps",
+             f"{SIGNATURE}::test_verify_refuses_stale_and_future_timestamps",
+             (("console/alerts/transports.py", "if abs((now or time.time()) - timestamp) > tolerance:",
+               "if (now or time.time()) - timestamp > tolerance:"),)),
+    # --- archive round trip ------------------------------------------------------------------
+    Mutation("archive-drops-fingerprint", "the archiver does not copy error_fingerprint",
+             f"{ARCHIVE}::test_completed_jobs_arrive_in_the_archive_column_for_column",
+             (("sql/maintenance.sql", "m.error_fingerprint, m.created_at", "NULL, m.created_at"),)),
+    Mutation("archive-wrong-lease", "the archiver copies locked_at into lease_until",
+             f"{ARCHIVE}::test_completed_jobs_arrive_in_the_archive_column_for_column",
+             (("sql/maintenance.sql", "m.locked_at, m.lease_until, m.last_error", "m.locked_at, m.locked_at, m.last_error"),)),
+    Mutation("purge-drops-key", "a purge to the archive does not copy idempotency_key",
+             f"{ARCHIVE}::test_dead_letters_purged_to_the_archive_arrive_column_for_column",
+             (("sql/deadletters.sql", "r.idempotency_key, r.locked_by, r.locked_at", "NULL, r.locked_by, r.locked_at"),)),
+    # --- the doorbell ------------------------------------------------------------------------
+    Mutation("enqueue-no-notify", "enqueue does not NOTIFY",
+             f"{DOORBELL}::test_an_enqueue_rings_the_doorbell_and_the_idle_worker_picks_it_up_at_once",
+             (("sql/queue.sql", "pg_notify('skiplock_jobs', inserted.queue) AS notified", "NULL AS notified"),)),
+    Mutation("worker-no-listen", "the worker does not LISTEN for jobs",
+             f"{DOORBELL}::test_an_enqueue_rings_the_doorbell_and_the_idle_worker_picks_it_up_at_once",
+             (("console/worker.py", 'conn.execute("LISTEN skiplock_jobs")', 'conn.execute("SELECT 1")'),)),
+    Mutation("worker-fast-poll", "the worker polls every 0.2 s whatever poll_interval says (hides a broken doorbell)",
+             f"{DOORBELL}::test_an_enqueue_rings_the_doorbell_and_the_idle_worker_picks_it_up_at_once",
+             (("console/worker.py", "            timeout = self.poll_interval\n", "            timeout = min(self.poll_interval, 0.2)\n"),)),
+    Mutation("worker-idle-no-flush", "an idle worker writes its registry row only when it polls",
+             f"{DOORBELL}::test_an_idle_worker_with_a_long_poll_still_reports_every_flush_interval",
+             (("console/worker.py", "if self._wake.wait(max(0.0, min(poll_at, flush_at) - now)) or flush_at >= poll_at:",
+               "if self._wake.wait(max(0.0, poll_at - now)) or True:"),)),
+)
+
+
+def copy_tree(dest: Path) -> None:
+    shutil.copytree(ROOT, dest, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache", ".skiplock-demo",
+        "test-results", "node_modules", "build", "dist", "*.egg-info"))
+
+
+def run_pytest(tree: Path, tests: list[str]) -> tuple[str, float, str]:
+    """('passed' | 'failed' | 'timeout', seconds, last lines of output)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([str(PYTHON), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-x", *tests],
+                              cwd=tree, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "timeout", time.monotonic() - started, ""
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-3:])
+    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - started, tail
+
+
+def check_imports_copy(tree: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([str(PYTHON), "-c", "import console, console.sqlfiles as s; print(console.__file__)"],
+                         cwd=tree, env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    if not Path(out).resolve().is_relative_to(tree.resolve()):
+        sys.exit(f"the copy is not what gets imported ({out}); refusing to report meaningless results")
+
+
+def apply(tree: Path, mutation: Mutation) -> dict[Path, str]:
+    originals: dict[Path, str] = {}
+    for rel, old, new in mutation.edits:
+        path = tree / rel
+        text = path.read_text()
+        originals.setdefault(path, text)
+        count = text.count(old)
+        if count != 1:
+            raise SystemExit(f"{mutation.id}: the text to replace occurs {count} times in {rel} (expected once): "
+                             "the code moved on; update the mutation")
+        path.write_text(text.replace(old, new))
+    return originals
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", action="append", metavar="ID", help="run only this mutation (repeatable)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--baseline", action="store_true", help="first run the named tests on the unmutated copy")
+    parser.add_argument("--tests", nargs="+", metavar="TEST", help="run these tests against each mutation instead")
+    args = parser.parse_args(argv)
+
+    chosen = [m for m in MUTATIONS if not args.only or m.id in args.only]
+    unknown = set(args.only or ()) - {m.id for m in MUTATIONS}
+    if unknown:
+        parser.error(f"unknown mutation(s): {', '.join(sorted(unknown))}")
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:28} {m.breaks}\n{'':28} -> {m.test}")
+        return 0
+    if not PYTHON.exists():
+        parser.error(f"{PYTHON} is missing: run scripts/bootstrap.sh --test first")
+
+    with tempfile.TemporaryDirectory(prefix="skiplock-mutations-") as tmp:
+        tree = Path(tmp) / "tree"
+        copy_tree(tree)
+        check_imports_copy(tree)
+        if args.baseline:
+            tests = args.tests or sorted({m.test for m in chosen})
+            outcome, seconds, tail = run_pytest(tree, tests)
+            print(f"baseline (unmutated): {outcome} in {seconds:.0f}s")
+            if outcome != "passed":
+                print(tail)
+                return 1
+        survived = 0
+        for m in chosen:
+            originals = apply(tree, m)
+            try:
+                outcome, seconds, tail = run_pytest(tree, args.tests or [m.test])
+            finally:
+                for path, text in originals.items():
+                    path.write_text(text)
+            verdict = {"failed": "KILLED", "timeout": "KILLED (timeout)", "passed": "SURVIVED"}[outcome]
+            survived += outcome == "passed"
+            print(f"{verdict:16} {m.id:28} {seconds:5.0f}s  {m.breaks}", flush=True)
+            failed = [line for line in tail.splitlines() if line.startswith(("FAILED", "ERROR"))]
+            if outcome == "passed" or failed:
+                print(f"{'':16} {failed[0] if failed else tail}"[:300])
+    print(f"{len(chosen) - survived} killed, {survived} survived")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
