@@ -40,8 +40,19 @@ from console import audit
 from console.db import connect, time_limited
 from console.maintenance._throttle import Throttle
 from console.maintenance.archive import check_batching
-from console.maintenance.deadletters import Previewed, Selection, as_selection, selection_hash, selection_query
-from console.maintenance.errors import InvalidSettings, NothingMatches, OperationState, PreviewMismatch
+from console.maintenance.deadletters import (
+    Previewed,
+    Selection,
+    as_selection,
+    selection_hash,
+    selection_query,
+)
+from console.maintenance.errors import (
+    InvalidSettings,
+    NothingMatches,
+    OperationState,
+    PreviewMismatch,
+)
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.maintenance.bulk")

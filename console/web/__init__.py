@@ -162,6 +162,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     if web.proxy_count:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=web.proxy_count, x_proto=web.proxy_count, x_host=web.proxy_count)
 
+    # Hooks load before the pool opens: a bad one refuses to start without leaving connections.
+    redact_hook = _load_hook(web.redact_hook)
+    redact_text_hook = _load_hook(web.redact_text_hook, "web.redact_text_hook")
     dsn = explicit_dsn or resolve_dsn(None, cfg)
     pool = make_pool(
         dsn,
@@ -175,8 +178,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         pool=pool,
         limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_max_per_user),
         redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
-        redact_hook=_load_hook(web.redact_hook),
-        redact_text_hook=_load_hook(web.redact_text_hook, "web.redact_text_hook"),
+        redact_hook=redact_hook,
+        redact_text_hook=redact_text_hook,
     )
 
     from console.web import auth, database, errors, templating
