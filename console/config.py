@@ -161,6 +161,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "session_hours", int, 12, "Hours a sign-in lasts.", positive),
     Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers."),
     Setting("web", "redact_hook", str, "", "Optional `module:function` taking (payload, user) and returning the payload to show; runs after redact_keys."),
+    Setting("web", "redact_text_hook", str, "", "Optional `module:function` taking (text, user) and returning the error text to show (last errors, error history, error groups, operation errors); runs after the values of redact_keys are masked in it for viewers."),
     Setting("web", "poll_fast", float, 5.0, "Seconds between live refreshes while the tab is visible.", positive),
     Setting("web", "poll_slow", float, 60.0, "Seconds between live refreshes while the tab is hidden.", positive),
     Setting("web", "page_size", int, 50, "Rows per page in the jobs browser and audit log.", positive),

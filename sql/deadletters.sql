@@ -26,12 +26,25 @@ WHERE
 ;
 
 -- name: count_matching_at
--- The exact count an operation will work through: what had failed by %(snapshot_at)s.
-SELECT count(*) AS total
+-- The exact count an operation will work through: what had failed by %(snapshot_at)s, with an
+-- id no higher than %(max_id)s (NULL: no id bound), and the highest such id (the bound the
+-- operation keeps).
+SELECT count(*) AS total, max(j.id) AS max_id
 FROM skiplock.jobs AS j
 WHERE
 -- :selection
-    AND j.finished_at <= %(snapshot_at)s::timestamptz;
+    AND j.finished_at <= %(snapshot_at)s::timestamptz
+    AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s::bigint);
+
+-- name: preview_snapshot
+-- What a preview shows and a start is later bound to: the count, the highest matching id and
+-- the time, in one statement (one snapshot). finished_at <= now() keeps a failure committed
+-- while this statement started out of the count, as the start's bound will.
+SELECT now() AS previewed_at, count(*) AS total, max(j.id) AS max_id
+FROM skiplock.jobs AS j
+WHERE
+-- :selection
+    AND j.finished_at <= now();
 
 -- name: list_matching
 -- Newest failures first, keyset-paginated on (finished_at, id).
@@ -74,7 +87,9 @@ LIMIT %(limit)s;
 
 -- name: replay_batch
 -- Replay the next %(batch_size)s matching dead letters after the cursor, in (finished_at, id)
--- order, among those that had failed by the operation's snapshot. Each goes back to pending,
+-- order, among those that had failed by the operation's snapshot with an id no higher than its
+-- bound (max_id: the preview's highest id; NULL for operations older than migration 011).
+-- Each goes back to pending,
 -- runs now, gets a fresh attempt budget, and carries a "replayed by" entry in its history.
 -- FOR UPDATE (not SKIP LOCKED): a row another operation holds is waited for, then rechecked,
 -- so the cursor never jumps over a row that was merely busy.
@@ -84,6 +99,7 @@ WITH batch AS (
     WHERE
 -- :selection
       AND j.finished_at <= %(snapshot_at)s::timestamptz
+      AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s::bigint)
       AND (j.finished_at, j.id) > (%(after_finished_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY j.finished_at, j.id
     LIMIT %(batch_size)s
@@ -140,6 +156,7 @@ WITH batch AS (
     WHERE
 -- :selection
       AND j.finished_at <= %(snapshot_at)s::timestamptz
+      AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s::bigint)
       AND (j.finished_at, j.id) > (%(after_finished_at)s::timestamptz, %(after_id)s::bigint)
     ORDER BY j.finished_at, j.id
     LIMIT %(batch_size)s
@@ -180,11 +197,13 @@ LEFT JOIN LATERAL (
 
 -- name: op_insert
 INSERT INTO skiplock.bulk_operations (
-    action, purge_mode, selection, actor, reason, snapshot_at, total, batch_size, rate
+    action, purge_mode, selection, actor, reason, snapshot_at, total, batch_size, rate,
+    max_id, previewed_at, previewed_total
 )
 VALUES (
     %(action)s, %(purge_mode)s, %(selection)s, %(actor)s, %(reason)s, %(snapshot_at)s,
-    %(total)s, %(batch_size)s, %(rate)s
+    %(total)s, %(batch_size)s, %(rate)s,
+    %(max_id)s, %(previewed_at)s, %(previewed_total)s
 )
 RETURNING id;
 

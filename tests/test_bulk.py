@@ -16,9 +16,12 @@ from console.maintenance import (
     InvalidSettings,
     NothingMatches,
     OperationState,
+    Previewed,
+    PreviewMismatch,
     Selection,
     bulk,
     cancel,
+    preview,
     progress,
     resume,
     resume_abandoned,
@@ -256,3 +259,66 @@ def test_resume_abandoned_leaves_a_fresh_queued_operation_to_its_creator(conn, d
     assert progress(conn, op_id)["state"] == "queued"
     assert resume_abandoned(dsn, min_age=timedelta(0)) == [op_id]
     assert progress(conn, op_id)["state"] == "done"
+
+
+# --- bound to the preview -------------------------------------------------------------------
+
+def nothing_started(conn) -> bool:
+    return conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0 and audit.search(conn) == []
+
+
+def test_a_new_dead_letter_after_the_preview_refuses_the_start(conn):
+    add_failed(conn, 5, queue="mail")
+    seen = preview(conn, {"queue": "mail"}).bound()
+    assert seen.total == 5
+    add_failed(conn, 1, queue="mail", age=timedelta(0))  # fails between the preview and the click
+    with pytest.raises(PreviewMismatch, match="now matches 6 jobs, you previewed 5: preview again"):
+        start(conn, "purge", {"queue": "mail"}, actor="alice", preview=seen)
+    assert nothing_started(conn) and statuses(conn) == {"failed": 6}
+
+
+def test_a_wrong_count_another_selection_or_other_jobs_are_refused(conn):
+    ids = add_failed(conn, 5, queue="mail")
+    seen = preview(conn, {"queue": "mail"}).bound()
+    wrong = Previewed(4, seen.max_id, seen.previewed_at, seen.selection_hash)
+    with pytest.raises(PreviewMismatch, match="now matches 5 jobs, you previewed 4"):
+        start(conn, "purge", {"queue": "mail"}, actor="alice", preview=wrong)
+    with pytest.raises(PreviewMismatch, match="not the one that was previewed"):
+        start(conn, "purge", {"queue": "billing"}, actor="alice", preview=seen)
+    # same count, other jobs: one previewed job was replayed, one new failure took its place
+    conn.execute("UPDATE skiplock.jobs SET status = 'pending', finished_at = NULL WHERE id = %s", (ids[0],))
+    add_failed(conn, 1, queue="mail", age=timedelta(0))
+    with pytest.raises(PreviewMismatch, match="others took their place"):
+        start(conn, "purge", {"queue": "mail"}, actor="alice", preview=seen)
+    assert nothing_started(conn)
+
+
+def test_a_start_bound_to_its_preview_touches_exactly_the_previewed_jobs_even_when_resumed(conn, dsn):
+    ids = add_failed(conn, 12, queue="mail")
+    seen = preview(conn, {"queue": "mail"}, sample=3)
+    assert seen.max_id == max(ids) and len(seen.selection_hash) == 64 and len(seen.sample) == 3
+    op_id = start(conn, "replay", {"queue": "mail"}, actor="alice", batch_size=5, preview=seen.bound())
+    op = progress(conn, op_id)
+    assert (op["total"], op["max_id"], op["previewed_total"]) == (12, max(ids), 12)
+    cancel(conn, op_id, actor="alice")
+    # A failure whose transaction committed late: it failed before the preview's time, but the
+    # preview could not see it. Its id is above the bound, so no run of this operation touches it.
+    late = add_failed(conn, 1, queue="mail", age=timedelta(hours=1))
+    resume(conn, op_id, actor="alice")
+    final = run(dsn, op_id)
+    assert (final["state"], final["done"]) == ("done", 12)
+    assert sorted(i for i, n in replay_entries(conn, op_id).items() if n) == sorted(ids)
+    assert conn.execute("SELECT status FROM skiplock.jobs WHERE id = %s", (late[0],)).fetchone()[0] == "failed"
+    started = [r for r in audit.search(conn, action="replay") if r["outcome"] == "started"][0]
+    assert started["detail"]["max_id"] == max(ids) and started["detail"]["previewed"] is True
+
+
+def test_previewed_fields_round_trip_and_name_what_is_missing(conn):
+    add_failed(conn, 2)
+    seen = preview(conn, {"all": True}).bound()
+    assert Previewed.from_fields({k: str(v) for k, v in seen.as_fields().items()}) == seen
+    assert Previewed.from_fields({}) is None
+    with pytest.raises(InvalidSelection, match="missing max_id, previewed_at, selection_hash"):
+        Previewed.from_fields({"expected": "2"})
+    with pytest.raises(InvalidSelection, match="expected"):
+        Previewed.from_fields({**seen.as_fields(), "expected": "two"})

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import html as html_lib
 import json
+import re
 import time
 
 import pytest
 
 from console import audit
+from console import queue as q
 from tests.oncall_data import make_dead_letters, wait_audited
 from tests.web_fixtures import CSRF
 
@@ -25,6 +27,21 @@ def fingerprint_of(conn, job_id: int) -> str:
 
 def statuses(conn, ids) -> dict[int, str]:
     return dict(conn.execute("SELECT id, status FROM skiplock.jobs WHERE id = ANY(%s)", (list(ids),)).fetchall())
+
+
+def confirm_form(html: str) -> dict[str, str]:
+    """The hidden fields of the confirm form (the preview it carries back to the start)."""
+    form = html.split('action="/deadletters/operations"')[1].split("</form>")[0]
+    return {name: html_lib.unescape(value)
+            for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', form)}
+
+
+def one_more_dead_letter(conn, queue: str = "mail") -> int:
+    """A job of `queue` fails for good now (between a preview and its confirmation)."""
+    q.enqueue(conn, "send_mail", {"to": "late@example.com"}, queue=queue, max_attempts=1)
+    [job] = q.claim(conn, "w-late", queues=[queue], limit=1, lease=60)
+    q.fail(conn, job, TimeoutError("SMTP server smtp.example.com timed out after 30 s"))
+    return job.id
 
 
 def wait_done(client, op_id: int, timeout: float = 20) -> dict:
@@ -120,11 +137,11 @@ def test_preview_then_replay_a_group_in_the_background(conn, dead, client_as):
     fp = fingerprint_of(conn, dead["smtp"][0])
     html = client.post("/deadletters/preview", data={"csrf_token": CSRF, "action": "replay", "fingerprint": fp}).get_data(as_text=True)
     assert 'data-total="6"' in html and "Replay exactly 6 jobs?" in html
-    selection = json.loads(html_lib.unescape(html.split('name="selection" value="')[1].split('"')[0]))
-    assert selection == {"fingerprint": fp}
-    resp = client.post("/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "replay", "selection": json.dumps(selection), "expected": "6",
-        "reason": "SMTP password fixed"})
+    fields = confirm_form(html)
+    assert json.loads(fields["selection"]) == {"fingerprint": fp}
+    assert fields["expected"] == "6" and fields["max_id"] == str(max(dead["smtp"]))
+    assert fields["previewed_at"] and len(fields["selection_hash"]) == 64  # the form carries the preview
+    resp = client.post("/deadletters/operations", data={**fields, "reason": "SMTP password fixed"})
     assert resp.status_code == 303
     op_id = int(resp.headers["Location"].rstrip("/").split("/")[-1])
     op = wait_done(client, op_id)
@@ -140,11 +157,58 @@ def test_preview_then_replay_a_group_in_the_background(conn, dead, client_as):
     assert "hx-trigger" not in frag.get_data(as_text=True) and "they are pending again" in frag.get_data(as_text=True)
 
 
-def test_a_start_matching_more_than_previewed_is_refused(conn, dead, client_as):
+def test_a_dead_letter_arriving_after_the_preview_refuses_the_start_until_previewed_again(conn, dead, client_as):
     client = client_as("operator")
-    resp = client.post("/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "purge", "selection": '{"queue": "mail"}', "expected": "4", "reason": "r"})
-    assert resp.status_code == 409 and "preview again" in resp.get_data(as_text=True)
+    html = client.post("/deadletters/preview", data={"csrf_token": CSRF, "action": "purge", "queue": "mail"}).get_data(as_text=True)
+    fields = confirm_form(html)
+    late = one_more_dead_letter(conn)
+    resp = client.post("/deadletters/operations", data={**fields, "reason": "test data"})
+    assert resp.status_code == 409
+    assert "the selection now matches 7 jobs, you previewed 6: preview again" in resp.get_data(as_text=True)
+    assert statuses(conn, [*dead["smtp"], late]) == {i: "failed" for i in [*dead["smtp"], late]}
+    assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
+    # previewed again, the start goes through and purges exactly the 7 jobs now shown
+    html = client.post("/deadletters/preview", data={"csrf_token": CSRF, "action": "purge", "queue": "mail"}).get_data(as_text=True)
+    resp = client.post("/deadletters/operations", data={**confirm_form(html), "reason": "test data"})
+    assert resp.status_code == 303
+    op = wait_done(client, int(resp.headers["Location"].rstrip("/").split("/")[-1]))
+    assert (op["state"], op["done"]) == ("done", 7)
+    assert statuses(conn, [*dead["smtp"], late, *dead["card"]]) == {i: "failed" for i in dead["card"]}
+
+
+def test_the_api_refuses_a_purge_without_its_preview_or_with_another_count(conn, dead, client_as):
+    client = client_as("operator")
+    post = lambda **data: client.post("/api/v1/deadletters/operations", data={"csrf_token": CSRF, **data})  # noqa: E731
+    refused = post(action="purge", selection='{"all": true}', reason="clean up")
+    assert refused.status_code == 400
+    assert "missing expected, max_id, previewed_at, selection_hash" in refused.get_json()["error"]
+    partial = post(action="purge", selection='{"all": true}', reason="clean up", expected="9")
+    assert partial.status_code == 400 and "missing max_id, previewed_at, selection_hash" in partial.get_json()["error"]
+    preview = client.post("/api/v1/deadletters/preview", data={"csrf_token": CSRF, "action": "purge",
+                                                              "selection": '{"all": true}'}).get_json()
+    confirm = preview["confirm"]
+    assert confirm["expected"] == 9 and confirm["max_id"] == max(dead["smtp"] + dead["card"])
+    wrong = post(action="purge", selection='{"all": true}', reason="clean up", **{**confirm, "expected": "8"})
+    assert wrong.status_code == 409 and "now matches 9 jobs, you previewed 8: preview again" in wrong.get_json()["error"]
+    other = post(action="purge", selection='{"queue": "mail"}', reason="clean up", **confirm)
+    assert other.status_code == 409 and "not the one that was previewed" in other.get_json()["error"]
+    one_more_dead_letter(conn, "billing")
+    late = post(action="purge", selection='{"all": true}', reason="clean up", **confirm)
+    assert late.status_code == 409 and "now matches 10 jobs, you previewed 9" in late.get_json()["error"]
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'failed'").fetchone()[0] == 10
+    assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
+
+
+def test_a_replay_confirmed_through_the_api_touches_exactly_the_previewed_jobs(conn, dead, client_as):
+    client = client_as("operator")
+    preview = client.post("/api/v1/deadletters/preview", data={"csrf_token": CSRF, "action": "replay",
+                                                              "queue": "billing"}).get_json()
+    resp = client.post("/api/v1/deadletters/operations", data={
+        "csrf_token": CSRF, "action": "replay", "queue": "billing", "reason": "card gateway back", **preview["confirm"]})
+    assert resp.status_code == 201 and resp.get_json()["max_id"] == max(dead["card"])
+    op = wait_done(client, resp.get_json()["id"])
+    assert (op["state"], op["done"], op["previewed_total"]) == ("done", 3, 3)
+    assert statuses(conn, dead["card"]) == {i: "pending" for i in dead["card"]}
     assert statuses(conn, dead["smtp"]) == {i: "failed" for i in dead["smtp"]}
 
 
@@ -155,7 +219,7 @@ def test_purge_selected_ids_via_the_api(conn, dead, client_as):
         "csrf_token": CSRF, "action": "purge", "ids": [str(i) for i in chosen]}).get_json()
     assert preview["total"] == 2 and {r["id"] for r in preview["sample"]} == set(chosen)
     resp = client.post("/api/v1/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "purge", "ids": [str(i) for i in chosen], "reason": "test data", "expected": "2"})
+        "csrf_token": CSRF, "action": "purge", "ids": [str(i) for i in chosen], "reason": "test data", **preview["confirm"]})
     assert resp.status_code == 201
     op = wait_done(client, resp.get_json()["id"])
     assert op["state"] == "done"

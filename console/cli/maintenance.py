@@ -252,8 +252,10 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
         if dry_run:
             click.echo("dry run: nothing changed")
             return
+        # Bound to what was just printed: no job that failed after the preview is touched, and
+        # a selection that changed in between is refused (exit 2: preview again).
         op_id = m.start(conn, action, selection, actor=cli_actor(), reason=reason, rate=rate,
-                        batch_size=batch_size, purge_mode=purge_mode)
+                        batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound())
         click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
         _follow(conn, dsn, op_id, s.error_history)
 

@@ -26,11 +26,16 @@ Dead letters (reads only; jobs_failed_idx; under a statement timeout)
     groups(conn, queue=None, kind=None, limit=50) -> [{fingerprint, count, first_seen, last_seen,
                                                        queues, kinds, example}]
     list_dead_letters(conn, selection=None, limit=50, before=(finished_at, id)) -> [row]
-    preview(conn, selection, sample=10) -> Preview(total, sample, selection, description)
+    preview(conn, selection, sample=10) -> Preview(total, sample, selection, description,
+                                                   max_id, previewed_at, selection_hash)
+    Preview.bound() -> Previewed(total, max_id, previewed_at, selection_hash): pass it to start();
+    Previewed.from_fields(form) / .as_fields() carry it through a form or the API.
 
 Bulk replay and purge (skiplock.bulk_operations; see bulk.py)
     start(conn, "replay"|"purge", selection, actor=, reason=None, rate=None, batch_size=1000,
-          purge_mode="delete"|"archive") -> op_id        # exact count fixed; audit 'started'
+          purge_mode="delete"|"archive", preview=None) -> op_id  # exact count fixed; audit 'started'
+          # with preview=Previewed: bound to it (id <= max_id, failed by previewed_at), and
+          # PreviewMismatch unless the selection still matches exactly the previewed count
     run(dsn, op_id, stop=None, history=20) -> progress  # blocking; run_in_thread(dsn, op_id)
     progress(conn, op_id) -> {id, action, state, total, done, percent, rows_per_s, eta_s,
                               selection, actor, reason, started_at, finished_at, error, ...}
@@ -44,7 +49,8 @@ Settings: MaintenanceSettings.from_config(config).archive_kwargs() / .retention_
 
 Errors (ValueError subclasses; nothing was changed when one is raised): MaintenanceError,
 InvalidSelection (malformed filter, impossible date range), NothingMatches, InvalidSettings
-(batch size 0, negative rate...), OperationState (unknown or already-ended operation: HTTP 409).
+(batch size 0, negative rate...), OperationState (unknown or already-ended operation: HTTP 409),
+PreviewMismatch (the selection no longer matches what was previewed: HTTP 409).
 
 This package does not schedule anything (the scheduler does), render anything, or ask for
 confirmation: the faces show `preview()` before `start()`.
@@ -70,21 +76,30 @@ from console.maintenance.bulk import (
     start,
 )
 from console.maintenance.bulk import recent as recent_operations
-from console.maintenance.deadletters import Preview, Selection, groups, list_dead_letters, preview
+from console.maintenance.deadletters import (
+    Preview,
+    Previewed,
+    Selection,
+    groups,
+    list_dead_letters,
+    preview,
+    selection_hash,
+)
 from console.maintenance.errors import (
     InvalidSelection,
     InvalidSettings,
     MaintenanceError,
     NothingMatches,
     OperationState,
+    PreviewMismatch,
 )
 from console.maintenance.retention import apply_retention
 from console.maintenance.settings import MaintenanceSettings
 
 __all__ = [
     "InvalidSelection", "InvalidSettings", "MaintenanceError", "MaintenanceSettings", "NothingMatches",
-    "OperationState", "Preview", "RunResult", "Selection", "apply_retention", "archive_completed",
+    "OperationState", "Preview", "Previewed", "PreviewMismatch", "RunResult", "Selection", "apply_retention", "archive_completed",
     "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "list_dead_letters",
     "pause_queue", "preview", "progress", "purge", "reap", "recent_operations", "replay",
-    "resume", "resume_abandoned", "resume_queue", "run", "run_in_thread", "start",
+    "resume", "resume_abandoned", "resume_queue", "run", "run_in_thread", "selection_hash", "start",
 ]

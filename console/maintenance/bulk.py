@@ -7,7 +7,12 @@ observable, cancellable and resumable.
     cancel(conn, op_id, actor="bob")
 
 `start()` fixes the operation's snapshot (now), counts exactly what had failed by then, and
-refuses a selection that matches nothing. `run()` works through the matching dead letters in
+refuses a selection that matches nothing. Given the `preview=` the operator confirmed
+(`deadletters.Previewed`), it takes the preview's time as the snapshot and its highest id as
+a bound, and refuses (PreviewMismatch, nothing written) unless the selection still matches
+exactly the previewed count both now and within that bound, in the transaction that creates
+the operation. Every operation keeps an id bound (`max_id`: the preview's, else the highest id
+matching at start) and `run()` never touches a job above it, resumed or not. `run()` works through the matching dead letters in
 (finished_at, id) order, `batch_size` at a time, each batch one transaction that also advances
 the operation's cursor, so a crash between batches loses nothing and a resume never touches a
 row twice; a job that fails again after being replayed has failed after the snapshot and is
@@ -35,8 +40,19 @@ from console import audit
 from console.db import connect, time_limited
 from console.maintenance._throttle import Throttle
 from console.maintenance.archive import check_batching
-from console.maintenance.deadletters import Selection, as_selection, selection_query
-from console.maintenance.errors import InvalidSettings, NothingMatches, OperationState
+from console.maintenance.deadletters import (
+    Previewed,
+    Selection,
+    as_selection,
+    selection_hash,
+    selection_query,
+)
+from console.maintenance.errors import (
+    InvalidSettings,
+    NothingMatches,
+    OperationState,
+    PreviewMismatch,
+)
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.maintenance.bulk")
@@ -62,12 +78,19 @@ def start(
     batch_size: int = 1000,
     purge_mode: str = "delete",
     timeout_ms: int = 10_000,
+    preview: Previewed | None = None,
 ) -> int:
     """Record a replay or purge of the selected dead letters and return its id (state 'queued').
 
+    With `preview` (what the operator confirmed), the operation is bound to it: only jobs that
+    had failed by `preview.previewed_at` with ids up to `preview.max_id`, and only if the
+    selection is the previewed one and matches exactly `preview.total` jobs both now and
+    within that bound; otherwise PreviewMismatch. The check and the insert share one
+    transaction.
+
     Raises (nothing written): InvalidSelection for a bad selection, NothingMatches when it
-    matches no dead letter, InvalidSettings for a bad action, mode, batch size or rate.
-    The audit log gets a 'started' row with the exact count.
+    matches no dead letter, PreviewMismatch (above), InvalidSettings for a bad action, mode,
+    batch size or rate. The audit log gets a 'started' row with the exact count.
     """
     if action not in ACTIONS:
         raise InvalidSettings(f"action must be one of {', '.join(ACTIONS)} (got {action!r})")
@@ -77,10 +100,22 @@ def start(
         raise InvalidSettings("an operation needs an actor (who is doing this)")
     check_batching(batch_size, rate)
     sel = as_selection(selection)
+    if preview is not None and preview.selection_hash != selection_hash(sel):
+        raise PreviewMismatch(f"the selection ({sel.describe()}) is not the one that was previewed "
+                              "(its selection_hash differs): preview again")
     with conn.transaction():
         with time_limited(conn, timeout_ms) as cur:
-            snapshot_at = cur.execute("SELECT now() AS now").fetchone()["now"]
-            total = cur.execute(selection_query("count_matching_at"), {**sel.params(), "snapshot_at": snapshot_at}).fetchone()["total"]
+            now = cur.execute("SELECT now() AS now").fetchone()["now"]
+            snapshot_at = now if preview is None else preview.previewed_at
+            if snapshot_at > now:
+                raise PreviewMismatch(f"previewed_at {snapshot_at.isoformat()} is in the future: preview again")
+            found = cur.execute(selection_query("count_matching_at"), {
+                **sel.params(), "snapshot_at": snapshot_at, "max_id": None if preview is None else preview.max_id,
+            }).fetchone()
+            total = found["total"]
+            if preview is not None:
+                current = cur.execute(selection_query("count_matching"), sel.params()).fetchone()["total"]
+                _check_preview(preview, total=total, current=current)
             if total == 0:
                 raise NothingMatches(f"nothing to {action}: no job matches {sel.describe()}")
             op_id = cur.execute(query("deadletters", "op_insert"), {
@@ -93,11 +128,26 @@ def start(
                 "total": total,
                 "batch_size": batch_size,
                 "rate": float(rate) if rate else None,
+                "max_id": found["max_id"],
+                "previewed_at": None if preview is None else preview.previewed_at,
+                "previewed_total": None if preview is None else preview.total,
             }).fetchone()["id"]
         audit.record(conn, actor=actor, action=action, target=f"operation:{op_id}", selection=sel.to_dict(),
                      reason=reason, rows=total, outcome="started",
-                     detail={"purge_mode": purge_mode if action == "purge" else None, "batch_size": batch_size, "rate": rate})
+                     detail={"purge_mode": purge_mode if action == "purge" else None, "batch_size": batch_size, "rate": rate,
+                             "max_id": found["max_id"], "snapshot_at": snapshot_at.isoformat(), "previewed": preview is not None})
     return op_id
+
+
+def _check_preview(preview: Previewed, *, total: int, current: int) -> None:
+    """`current`: what the selection matches now; `total`: what it matches within the preview's
+    bound (failed by previewed_at, id <= max_id). Both must be the previewed count: new
+    failures, and jobs replayed or purged since, both mean the operator confirmed another set."""
+    if current != preview.total:
+        raise PreviewMismatch(f"the selection now matches {current:,} jobs, you previewed {preview.total:,}: preview again")
+    if total != preview.total:
+        raise PreviewMismatch(f"the selection matches {current:,} jobs as previewed, but {preview.total - total:,} of those "
+                              "you previewed are gone and others took their place: preview again")
 
 
 def progress(conn: psycopg.Connection, op_id: int) -> dict[str, Any]:
@@ -212,6 +262,7 @@ def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, his
     params = {
         **sel.params(),
         "snapshot_at": op["snapshot_at"],
+        "max_id": op["max_id"],  # the preview's bound: nothing above it is touched, even on resume
         "batch_size": op["batch_size"],
         "actor": op["actor"],
         "reason": op["reason"],

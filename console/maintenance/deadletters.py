@@ -5,12 +5,18 @@ kind, error fingerprint, failed-at range, payload containment `@>`), or explicit
 Whatever it says, only jobs with status 'failed' are ever matched: the filter is always ANDed
 with `status = 'failed'` in SQL (sql/deadletters.sql, fragment `selection`).
 
+A `Preview` is what the operator confirms: the exact count, a sample, and the snapshot a
+start is bound to (`Previewed`: the count, the highest matching id, the preview's time and a
+hash of the normalised selection). `bulk.start(..., preview=...)` refuses when the selection no
+longer matches exactly that, and never touches a job with a higher id.
+
 Reads walk the partial index `jobs_failed_idx`, so they cost what the dead-letter set costs,
 and run under a statement timeout. This module changes nothing; bulk.py replays and purges.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -190,17 +196,76 @@ def selection_query(name: str) -> str:
     return text.replace(marker, query("deadletters", "selection"))
 
 
+def selection_hash(selection: Selection | Mapping[str, Any]) -> str:
+    """SHA-256 of the normalised selection (`to_dict()`, keys sorted): the same filter written
+    two ways (ids in another order, a time with another offset) hashes the same."""
+    canonical = json.dumps(as_selection(selection).to_dict(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+PREVIEW_FIELDS = ("expected", "max_id", "previewed_at", "selection_hash")
+
+
+@dataclass(frozen=True)
+class Previewed:
+    """The preview a bulk start confirms: `total` jobs matched, none with an id above `max_id`,
+    at `previewed_at` (database time), for the selection whose `selection_hash()` is given.
+
+    The faces carry it as the form fields of PREVIEW_FIELDS (`expected` is the total)."""
+
+    total: int
+    max_id: int
+    previewed_at: datetime
+    selection_hash: str
+
+    def as_fields(self) -> dict[str, Any]:
+        return {"expected": self.total, "max_id": self.max_id, "previewed_at": self.previewed_at.isoformat(),
+                "selection_hash": self.selection_hash}
+
+    @classmethod
+    def from_fields(cls, values: Mapping[str, Any]) -> Previewed | None:
+        """From form or API fields: None when none is given; all four or InvalidSelection naming
+        the missing or malformed ones."""
+        given = {k: str(values.get(k) or "").strip() for k in PREVIEW_FIELDS}
+        if not any(given.values()):
+            return None
+        missing = [k for k, v in given.items() if not v]
+        if missing:
+            raise InvalidSelection(f"the preview being confirmed is incomplete: missing {', '.join(missing)} "
+                                   "(send back every field of the preview's `confirm`)")
+        for name in ("expected", "max_id"):
+            if not given[name].isdigit():
+                raise InvalidSelection(f"{name}: {given[name]!r} is not a whole number from the preview")
+        at = _parse_time("previewed_at", given["previewed_at"])
+        digest = given["selection_hash"].lower()
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise InvalidSelection("selection_hash: not the preview's hash (64 hexadecimal digits)")
+        return cls(total=int(given["expected"]), max_id=int(given["max_id"]), previewed_at=at, selection_hash=digest)
+
+
 @dataclass
 class Preview:
-    """What a replay or purge would touch: exact count, a sample, the filter as understood."""
+    """What a replay or purge would touch: exact count, a sample, the filter as understood, and
+    the snapshot a start is bound to (`bound()`; None when nothing matches)."""
 
     total: int
     sample: list[dict[str, Any]]
     selection: dict[str, Any]
     description: str
+    max_id: int | None = None
+    previewed_at: datetime | None = None
+    selection_hash: str | None = None
+
+    def bound(self) -> Previewed | None:
+        if not self.total or self.max_id is None or self.previewed_at is None or self.selection_hash is None:
+            return None
+        return Previewed(self.total, self.max_id, self.previewed_at, self.selection_hash)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"total": self.total, "sample": self.sample, "selection": self.selection, "description": self.description}
+        bound = self.bound()
+        return {"total": self.total, "sample": self.sample, "selection": self.selection, "description": self.description,
+                "max_id": self.max_id, "previewed_at": self.previewed_at, "selection_hash": self.selection_hash,
+                "confirm": bound.as_fields() if bound else None}
 
 
 def count(conn: psycopg.Connection, selection: Selection | Mapping[str, Any], *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> int:
@@ -237,11 +302,17 @@ def preview(
     sample: int = 10,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> Preview:
-    """Exact count, the newest `sample` rows, and the selection as understood. Changes nothing."""
+    """Exact count, the newest `sample` rows, the selection as understood, and the snapshot a
+    start will be bound to (highest matching id, time, selection hash). Changes nothing."""
     sel = as_selection(selection)
-    total = count(conn, sel, timeout_ms=timeout_ms)
+    with time_limited(conn, timeout_ms) as cur:
+        snap = cur.execute(selection_query("preview_snapshot"), sel.params()).fetchone()
+    total = snap["total"]
     rows = list_dead_letters(conn, sel, limit=max(1, min(sample, 1000)), timeout_ms=timeout_ms) if total and sample else []
-    return Preview(total=total, sample=rows, selection=sel.to_dict(), description=sel.describe())
+    if snap["max_id"] is not None:  # the sample shows only jobs the bound lets through
+        rows = [r for r in rows if r["id"] <= snap["max_id"] and r["finished_at"] <= snap["previewed_at"]]
+    return Preview(total=total, sample=rows, selection=sel.to_dict(), description=sel.describe(),
+                   max_id=snap["max_id"], previewed_at=snap["previewed_at"], selection_hash=selection_hash(sel))
 
 
 def groups(

@@ -1,6 +1,7 @@
 """What maintenance refuses, as ValueError subclasses the faces turn into a message.
 
-The CLI shows them as usage errors (exit 2), the web as HTTP 400 (409 for `OperationState`).
+The CLI shows them as usage errors (exit 2), the web as HTTP 400 (409 for `OperationState` and
+`PreviewMismatch`).
 Nothing has been changed in the database when one of these is raised.
 """
 
@@ -25,3 +26,8 @@ class InvalidSettings(MaintenanceError):
 
 class OperationState(MaintenanceError):
     """The bulk operation does not exist or is not in a state that allows the request."""
+
+
+class PreviewMismatch(MaintenanceError):
+    """A bulk start whose selection no longer matches exactly what the operator previewed (more,
+    fewer or other jobs, or another selection): preview again. HTTP 409."""

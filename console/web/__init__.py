@@ -100,6 +100,7 @@ class WebState:
     limits: LoginLimits
     redact_keys: frozenset[str]
     redact_hook: Any = None
+    redact_text_hook: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def close(self) -> None:
@@ -117,16 +118,16 @@ def _load_config(config: Config | Mapping[str, Any] | None) -> tuple[Config, dic
     return loaded, flask_keys, explicit_dsn
 
 
-def _load_hook(spec: str):
+def _load_hook(spec: str, setting: str = "web.redact_hook"):
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise ConfigError(f"web.redact_hook: {spec!r} must look like module:function")
+        raise ConfigError(f"{setting}: {spec!r} must look like module:function")
     try:
         return getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"web.redact_hook: cannot load {spec!r}: {exc}") from None
+        raise ConfigError(f"{setting}: cannot load {spec!r}: {exc}") from None
 
 
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
@@ -161,6 +162,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     if web.proxy_count:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=web.proxy_count, x_proto=web.proxy_count, x_host=web.proxy_count)
 
+    # Hooks load before the pool opens: a bad one refuses to start without leaving connections.
+    redact_hook = _load_hook(web.redact_hook)
+    redact_text_hook = _load_hook(web.redact_text_hook, "web.redact_text_hook")
     dsn = explicit_dsn or resolve_dsn(None, cfg)
     pool = make_pool(
         dsn,
@@ -174,7 +178,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         pool=pool,
         limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_max_per_user),
         redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
-        redact_hook=_load_hook(web.redact_hook),
+        redact_hook=redact_hook,
+        redact_text_hook=redact_text_hook,
     )
 
     from console.web import auth, database, errors, templating

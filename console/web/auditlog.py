@@ -1,19 +1,23 @@
 """The audit log page: who did what, to which selection, why, with how many rows.
 
 GET /audit?actor=&action=&since=&until=&before= (keyset on id, newest first), /api/v1/audit
+
+A row's `selection` can hold a payload filter and its `detail` an operation's error: viewers see
+them through console.web.redact, like payloads and error text everywhere else.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, jsonify, render_template, request
+from flask import Blueprint, g, jsonify, render_template, request
 
 from console import audit
 from console.browse import InvalidFilter, parse_time
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_limited
+from console.web.redact import selection_for, text_for
 
 bp = Blueprint("auditlog", __name__)
 
@@ -34,9 +38,17 @@ def audit_data() -> dict[str, Any]:
     limit = state().config.web.page_size
     rows = run_limited(audit.search, actor=actor, action=action, since=since, until=until, before_id=before, limit=limit + 1)
     more = len(rows) > limit
-    rows = rows[:limit]
+    rows = [_entry_for(r) for r in rows[:limit]]
     keep = {k: v for k, v in (("actor", actor), ("action", action), ("since", args.get("since")), ("until", args.get("until"))) if v}
     return {"entries": rows, "next": rows[-1]["id"] if more and rows else None, "args": keep, "first_page": before is None}
+
+
+def _entry_for(row: dict[str, Any]) -> dict[str, Any]:
+    out = {**row, "selection": selection_for(row.get("selection"), g.user)}
+    detail = row.get("detail")
+    if isinstance(detail, dict) and isinstance(detail.get("error"), str):
+        out["detail"] = {**detail, "error": text_for(detail["error"], g.user)}
+    return out
 
 
 @bp.get("/audit")

@@ -14,8 +14,16 @@ and the same under /api/v1/deadletters.
 The work is `console.maintenance`'s: groups/preview read `jobs_failed_idx`, start() fixes the
 exact count at a snapshot and writes the 'started' audit row, run() works in batches and
 writes the final audit row. This module only translates requests, so the CLI and the API
-behave the same. A bulk start is refused (409) when the selection now matches more jobs than
-the operator previewed: they confirm a number, and nothing beyond it is touched.
+behave the same.
+
+A bulk start confirms a preview: the confirm form (and an API client) sends back the
+preview's `expected` count, `max_id`, `previewed_at` and `selection_hash`. They are required
+for a purge and optional for a replay (all four or none). The start is refused (409) when the
+selection no longer matches exactly the previewed jobs, and the operation never touches a
+job above `max_id`.
+
+Viewers see error text, error groups' examples and operations' selections and errors through
+console.web.redact, and may not filter the dead letters on a redacted payload key (403).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from console.maintenance.deadletters import count as count_matching
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
+from console.web.redact import may_filter_on, payload_for, selection_for, text_for
 
 bp = Blueprint("deadletters", __name__)
 
@@ -49,6 +58,13 @@ SELECTION_PARAMS = [
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
     Param("queue", where="form", description="queue (instead of `selection`)"),
     Param("kind", where="form", description="job kind (instead of `selection`)"),
+]
+
+PREVIEW_PARAMS = [
+    Param("expected", where="form", type="integer", minimum=0, description="the preview's count (`confirm.expected`); required for purge"),
+    Param("max_id", where="form", type="integer", minimum=0, description="the preview's highest matching job id (`confirm.max_id`); required for purge"),
+    Param("previewed_at", where="form", max_length=100, description="the preview's time (`confirm.previewed_at`); required for purge"),
+    Param("selection_hash", where="form", max_length=100, description="the preview's selection hash (`confirm.selection_hash`); required for purge"),
 ]
 
 
@@ -71,11 +87,27 @@ def _text_arg(name: str) -> str | None:
 
 # --- reading --------------------------------------------------------------------------------
 
+def op_for(op: dict[str, Any]) -> dict[str, Any]:
+    """A bulk operation as the user may see it: selection and error redacted for viewers."""
+    return {**op, "selection": selection_for(op.get("selection"), g.user), "error": text_for(op.get("error"), g.user)}
+
+
 def groups_data() -> dict[str, Any]:
     queue, kind = _text_arg("queue"), _text_arg("kind")
     groups = run_panel(m.groups, queue=queue, kind=kind, limit=100)
+    if groups.ok:
+        groups.data = [{**grp, "example": text_for(grp["example"], g.user)} for grp in groups.data]
     ops = run_panel(m.recent_operations, limit=10)
+    if ops.ok:
+        ops.data = [op_for(op) for op in ops.data]
     return {"queue": queue, "kind": kind, "groups": groups, "operations": ops}
+
+
+def dead_row_for(row: dict[str, Any]) -> dict[str, Any]:
+    out = {**row, "last_error": text_for(row.get("last_error"), g.user)}
+    if "payload" in out:
+        out["payload"] = payload_for(out["payload"], g.user)
+    return out
 
 
 def _selection_from_args() -> m.Selection:
@@ -98,7 +130,10 @@ def _before() -> tuple[datetime, int] | None:
 
 def jobs_data() -> dict[str, Any]:
     sel = _selection_from_args()
-    rows = run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())
+    complaint = may_filter_on(sel.payload, g.user)  # the rule /jobs applies
+    if complaint:
+        abort(403, complaint)
+    rows = [dead_row_for(r) for r in run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())]
     total = run_panel(count_matching, sel)
     nxt = None
     if len(rows) == PAGE:
@@ -143,9 +178,9 @@ def jobs():
     Param("fingerprint", max_length=500), Param("queue", max_length=500), Param("kind", max_length=500),
     Param("failed_since", max_length=500, description="ISO 8601"),
     Param("failed_before", max_length=500, description="ISO 8601"),
-    Param("payload", max_length=500, description="JSON object the payload contains"),
+    Param("payload", max_length=500, description="JSON object the payload contains (viewers: not on a redacted key, 403)"),
     Param("before", description="the `next` cursor of the previous page"),
-], description="Payloads are not included; open a job for it (redacted for viewers).",
+], description="Payloads are not included; open a job for it (redacted for viewers). Error text is redacted for viewers.",
    response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),
                  "total": opt(INT), "total_error": opt(STR), "args": OBJ}))
 def api_jobs():
@@ -202,7 +237,9 @@ def preview_data() -> dict[str, Any]:
     action = _action()
     sel = _selection_from_form()
     p = run_limited(m.preview, sel, sample=SAMPLE)
-    return {"action": action, **p.as_dict(), "selection_json": json.dumps(p.selection, sort_keys=True)}
+    data = p.as_dict()
+    data["sample"] = [dead_row_for(r) for r in data["sample"]]
+    return {"action": action, **data, "selection_json": json.dumps(p.selection, sort_keys=True)}
 
 
 @bp.post("/deadletters/preview")
@@ -217,7 +254,10 @@ def preview():
 @requires("operator")
 @api_doc("Preview a replay or purge: the exact count, a sample, the selection as understood (changes nothing)",
          params=SELECTION_PARAMS,
-         response=obj({"action": STR, "total": INT, "sample": arr(ref("Job")), "selection": OBJ, "description": STR}))
+         description="`confirm` holds the fields to send back to /api/v1/deadletters/operations (expected, max_id, "
+                     "previewed_at, selection_hash): the operation is then bound to exactly the previewed jobs.",
+         response=obj({"action": STR, "total": INT, "sample": arr(ref("Job")), "selection": OBJ, "description": STR,
+                       "confirm": obj({"expected": INT, "max_id": opt(INT), "previewed_at": STR, "selection_hash": STR})}))
 def api_preview():
     data = preview_data()
     data.pop("selection_json")
@@ -227,25 +267,28 @@ def api_preview():
 
 # --- bulk operations ------------------------------------------------------------------------
 
+def _previewed(action: str) -> m.Previewed | None:
+    """The preview this start confirms (form fields); a purge cannot start without one."""
+    previewed = m.Previewed.from_fields(request.form)
+    if previewed is None and action == "purge":
+        abort(400, "purge needs the preview it confirms: missing expected, max_id, previewed_at, selection_hash "
+                   "(POST the selection to /api/v1/deadletters/preview and send back its `confirm` fields)")
+    return previewed
+
+
 def start_operation() -> dict[str, Any]:
     action = _action()
     sel = _selection_from_form()
     reason = _reason(required=True)
-    expected_raw = request.form.get("expected", "").strip()
-    expected = None
-    if expected_raw:
-        if not expected_raw.isdigit():
-            abort(400, f"expected: {expected_raw!r} is not a count")
-        expected = int(expected_raw)
+    previewed = _previewed(action)
     settings = _settings()
     conn = get_conn()
-    if expected is not None:
-        now = run_limited(count_matching, sel)
-        if now > expected:
-            abort(409, f"the selection now matches {now:,} jobs, more than the {expected:,} you previewed "
-                       "(new failures arrived): preview again")
-    op_id = m.start(conn, action, sel, actor=g.user.name, reason=reason, rate=settings.bulk_rate,
-                    batch_size=settings.batch_size, purge_mode="delete")
+    try:
+        # The check against the preview and the operation's insert are one transaction.
+        op_id = m.start(conn, action, sel, actor=g.user.name, reason=reason, rate=settings.bulk_rate,
+                        batch_size=settings.batch_size, purge_mode="delete", preview=previewed)
+    except m.PreviewMismatch as exc:
+        abort(409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=settings.error_history)
     return m.progress(conn, op_id)
 
@@ -264,15 +307,17 @@ def start():
 @api_doc("Start a replay or purge of the selection; it runs in the background (poll its progress)", params=[
     *SELECTION_PARAMS,
     Param("reason", where="form", required=True, max_length=MAX_REASON, description="why (kept in the audit log)"),
-    Param("expected", where="form", type="integer", minimum=0, description="the previewed count: refuse (409) if more match now"),
-], status=201, responses={"409": "more jobs match than `expected`", "201": "started"}, response=ref("Operation"))
+    *PREVIEW_PARAMS,
+], status=201, responses={"400": "bad selection, no reason, or a purge without its preview's fields",
+                          "409": "the selection no longer matches exactly the previewed jobs: preview again",
+                          "201": "started"}, response=ref("Operation"))
 def api_start():
     return jsonify(start_operation()), 201
 
 
 def _op(op_id: int) -> dict[str, Any]:
     try:
-        return run_limited(m.progress, op_id)
+        return op_for(run_limited(m.progress, op_id))
     except m.OperationState as exc:
         abort(404, str(exc))
 
@@ -305,7 +350,7 @@ def api_operation(op_id: int):
 @requires("viewer")
 @api_doc("Recent bulk operations, newest first", response=arr(ref("Operation")))
 def api_operations():
-    return jsonify(run_limited(m.recent_operations, limit=50))
+    return jsonify([op_for(op) for op in run_limited(m.recent_operations, limit=50)])
 
 
 def _cancel(op_id: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 GET  /jobs                     filters in the query string (bookmarkable), keyset pages
 GET  /jobs/export.csv|.json    the filtered set, streamed, at most web.export_limit rows
-GET  /jobs/<id>                payload (redacted for viewers), timeline, errors, actions
+GET  /jobs/<id>                payload and error text (redacted for viewers), timeline, errors, actions
 POST /jobs/<id>/<action>       replay | run_now | cancel | purge (operator; CSRF; audited)
 and the same under /api/v1/jobs.
 """
@@ -33,7 +33,7 @@ from console.db import time_limited
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel, timeout_ms
-from console.web.redact import may_filter_on, payload_for
+from console.web.redact import error_entry_for, may_filter_on, payload_for, text_for
 
 bp = Blueprint("jobs", __name__)
 
@@ -76,6 +76,8 @@ def _row_out(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
     if "payload" in out:
         out["payload"] = payload_for(out["payload"], g.user) if out["payload"] is not None else None
+    if "last_error" in out:
+        out["last_error"] = text_for(out["last_error"], g.user)
     return out
 
 
@@ -184,6 +186,7 @@ def _export(fmt: str):
         for row in all_rows():
             row = {k: row.get(k) for k in EXPORT_COLUMNS}
             row["payload"] = payload_for(row["payload"], user)
+            row["last_error"] = text_for(row["last_error"], user)
             yield row
 
     stamp = "skiplock-jobs"
@@ -257,7 +260,10 @@ def job_data(job_id: int) -> dict[str, Any]:
     actions = run_panel(browse.job_actions_audit, job_id)
     job = dict(job)
     job["payload"] = payload_for(job.get("payload"), g.user)
-    job["errors"] = [{**e, "at_time": browse.parse_entry_time(e.get("at"))} for e in job.get("errors") or [] if isinstance(e, dict)]
+    job["last_error"] = text_for(job.get("last_error"), g.user)
+    # Redacted before the timeline is built from them: its details quote the messages.
+    job["errors"] = [{**error_entry_for(e, g.user), "at_time": browse.parse_entry_time(e.get("at"))}
+                     for e in job.get("errors") or [] if isinstance(e, dict)]
     return {
         "job": job,
         "timeline": browse.timeline(job, actions.data if actions.ok else []),
@@ -275,7 +281,7 @@ def detail(job_id: int):
 
 @bp.get("/api/v1/jobs/<int:job_id>")
 @requires("viewer")
-@api_doc("One job: fields, payload (redacted for viewers), error history, timeline, allowed actions",
+@api_doc("One job: fields, payload and error text (redacted for viewers), error history, timeline, allowed actions",
          response=obj({"job": {**ref("Job"), "description": "also errors (the history), archived, locked_by"},
                        "timeline": arr(obj({"at": opt(TIME), "event": STR})), "actions_note": opt(STR),
                        "allowed": arr(STR), "redacted": BOOL}),
