@@ -257,7 +257,8 @@ def preview():
          description="`confirm` holds the fields to send back to /api/v1/deadletters/operations (expected, max_id, "
                      "previewed_at, selection_hash): the operation is then bound to exactly the previewed jobs.",
          response=obj({"action": STR, "total": INT, "sample": arr(ref("Job")), "selection": OBJ, "description": STR,
-                       "confirm": obj({"expected": INT, "max_id": opt(INT), "previewed_at": STR, "selection_hash": STR})}))
+                       "max_id": opt(INT), "previewed_at": opt(STR), "selection_hash": opt(STR),
+                       "confirm": opt(obj({"expected": INT, "max_id": opt(INT), "previewed_at": STR, "selection_hash": STR}))}))
 def api_preview():
     data = preview_data()
     data.pop("selection_json")
