@@ -185,14 +185,19 @@ def test_a_paused_standby_lags_in_the_collectors_metrics_health_and_advisor_then
 # --- the horizon holders, one kind each ----------------------------------------------------
 
 def test_an_idle_in_transaction_snapshot_is_named_with_its_kind_and_age(dsn, conn, client_as, monkeypatch):
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
     session = connect(dsn, application_name="forgotten-report", autocommit=False)
     try:
         session.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         session.execute("SELECT count(*) FROM skiplock.jobs")  # a snapshot, no XID
         pid = str(session.info.backend_pid)
         burn_xids(conn)
-        time.sleep(0.3)
+        time.sleep(1.1)
+        # under the amber threshold the page says so, with the session's age
+        html = client_as("viewer").get("/health").get_data(as_text=True)
+        assert re.search(r"No sessions are holding back vacuum \(the oldest open transaction is [1-9](\.\d)? s old\)", html), \
+            re.findall(r"No sessions are holding back vacuum[^<]*", html)
+
+        monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
         held = holder(cycle(dsn, only=("horizon",)), "idle_in_transaction", pid)
         assert held and held["application_name"] == "forgotten-report" and held["state"] == "idle in transaction"
         assert held["xid_age"] >= 5 and held["age_s"] >= 0.3
@@ -275,7 +280,6 @@ def test_a_prepared_transaction_is_named_with_its_kind_and_age(dsn, conn, client
 
 def test_standby_feedback_is_named_with_its_kind_and_age_and_lets_go_when_the_query_ends(
         replication, dsn, conn, client_as, monkeypatch):
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
     with connect(replication.primary.dsn) as admin:
         [(walsender, connected_s)] = admin.execute(
             "SELECT pid::text, extract(epoch FROM now() - backend_start)::float8 FROM pg_stat_replication"
@@ -284,6 +288,11 @@ def test_standby_feedback_is_named_with_its_kind_and_age_and_lets_go_when_the_qu
     session = standby_snapshot(replication.feedback_standby)
     try:
         burn_xids(conn)
+        # Under the amber threshold: the standby's feedback has no age of its own, so the page
+        # claims none (it used to print the first holder's, here "0 ms").
+        html = client_as("viewer").get("/health").get_data(as_text=True)
+        assert "No sessions are holding back vacuum.</p>" in html, re.findall(r"No sessions are holding back vacuum[^<]*", html)
+        monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
 
         def held():
             h = holder(cycle(dsn, only=("horizon",)), "standby", walsender)
