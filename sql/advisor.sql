@@ -220,7 +220,8 @@ FROM (
     FROM pg_prepared_xacts AS p
     WHERE p.database = current_database()
     UNION ALL
-    SELECT 'standby feedback', r.pid::text, r.application_name, r.state, r.backend_xmin, r.backend_start
+    -- no start time: backend_start is when the standby connected, not when its xmin was taken
+    SELECT 'standby feedback', r.pid::text, r.application_name, r.state, r.backend_xmin, NULL
     FROM pg_stat_replication AS r
     WHERE r.backend_xmin IS NOT NULL
 ) AS h

@@ -51,8 +51,10 @@ FROM (
     FROM pg_prepared_xacts AS p
     WHERE p.database = current_database()
     UNION ALL
-    SELECT 'standby', r.pid::text, r.pid, r.application_name, r.state, coalesce(r.client_addr::text, 'local'),
-           r.backend_xmin, r.backend_start
+    -- No start time: backend_start is when the standby connected, and its feedback moves on
+    -- with every reply, so the age comes from the XID history, like a slot's.
+    SELECT 'standby', r.pid::text, r.pid, r.application_name, r.state, coalesce(host(r.client_addr), 'local'),
+           r.backend_xmin, NULL
     FROM pg_stat_replication AS r
     WHERE r.backend_xmin IS NOT NULL
 ) AS h
@@ -151,13 +153,17 @@ SELECT
          WHEN pg_is_in_recovery() THEN 0 END::float8 AS own_replay_lag_s;
 
 -- name: standbys
+-- replay_lag is measured by the primary from the standby's replies, so it keeps growing while
+-- the standby's replay is paused or stuck; it is NULL once the standby has caught up and idles.
 SELECT
-    coalesce(nullif(r.application_name, ''), r.client_addr::text, r.pid::text) AS standby,
+    r.pid,
+    coalesce(nullif(r.application_name, ''), host(r.client_addr), r.pid::text) AS standby,
+    coalesce(host(r.client_addr), 'local') AS client,
     r.state,
     extract(epoch FROM r.replay_lag)::float8 AS replay_lag_s,
     pg_wal_lsn_diff(pg_current_wal_lsn(), r.replay_lsn)::float8 AS replay_lag_bytes
 FROM pg_stat_replication AS r
-ORDER BY 1;
+ORDER BY 2, 3, 1;
 
 -- name: connections
 -- Backends by state, all databases (max_connections is server-wide), the console excluded.

@@ -91,7 +91,7 @@ LIMIT 20;
 -- name: replication
 SELECT
     r.application_name AS name,
-    r.client_addr::text AS client,
+    coalesce(host(r.client_addr), 'local') AS client,
     r.state,
     r.sync_state,
     extract(epoch FROM r.replay_lag)::float8 AS replay_lag_s,

@@ -222,12 +222,15 @@ def _replica_lag(series: dict[str, Series]) -> Signal:
     if not pts:
         return Signal("replica-lag", "Replica lag", SIGNAL_OK, "no standby reported (nothing replays this database's WAL)")
     worst = max((p95(g) or 0.0) for g in groups)
+    # name the standby with the worst p95 (labels: standby, client), so the text says which one
+    named = [(p95(pts) or 0.0, dict(key).get("standby", "?")) for key, pts in series["replica_lag_seconds"].groups.items() if pts]
+    who = max(named)[1] if named else "?"
     growth = _growth_signal("replica-lag", "Replica lag", groups, floor=1.0, watch_ratio=3.0, outgrowing_ratio=10.0,
                             outgrowing_floor=60.0, fmt=_fmt_s, what="replica lag")
     level = SIGNAL_OUTGROWING if worst >= 300 else SIGNAL_WATCH if worst >= 30 else SIGNAL_OK
     level = max(level, growth.level if growth.level in _RANK else SIGNAL_OK, key=_RANK.__getitem__)
-    return Signal("replica-lag", "Replica lag", level, f"p95 replica lag {_fmt_s(worst)}; {growth.text}", len(pts),
-                  growth.first, growth.last, {"p95": worst})
+    return Signal("replica-lag", "Replica lag", level, f"p95 replica lag {_fmt_s(worst)} ({who}); {growth.text}", len(pts),
+                  growth.first, growth.last, {"p95": worst, "standby": who})
 
 
 def _wal(series: dict[str, Series]) -> Signal:

@@ -215,11 +215,26 @@ def collect_wal(ctx: Context) -> Iterable[Sample]:
     ctx.remember({"lsn_bytes": wal["lsn_bytes"]})
     out = [Sample("wal_bytes_per_second", {}, rate(wal["lsn_bytes"], before, ctx.interval))]
     if wal["in_recovery"]:
-        out.append(Sample("replica_lag_seconds", {"standby": "self"}, wal["own_replay_lag_s"]))
+        out.append(Sample("replica_lag_seconds", {"standby": "self", "client": "local"}, wal["own_replay_lag_s"]))
         return out
-    for r in ctx.rows("collectors_database", "standbys"):
-        out.append(Sample("replica_lag_seconds", {"standby": r["standby"]}, r["replay_lag_s"] or 0.0))
-        out.append(Sample("replica_lag_bytes", {"standby": r["standby"]}, r["replay_lag_bytes"]))
+    for labels, r in standby_labels(ctx.rows("collectors_database", "standbys")):
+        out.append(Sample("replica_lag_seconds", labels, r["replay_lag_s"] or 0.0))
+        out.append(Sample("replica_lag_bytes", labels, r["replay_lag_bytes"]))
+    return out
+
+
+def standby_labels(rows: list[dict[str, Any]]) -> list[tuple[dict[str, str], dict[str, Any]]]:
+    """{standby, client} for each pg_stat_replication row: the application name (a standby's
+    cluster_name or primary_conninfo application_name; "walreceiver" when neither is set) and
+    its address. Two standbys that share both (two unnamed standbys on one host) would be one
+    series, so from the second on the walsender's pid is added to the name."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in rows:
+        key = (r["standby"], r["client"])
+        name = r["standby"] if key not in seen else f"{r['standby']} (pid {r['pid']})"
+        seen.add(key)
+        out.append(({"standby": name, "client": r["client"]}, r))
     return out
 
 

@@ -127,7 +127,10 @@ def holders_panel(conn) -> dict[str, Any]:
             lv = "bad"
         out.append({**r, "application": r["application_name"], "level": lv,
                     "advice": _HOLDER_ADVICE[r["kind"]].format(pid=r["pid"], id=r["id"]) if lv != "good" else None})
-    return {"holders": out, "level": _worst(h["level"] for h in out)}
+    # the oldest by age, not the first row: rows are ordered by XID age, and the first is often a
+    # standby's feedback, which has no age of its own
+    oldest = max((h["age_s"] for h in out if h["age_s"] is not None), default=None)
+    return {"holders": out, "oldest_s": oldest, "level": _worst(h["level"] for h in out)}
 
 
 def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
