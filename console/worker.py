@@ -14,7 +14,7 @@ One process runs:
 Why the worker vacuums: each claim leaves a dead entry at the head of the claim index, and
 every later claim scans past all of them until a vacuum removes them; autovacuum looks at a
 table at most once per `autovacuum_naptime` (a server-wide setting, 1 minute by default), long
-enough for a busy queue to slow down severalfold (docs/benchmarks.md, research/baseline-perf.md).
+enough for a busy queue to slow down severalfold (docs/benchmarks.md, "Sustained": the run without the worker's VACUUM).
 One advisory lock keeps it to one vacuum at a time across the fleet, SKIP_LOCKED steps aside
 from a running autovacuum, and VACUUM takes no row locks, so claims never wait on it.
 

@@ -1,4 +1,4 @@
-"""Archive round trip, every column (DESIGN.md "Nothing lost": a job is in the live table or in
+"""Archive round trip, every column (docs/architecture.md "Nothing lost": a job is in the live table or in
 the archive). A job that leaves `skiplock.jobs` for `skiplock.jobs_archive` — completed jobs by
 the archiver, dead letters by a purge "to the archive" — arrives there column for column.
 

@@ -1,4 +1,4 @@
-"""LISTEN/NOTIFY is the doorbell (DESIGN.md 7, docs/queue.md "Running workers"), pinned with a
+"""LISTEN/NOTIFY is the doorbell (contract 7 in docs/architecture.md, docs/queue.md "Running workers"), pinned with a
 real `skiplock worker` process whose poll interval is 30 s: a job picked up within seconds can
 only have been announced by NOTIFY, not found by a poll.
 

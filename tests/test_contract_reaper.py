@@ -1,4 +1,4 @@
-"""The reaper's contract, pinned (DESIGN.md 5, docs/queue.md "A job's life" and "Crashes"):
+"""The reaper's contract, pinned (contract 5 in docs/architecture.md, docs/queue.md "A job's life" and "Crashes"):
 
 - a running job whose lease has not expired is left exactly as it is;
 - an expired lease with attempts left goes back to pending with `run_at` pushed out by the
