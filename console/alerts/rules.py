@@ -54,6 +54,9 @@ class RuleError(ValueError):
     """A rule or destination is invalid; the message names it and the field."""
 
 
+MAX_DURATION = 366 * 86400.0  # a year: longer than any sensible `for` or silence, far from overflow
+
+
 def parse_duration(value: Any) -> float:
     """A duration in seconds from 90, "90s", "15m", "1h", "7d"; ValueError otherwise."""
     if isinstance(value, bool):
@@ -67,6 +70,8 @@ def parse_duration(value: Any) -> float:
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{value!r} is not a duration (use e.g. 90s, 15m, 1h)")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is too long (at most {MAX_DURATION // 86400:.0f}d)")
     return seconds
 
 
@@ -281,7 +286,10 @@ def parse_rule(record: Mapping[str, Any], *, source: str = "file", where: str = 
         clear = None if record.get("clear") in (None, "") else _number(record["clear"], "clear")
         if clear is not None and ((op in (">", ">=") and clear > threshold) or (op in ("<", "<=") and clear < threshold)):
             raise ValueError(f"clear {clear:g} must be on the healthy side of threshold {threshold:g} (or equal)")
-        for_seconds = parse_duration(record.get("for", 0) or 0)
+        try:
+            for_seconds = parse_duration(record.get("for", 0) or 0)
+        except ValueError as exc:
+            raise ValueError(f"for: {exc}") from None
         severity = record.get("severity", "warning") or "warning"
         if severity not in SEVERITIES:
             raise ValueError(f"severity {severity!r} must be one of {', '.join(SEVERITIES)}")
