@@ -471,9 +471,23 @@ def file_rules(tables: Mapping[str, Any]) -> dict[str, Rule]:
     return found
 
 
+def check_address(dest: Destination, config, *, where: str = "") -> None:
+    """The address policy at save time (console.alerts.addresses): RuleError naming the
+    destination and the refused address, unless alerts.allow_private_destinations is on."""
+    from console.alerts.addresses import AddressRefused, allowed_private, check_url
+
+    try:
+        check_url(dest.url, allow_private=allowed_private(config))
+    except AddressRefused as exc:
+        raise RuleError(f"webhook {dest.name!r}{' ' + where if where else ''}: {exc}") from None
+
+
 def check_config(config) -> None:
-    """Validate `[[webhooks]]` and `[[alerts.rules]]` (start-up calls this so a typo stops it)."""
+    """Validate `[[webhooks]]` and `[[alerts.rules]]` (start-up calls this so a typo stops it),
+    and apply the address policy to the webhooks' hosts."""
     destinations = file_destinations(config.tables)
+    for dest in destinations.values():
+        check_address(dest, config, where="(in the config file)")
     for rule in file_rules(config.tables).values():
         _check_webhook_names(rule, destinations)
 
@@ -582,6 +596,7 @@ def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, act
         previous = db_destinations(conn).get(record.get("name"))
         record["secret"] = previous.secret if previous else None
     dest = parse_destination(record, source="ui", where="(from the UI)")
+    check_address(dest, config)
     with conn.transaction():
         conn.execute(query("alerts", "upsert_ui_destination"), {
             "name": dest.name, "kind": dest.kind, "url": dest.url, "secret": dest.secret,
