@@ -9,9 +9,8 @@ import time
 
 import pytest
 
-from console.alerts import addresses
+from console.alerts import addresses, outbox
 from console.alerts import evaluate as ev
-from console.alerts import outbox
 from console.alerts import rules as r
 from console.alerts.rules import RuleError, parse_destination
 from console.alerts.transports import PermanentError, transport_for
