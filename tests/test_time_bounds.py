@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import click
 import pytest
 
 from tests.web_fixtures import CSRF
@@ -58,3 +59,14 @@ def test_absurd_preview_times_answer_400(client_as, param):
                            headers={"X-CSRF-Token": CSRF})
         assert resp.status_code == 400, (param, value, resp.status_code, resp.get_data(as_text=True)[:300])
         assert param in resp.get_json()["error"], (param, value)
+
+
+def test_cli_durations_are_bounded():
+    from console.cli.common import parse_duration
+    from console.cli.maintenance import _time_arg
+
+    for value in ("99999999999d", "9" * 400 + "s", "99999999999999999999w"):
+        with pytest.raises(ValueError, match="too long"):
+            parse_duration(value)
+    with pytest.raises(click.UsageError, match="--failed-since"):
+        _time_arg("--failed-since", "99999999999d")
