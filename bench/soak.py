@@ -43,7 +43,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -166,7 +165,7 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(min(length, 1_000_000))
+                self.rfile.read(min(length, 1_000_000))  # drain the request
                 mode = receiver.mode
                 if mode == "hang":
                     receiver.release.wait(30)

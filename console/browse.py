@@ -37,7 +37,7 @@ from console import audit
 from console.histogram import quantile
 from console.queue import STATUSES
 from console.sqlfiles import query
-from console.timefmt import duration
+from console.timefmt import duration, parse_instant
 
 STATES = STATUSES
 MAX_PAGE = 500
@@ -57,20 +57,11 @@ class JobNotFound(LookupError):
 
 # --- filters ----------------------------------------------------------------------------------
 
-_RELATIVE = {"m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_time(text: str, field: str, *, now: datetime | None = None) -> datetime:
     """ISO 8601 (a date, or date and time; UTC when no offset is given) or a span back from
-    now: '15m', '6h', '7d'."""
-    text = text.strip()
-    if text and text[-1] in _RELATIVE and text[:-1].isdigit():
-        return (now or datetime.now(UTC)) - timedelta(seconds=int(text[:-1]) * _RELATIVE[text[-1]])
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidFilter(f"{field}: {text!r} is not a time (use 2026-11-30T03:00, 2026-11-30, or 15m/6h/7d)") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    now: '15m', '6h', '7d'. Absurd values (too far back, out of range) raise InvalidFilter
+    naming the field (console.timefmt.parse_instant)."""
+    return parse_instant(text, field, now=now, error=InvalidFilter)
 
 
 @dataclass(frozen=True)

@@ -252,3 +252,27 @@ WHERE r.id = ANY(ARRAY(
     ORDER BY o.id
     LIMIT %(batch_size)s
 ));
+
+-- name: task_try_lock
+-- One run-now of a task at a time across every web worker: a session advisory lock (task
+-- namespace, task number) held by the connection doing the work; never waited on.
+SELECT pg_try_advisory_lock(%(lock_class)s::integer, %(task_key)s::integer) AS locked;
+
+-- name: task_unlock
+SELECT pg_advisory_unlock(%(lock_class)s::integer, %(task_key)s::integer) AS unlocked;
+
+-- name: run_live
+-- A 'running' row of this task whose backend is still connected (the scheduler's, the CLI's or
+-- another console's run in progress).
+SELECT
+    r.id,
+    r.actor,
+    r.started_at
+FROM skiplock.maintenance_runs AS r
+JOIN pg_stat_activity AS a
+  ON a.pid = r.backend_pid
+ AND a.backend_start = r.backend_start
+WHERE r.task = %(task)s
+  AND r.outcome = 'running'
+ORDER BY r.started_at
+LIMIT 1;

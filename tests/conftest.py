@@ -30,7 +30,8 @@ def pg_cluster():
     if os.environ.get("DATABASE_URL"):
         yield None
         return
-    cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s"})
+    # max_prepared_transactions: tests of the horizon holders prepare real two-phase transactions.
+    cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s", "max_prepared_transactions": "10"})
     try:
         cluster.start()
         yield cluster

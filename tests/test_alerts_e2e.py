@@ -30,6 +30,7 @@ def _config(tmp_path, receiver_url: str):
     path = tmp_path / "skiplock.toml"
     path.write_text(f"""
 [alerts]
+allow_private_destinations = true  # the receiver is on loopback
 series_window = 60
 delivery_timeout = 2
 retry_base = 0.1
@@ -130,7 +131,8 @@ def test_stopping_workers_fires_queue_age_and_restarting_resolves_it(dsn, conn, 
 
 def test_dead_mans_switch_fires_from_the_delivery_job_when_collection_stops(dsn, conn):
     with Receiver() as receiver:
-        path_config = load_config(env={}, overrides={"alerts.retry_base": 0.1})
+        path_config = load_config(env={}, overrides={"alerts.retry_base": 0.1,
+                                                          "alerts.allow_private_destinations": True})
         path_config.tables["webhooks"] = [{"name": "oncall", "url": receiver.url}]
         node = scheduler.Scheduler(dsn, path_config)
         try:

@@ -40,6 +40,9 @@ def file_app(dsn, tmp_path):
     with Receiver([200, 401]) as receiver:
         path = tmp_path / "skiplock.toml"
         path.write_text(f"""
+[alerts]
+allow_private_destinations = true  # the receiver is on loopback
+
 [[webhooks]]
 name = "oncall"
 url = "{receiver.url}"
@@ -185,7 +188,7 @@ def test_both_transitions_show_in_the_ui_and_the_delivery_log(client_as, conn):
         dest = parse_destination({"name": "oncall", "url": receiver.url})
         alert_id = fire(conn, destinations={"oncall": dest})
         fire(conn, value=1, destinations={"oncall": dest})
-        settings = ev.AlertSettings(retry_base=0.01, retry_cap=0.02)
+        settings = ev.AlertSettings(retry_base=0.01, retry_cap=0.02, allow_private_destinations=True)
         sender = outbox.Sender(conn, lambda: {"oncall": dest}, settings)
         for _ in range(20):
             sender.run_once()

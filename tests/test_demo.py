@@ -381,6 +381,7 @@ def test_the_demo_config_loads_with_its_alert_rules_and_receiver(tmp_path):
         assert by_name["queue_age"].threshold == 30
         assert rules.file_destinations(config.tables)["demo-receiver"].url == "http://127.0.0.1:9999/hook"
         assert config.alerts.console_url == "http://127.0.0.1:8000"
+        assert config.alerts.allow_private_destinations  # its receiver is on loopback
 
 
 def test_the_receiver_accepts_signed_notifications_and_refuses_forged_ones():

@@ -7,6 +7,7 @@ import threading
 import time
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from console.web import health
@@ -48,6 +49,31 @@ def test_idle_in_transaction_holder_is_named_with_what_to_do(dsn, client_as, mon
         html = client_as("viewer").get("/health").get_data(as_text=True)
         assert "forgotten-report" in html and "No sessions are holding back vacuum" not in html
         other.rollback()
+
+
+GID = "nightly'); DROP TABLE skiplock.jobs; -- o'brien \\ batch"
+
+
+def test_prepared_transaction_advice_is_valid_safe_sql(dsn, conn, client_as, monkeypatch):
+    """A gid with quotes and a backslash: the advised ROLLBACK PREPARED runs as is, rolls back
+    exactly that transaction and nothing else (the test cluster allows prepared transactions)."""
+    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.2)
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT txid_current()")
+        other.execute(psycopg.sql.SQL("PREPARE TRANSACTION {}").format(psycopg.sql.Literal(GID)))
+    try:
+        time.sleep(0.4)
+        data = client_as("viewer").get("/api/v1/health").get_json()["holders"]
+        holder = next(h for h in data["holders"] if h["kind"] == "prepared_transaction")
+        assert holder["id"] == GID
+        command = holder["advice"].split("or: ", 1)[1]
+        assert command.startswith("ROLLBACK PREPARED ") and command.endswith(";")
+        conn.execute(command)  # valid SQL, one statement
+        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone()[0] == 0
+        assert conn.execute("SELECT to_regclass('skiplock.jobs') IS NOT NULL").fetchone()[0]
+    finally:
+        for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE database = current_database()").fetchall():
+            conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(psycopg.sql.Literal(gid)))
 
 
 def test_lock_waits_are_drawn_as_a_tree(dsn, client_as):

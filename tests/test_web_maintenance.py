@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import psycopg
+
 from console import audit
 from console import maintenance as m
 from console import queue as q
@@ -88,3 +90,50 @@ def test_failed_last_run_is_red(conn, client_as):
 def test_in_the_openapi_document(client_as):
     paths = client_as("viewer").get("/api/v1/openapi.json").get_json()["paths"]
     assert "/api/v1/maintenance" in paths and "/api/v1/maintenance/run/{task}" in paths
+
+
+def _wait_for_reap_audit(conn, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(audit.search(conn, action="reap")) < count:
+        time.sleep(0.05)
+    assert len(audit.search(conn, action="reap")) >= count
+
+
+def test_run_now_refuses_a_second_run_while_one_holds_the_task_lock(dsn, conn, client_as):
+    from console.maintenance import runs
+
+    operator = client_as("operator")
+    with psycopg.connect(dsn, autocommit=True) as other:  # another web worker, mid-run
+        assert runs.try_lock(other, "reap")
+        resp = operator.post("/maintenance/run/reap", data={"csrf_token": CSRF})
+        assert resp.status_code == 409 and b"reap is already running" in resp.data
+        api = operator.post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF})
+        assert api.status_code == 409 and "already running" in api.get_json()["error"]
+        # another task is not held up
+        assert operator.post("/api/v1/maintenance/run/archive", headers={"X-CSRF-Token": CSRF}).status_code == 202
+        runs.unlock(other, "reap")
+    assert audit.search(conn, action="reap") == []
+    # without it the run starts, and gives the lock back when it ends: a second run also starts
+    assert operator.post("/maintenance/run/reap", data={"csrf_token": CSRF}).status_code == 303
+    _wait_for_reap_audit(conn, 1)
+    deadline = time.monotonic() + 10
+    while True:  # the thread unlocks right after the audit row commits
+        resp = operator.post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF})
+        if resp.status_code == 202 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert resp.status_code == 202
+    _wait_for_reap_audit(conn, 2)
+
+
+def test_run_now_refuses_while_a_run_of_the_task_is_in_progress_elsewhere(dsn, conn, client_as):
+    from console.maintenance import runs
+
+    with psycopg.connect(dsn, autocommit=True) as scheduler:  # e.g. the scheduler, mid-reap
+        run_id = runs.start(scheduler, "reap", "scheduler")
+        resp = client_as("operator").post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF})
+        assert resp.status_code == 409
+        assert f"run {run_id} by scheduler" in resp.get_json()["error"]
+        runs.finish(scheduler, run_id, "ok")
+    assert client_as("operator").post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF}).status_code == 202
+    _wait_for_reap_audit(conn, 1)

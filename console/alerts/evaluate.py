@@ -53,6 +53,7 @@ class AlertSettings:
     hysteresis: float = 0.1
     series_window: float = 300.0
     delivery_timeout: float = 10.0
+    allow_private_destinations: bool = False  # the address policy (console.alerts.addresses)
     delivery_interval: float = 10.0
     retry_base: float = 10.0
     retry_cap: float = 600.0

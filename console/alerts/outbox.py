@@ -7,7 +7,8 @@ the transition that caused it committed. `Sender.run_once()` (the scheduler's de
 1. claim the oldest due row whose earlier siblings for the same alert and destination are all
    settled (in order per alert), in one autocommit statement that sets a lease
    (`locked_until`); no transaction is open during the HTTP call;
-2. send it with the destination's transport (a time limit on connect and reads);
+2. send it with the destination's transport (one deadline for the whole exchange, and the
+   address policy checked on the addresses the host resolves to now);
 3. settle it in one short transaction with a delivery-log row: `delivered`; `pending` again
    with exponential backoff (`retry_base` doubling up to `retry_cap`, or the receiver's
    Retry-After) for a transient failure; `failed` for a permanent one (4xx other than 408/429);
@@ -122,7 +123,9 @@ class Sender:
             outcome, error = "failed", f"destination {row['destination']!r} is no longer configured"
         else:
             try:
-                result = transport_for(destination, timeout=self.settings.delivery_timeout).send(row["notification"])
+                transport = transport_for(destination, timeout=self.settings.delivery_timeout,
+                                          allow_private=self.settings.allow_private_destinations)
+                result = transport.send(row["notification"])
                 outcome, error, status, duration = "delivered", None, result.status, result.duration_ms
             except PermanentError as exc:
                 outcome, error, status, duration = "failed", str(exc), exc.status, exc.duration_ms
@@ -173,10 +176,12 @@ class TestResult:
     duration_ms: float | None
 
 
-def send_test(conn: psycopg.Connection | None, destination: Destination, *, timeout: float = 10.0) -> TestResult:
+def send_test(conn: psycopg.Connection | None, destination: Destination, *, timeout: float = 10.0,
+              allow_private: bool = False) -> TestResult:
     """Send a test notification now (no outbox, no retry) and return the receiver's real answer;
-    logged in the delivery log when a connection is given."""
-    transport = transport_for(destination, timeout=timeout)
+    logged in the delivery log when a connection is given. `allow_private` is the address policy's
+    setting (alerts.allow_private_destinations)."""
+    transport = transport_for(destination, timeout=timeout, allow_private=allow_private)
     try:
         result = transport.send(transport.test_notification())
         outcome = TestResult(True, result.status, f"HTTP {result.status}" + (f": {result.answer}" if result.answer else ""),

@@ -54,6 +54,9 @@ class RuleError(ValueError):
     """A rule or destination is invalid; the message names it and the field."""
 
 
+MAX_DURATION = 366 * 86400.0  # a year: longer than any sensible `for` or silence, far from overflow
+
+
 def parse_duration(value: Any) -> float:
     """A duration in seconds from 90, "90s", "15m", "1h", "7d"; ValueError otherwise."""
     if isinstance(value, bool):
@@ -67,6 +70,8 @@ def parse_duration(value: Any) -> float:
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
     if not math.isfinite(seconds) or seconds < 0:
         raise ValueError(f"{value!r} is not a duration (use e.g. 90s, 15m, 1h)")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"{value!r} is too long (at most {MAX_DURATION // 86400:.0f}d)")
     return seconds
 
 
@@ -281,7 +286,10 @@ def parse_rule(record: Mapping[str, Any], *, source: str = "file", where: str = 
         clear = None if record.get("clear") in (None, "") else _number(record["clear"], "clear")
         if clear is not None and ((op in (">", ">=") and clear > threshold) or (op in ("<", "<=") and clear < threshold)):
             raise ValueError(f"clear {clear:g} must be on the healthy side of threshold {threshold:g} (or equal)")
-        for_seconds = parse_duration(record.get("for", 0) or 0)
+        try:
+            for_seconds = parse_duration(record.get("for", 0) or 0)
+        except ValueError as exc:
+            raise ValueError(f"for: {exc}") from None
         severity = record.get("severity", "warning") or "warning"
         if severity not in SEVERITIES:
             raise ValueError(f"severity {severity!r} must be one of {', '.join(SEVERITIES)}")
@@ -463,9 +471,23 @@ def file_rules(tables: Mapping[str, Any]) -> dict[str, Rule]:
     return found
 
 
+def check_address(dest: Destination, config, *, where: str = "") -> None:
+    """The address policy at save time (console.alerts.addresses): RuleError naming the
+    destination and the refused address, unless alerts.allow_private_destinations is on."""
+    from console.alerts.addresses import AddressRefused, allowed_private, check_url
+
+    try:
+        check_url(dest.url, allow_private=allowed_private(config))
+    except AddressRefused as exc:
+        raise RuleError(f"webhook {dest.name!r}{' ' + where if where else ''}: {exc}") from None
+
+
 def check_config(config) -> None:
-    """Validate `[[webhooks]]` and `[[alerts.rules]]` (start-up calls this so a typo stops it)."""
+    """Validate `[[webhooks]]` and `[[alerts.rules]]` (start-up calls this so a typo stops it),
+    and apply the address policy to the webhooks' hosts."""
     destinations = file_destinations(config.tables)
+    for dest in destinations.values():
+        check_address(dest, config, where="(in the config file)")
     for rule in file_rules(config.tables).values():
         _check_webhook_names(rule, destinations)
 
@@ -574,6 +596,7 @@ def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, act
         previous = db_destinations(conn).get(record.get("name"))
         record["secret"] = previous.secret if previous else None
     dest = parse_destination(record, source="ui", where="(from the UI)")
+    check_address(dest, config)
     with conn.transaction():
         conn.execute(query("alerts", "upsert_ui_destination"), {
             "name": dest.name, "kind": dest.kind, "url": dest.url, "secret": dest.secret,

@@ -6,18 +6,24 @@ The contract every transport keeps (tested against real local HTTP receivers):
   `console.alerts.evaluate.build_notification` and docs/alerts.md) into the request body and
   headers for this kind of receiver. It never does I/O and never raises for a valid document.
 - `send(notification)` makes exactly one HTTP POST, with the destination's custom headers, no
-  redirects followed and a time limit (`timeout`, seconds) on connecting and on each read.
+  redirects followed and one deadline (`timeout`, seconds) for the whole exchange: connect,
+  TLS handshake, sending and reading the answer together (a receiver that trickles a byte a
+  second is cut off at the deadline, not at each read). The host is resolved first and every
+  address checked against the address policy (`console.alerts.addresses`; unless
+  `allow_private`), then the connection goes to a checked address, never to the name again.
   It returns a `Delivered` when the receiver answered 2xx, and otherwise raises:
     * `TransientError` — worth retrying later: connection refused or reset, DNS failure, a
-      timeout, HTTP 408, 429 and every 5xx. `retry_after` carries the receiver's Retry-After
+      timeout, HTTP 408, 429 and every 5xx, an answer that is not HTTP. `retry_after` carries the receiver's Retry-After
       (seconds) when it sent one.
     * `PermanentError` — retrying cannot help: any other 4xx (400 bad payload, 401/403 bad
-      credentials, 404/410 the webhook was deleted), a 3xx redirect, or a URL that cannot work.
+      credentials, 404/410 the webhook was deleted), a 3xx redirect, a URL that cannot work, or
+      an address the policy refuses.
   Nothing else escapes `send`.
 - Error messages hold the status and at most 200 characters of the receiver's answer, with the
   destination's secret, URL and header values removed, so they are safe for the delivery log.
   Secrets and request bodies are never logged.
 
+DNS resolution happens before the deadline starts (the system resolver has its own time limits).
 Transports do not retry, sleep or touch the database: `console.alerts.outbox` decides what a
 failure means for the notification.
 """
@@ -26,13 +32,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import io
 import json
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
+from console.alerts.addresses import AddressRefused, resolve
 from console.alerts.rules import Destination
 
 USER_AGENT = "Skiplock-Alerts/1"
@@ -89,12 +99,102 @@ def verify(secret: str, header: str, body: bytes, *, tolerance: float = 300, now
     return hmac.compare_digest(expected, fields.get("v1", ""))
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
-        return None  # a 3xx reaches send() as an HTTPError: the URL is wrong, say so
+class _DeadlineSocket:
+    """A connected socket whose every blocking call gets only the time left until `deadline`:
+    what http.client needs (sendall, makefile, close) and nothing more. Like a real socket, it
+    stays open while a reader made by makefile() is open (http.client closes the connection
+    before the answer's body is read when the receiver says `Connection: close`)."""
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self._sock = sock
+        self._deadline = deadline
+        self._readers = 0
+        self._closed = False
+
+    def arm(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("delivery deadline passed")
+        self._sock.settimeout(left)
+
+    def sendall(self, data) -> None:
+        self.arm()
+        self._sock.sendall(data)  # since Python 3.5 the timeout bounds the whole sendall
+
+    def recv_into(self, buffer) -> int:
+        self.arm()
+        return self._sock.recv_into(buffer)
+
+    def makefile(self, mode: str = "rb", *args, **kwargs):
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self))
+
+    def reader_closed(self) -> None:
+        self._readers -= 1
+        if self._closed and self._readers <= 0:
+            self._sock.close()
+
+    def close(self) -> None:
+        self._closed = True
+        if self._readers <= 0:
+            self._sock.close()
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect())
+class _DeadlineReader(io.RawIOBase):
+    def __init__(self, sock: _DeadlineSocket):
+        self._sock = sock
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        return self._sock.recv_into(buffer)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sock.reader_closed()
+        super().close()
+
+
+def _open(addresses: list[tuple[int, tuple]], deadline: float) -> socket.socket:
+    """Connect to the first of the checked addresses that answers before the deadline."""
+    error: OSError | None = None
+    for family, sockaddr in addresses:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("delivery deadline passed")
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(left)
+            sock.connect(sockaddr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+            if isinstance(exc, TimeoutError):
+                raise
+    raise error or OSError("no address to connect to")
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """HTTP to `host` (its Host header) over a connection to an address checked beforehand."""
+
+    def __init__(self, host: str, port: int, *, addresses: list[tuple[int, tuple]], deadline: float,
+                 tls: ssl.SSLContext | None = None):
+        super().__init__(host, port)
+        self._addresses, self._deadline, self._tls = addresses, deadline, tls
+
+    def connect(self) -> None:
+        sock = _open(self._addresses, self._deadline)
+        if self._tls is not None:
+            try:
+                sock.settimeout(max(0.001, self._deadline - time.monotonic()))
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)  # verifies the name, not the IP
+            except BaseException:
+                sock.close()
+                raise
+        self.sock = _DeadlineSocket(sock, self._deadline)
 
 
 class Transport:
@@ -102,9 +202,10 @@ class Transport:
 
     kind: ClassVar[str] = ""
 
-    def __init__(self, destination: Destination, *, timeout: float = 10.0):
+    def __init__(self, destination: Destination, *, timeout: float = 10.0, allow_private: bool = False):
         self.destination = destination
         self.timeout = timeout
+        self.allow_private = allow_private
 
     def render(self, notification: dict[str, Any]) -> tuple[bytes, dict[str, str]]:
         raise NotImplementedError
@@ -128,43 +229,61 @@ class Transport:
 
     def send(self, notification: dict[str, Any]) -> Delivered:
         body, headers = self.render(notification)
-        headers = {**self.destination.headers, "User-Agent": USER_AGENT, **headers}
-        request = urllib.request.Request(self.destination.url, data=body, headers=headers, method="POST")
+        headers = {**self.destination.headers, "User-Agent": USER_AGENT, "Connection": "close", **headers}
+        parts = urlsplit(self.destination.url)
+        host, https = parts.hostname or "", parts.scheme == "https"
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         started = time.monotonic()
 
         def elapsed() -> float:
             return round((time.monotonic() - started) * 1000, 1)
 
+        connection: _PinnedHTTP | None = None
+        response: http.client.HTTPResponse | None = None
         try:
-            with _OPENER.open(request, timeout=self.timeout) as response:
-                answer = response.read(4096).decode("utf-8", "replace")
-                return Delivered(status=response.status, answer=self._clean(answer), duration_ms=elapsed())
-        except urllib.error.HTTPError as exc:
-            status = exc.code
+            port = parts.port or (443 if https else 80)
+            addresses = resolve(host, port, allow_private=self.allow_private)
+            deadline = time.monotonic() + self.timeout
+            connection = _PinnedHTTP(host, port, addresses=addresses, deadline=deadline,
+                                     tls=ssl.create_default_context() if https else None)
+            connection.request("POST", path, body=body, headers=headers)
+            response = connection.getresponse()
+            status = response.status
             try:
-                answer = exc.read(4096).decode("utf-8", "replace")
-            except Exception:  # noqa: BLE001 - the answer is a courtesy; the status decides
+                answer = response.read(4096).decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):  # the answer is a courtesy; the status decides
                 answer = ""
-            message = f"HTTP {status}" + (f": {self._clean(answer)}" if answer.strip() else "")
-            if status in (408, 429) or status >= 500:
-                raise TransientError(message, status=status, duration_ms=elapsed(),
-                                     retry_after=_retry_after(exc.headers.get("Retry-After"))) from None
-            if 300 <= status < 400:
-                raise PermanentError(f"HTTP {status}: the receiver redirects; configure the final URL",
-                                     status=status, duration_ms=elapsed()) from None
-            raise PermanentError(message, status=status, duration_ms=elapsed()) from None
+            retry_after = response.headers.get("Retry-After")
+        except AddressRefused as exc:
+            raise PermanentError(f"destination {self.destination.name!r}: {exc}", duration_ms=elapsed()) from None
         except TimeoutError:
-            raise TransientError(f"timed out after {self.timeout:g}s", duration_ms=elapsed()) from None
-        except urllib.error.URLError as exc:
-            reason = exc.reason
-            if isinstance(reason, TimeoutError):
-                raise TransientError(f"timed out after {self.timeout:g}s", duration_ms=elapsed()) from None
-            raise TransientError(f"cannot connect: {self._clean(str(reason))}", duration_ms=elapsed()) from None
+            raise TransientError(f"timed out after {self.timeout:g}s (connect, send and answer together)",
+                                 duration_ms=elapsed()) from None
+        except socket.gaierror as exc:
+            raise TransientError(f"cannot connect: cannot resolve {host}: {self._clean(str(exc.strerror or exc))}",
+                                 duration_ms=elapsed()) from None
         except (ConnectionError, OSError) as exc:
-            raise TransientError(f"connection failed: {self._clean(str(exc))}", duration_ms=elapsed()) from None
-        except ValueError as exc:  # e.g. a header value urllib refuses
+            raise TransientError(f"cannot connect: {self._clean(str(exc))}", duration_ms=elapsed()) from None
+        except http.client.HTTPException as exc:
+            raise TransientError(f"the receiver's answer is not HTTP: {self._clean(exc.__class__.__name__)}",
+                                 duration_ms=elapsed()) from None
+        except ValueError as exc:  # e.g. a header value http.client refuses
             raise PermanentError(f"request refused before sending: {self._clean(str(exc))}",
                                  duration_ms=elapsed()) from None
+        finally:
+            if response is not None:
+                response.close()
+            if connection is not None:
+                connection.close()
+        if 200 <= status < 300:
+            return Delivered(status=status, answer=self._clean(answer), duration_ms=elapsed())
+        message = f"HTTP {status}" + (f": {self._clean(answer)}" if answer.strip() else "")
+        if status in (408, 429) or status >= 500:
+            raise TransientError(message, status=status, duration_ms=elapsed(), retry_after=_retry_after(retry_after))
+        if 300 <= status < 400:
+            raise PermanentError(f"HTTP {status}: the receiver redirects; configure the final URL",
+                                 status=status, duration_ms=elapsed())
+        raise PermanentError(message, status=status, duration_ms=elapsed())
 
     def _clean(self, text: str) -> str:
         text = " ".join(self.destination.redact(text).split())
@@ -271,5 +390,5 @@ class PagerDutyTransport(Transport):
 TRANSPORTS: dict[str, type[Transport]] = {t.kind: t for t in (JsonTransport, SlackTransport, PagerDutyTransport)}
 
 
-def transport_for(destination: Destination, *, timeout: float = 10.0) -> Transport:
-    return TRANSPORTS[destination.kind](destination, timeout=timeout)
+def transport_for(destination: Destination, *, timeout: float = 10.0, allow_private: bool = False) -> Transport:
+    return TRANSPORTS[destination.kind](destination, timeout=timeout, allow_private=allow_private)

@@ -113,7 +113,9 @@ def test_webhook_cmd(obj, name: str) -> None:
         dest = ruleset.destinations.get(name)
         if dest is None:
             raise click.UsageError(f"no webhook named {name!r} (defined: {', '.join(sorted(ruleset.destinations)) or 'none'})")
-        result = outbox.send_test(conn, dest, timeout=alerts.settings(obj.config).delivery_timeout)
+        settings = alerts.settings(obj.config)
+        result = outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
+                                  allow_private=settings.allow_private_destinations)
     click.echo(f"{name} ({dest.kind}, {dest.display_url()}): {'OK' if result.ok else 'FAILED'} {result.message}")
     if not result.ok:
         raise SystemExit(1)

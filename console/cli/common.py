@@ -12,6 +12,7 @@ import click
 
 from console.config import Config, ConfigError, load_config
 from console.db import DatabaseError, resolve_dsn
+from console.timefmt import MAX_SPAN_DAYS
 
 
 class Context:
@@ -88,7 +89,10 @@ def parse_duration(text: str) -> timedelta:
     match = _DURATION.match(str(text))
     if not match:
         raise ValueError(f"{text!r} is not a duration (use e.g. 90s, 15m, 1h, 7d)")
-    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_SPAN_DAYS * 86400:  # also keeps timedelta and "now - span" from overflowing
+        raise ValueError(f"{text!r} is too long (at most {MAX_SPAN_DAYS}d)")
+    return timedelta(seconds=seconds)
 
 
 class DurationType(click.ParamType):

@@ -68,6 +68,8 @@ DEMO_SETTINGS: dict[str, Any] = {
     "scheduler.election_interval": 5.0,
     "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
     "maintenance.archive_retention": "1d",
+    # The demo's webhook receiver listens on loopback, which the address policy refuses by default.
+    "alerts.allow_private_destinations": True,
 }
 
 # The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead

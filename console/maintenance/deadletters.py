@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from console.db import time_limited
 from console.maintenance.errors import InvalidSelection
 from console.sqlfiles import query
+from console.timefmt import bounded, parse_instant
 
 FILTER_KEYS = ("ids", "queue", "kind", "fingerprint", "failed_since", "failed_before", "payload")
 MAX_IDS = 100_000
@@ -40,18 +41,10 @@ def _parse_time(name: str, value: Any) -> datetime | None:
     if value is None or value == "":
         return None
     if isinstance(value, str):
-        text = value.strip()
-        if text.endswith("Z"):
-            text = text[:-1] + "+00:00"
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise InvalidSelection(f"{name}: {value!r} is not a date-time (use ISO 8601, e.g. 2026-11-30T03:00:00Z)") from None
+        return parse_instant(value, name, relative=False, error=InvalidSelection)
     if not isinstance(value, datetime):
         raise InvalidSelection(f"{name}: {value!r} is not a date-time")
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)  # a time without zone is read as UTC
-    return value
+    return bounded(value, name, error=InvalidSelection)  # a time without zone is read as UTC
 
 
 def _text(name: str, value: Any) -> str | None:

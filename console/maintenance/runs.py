@@ -5,6 +5,10 @@ a batch in the caller's open transaction (the same one that did the work, so the
 what committed even after a kill -9), and `finish()` closes it. A 'running' row whose backend
 has disconnected is marked 'abandoned' by the next `start()` of any task.
 
+`try_lock()` / `unlock()` take and release a task's session advisory lock on the connection that
+does the work, and `live_run()` finds a run of the task in progress anywhere: the web's "run
+now" uses both to refuse a second run while one runs.
+
 It does not decide what a task does; archive.py, retention.py and actions.py do.
 """
 
@@ -20,6 +24,28 @@ from console.sqlfiles import query
 
 TASKS = ("archive", "retention", "reap")
 OUTCOMES = ("running", "ok", "error", "cancelled", "abandoned")
+TASK_LOCK_CLASS = 0x5C1B_4A5  # advisory lock namespace of maintenance runs (second key: TASKS index + 1)
+
+
+def _lock_params(task: str) -> dict[str, int]:
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {', '.join(TASKS)}")
+    return {"lock_class": TASK_LOCK_CLASS, "task_key": TASKS.index(task) + 1}
+
+
+def try_lock(conn: psycopg.Connection, task: str) -> bool:
+    """Take the task's session advisory lock on `conn` (autocommit) if free; never waits."""
+    return bool(conn.execute(query("maintenance", "task_try_lock"), _lock_params(task)).fetchone()[0])
+
+
+def unlock(conn: psycopg.Connection, task: str) -> None:
+    conn.execute(query("maintenance", "task_unlock"), _lock_params(task))
+
+
+def live_run(conn: psycopg.Connection, task: str) -> dict[str, Any] | None:
+    """The task's run in progress (its backend still connected), or None."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("maintenance", "run_live"), {"task": task}).fetchone()
 
 
 def mark_abandoned(conn: psycopg.Connection) -> list[int]:

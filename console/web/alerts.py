@@ -527,8 +527,9 @@ def _send_test(name: str) -> outbox.TestResult:
     dest = _ruleset(conn).destinations.get(name)
     if dest is None:
         abort(404, f"no destination named {name!r}")
-    cfg = _config()
-    return outbox.send_test(conn, dest, timeout=ev.AlertSettings.from_config(cfg).delivery_timeout)
+    settings = ev.AlertSettings.from_config(_config())
+    return outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
+                            allow_private=settings.allow_private_destinations)
 
 
 @bp.post("/alerts/destinations/<name>/test")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import psycopg
 from flask import Blueprint, current_app, jsonify, redirect, render_template, url_for
 from psycopg_pool import PoolTimeout
@@ -10,6 +12,9 @@ from console.db import time_limited
 from console.web.api import STR, api_doc, obj
 from console.web.auth import public, requires
 from console.web.database import DatabaseUnreachable, get_conn
+from console.web.errors import failure_reason
+
+log = logging.getLogger(__name__)
 
 bp = Blueprint("core", __name__)
 
@@ -38,7 +43,9 @@ def healthz():
             cur.execute("SELECT to_regclass('skiplock.jobs') IS NOT NULL AS schema")
             schema = cur.fetchone()["schema"]
     except (DatabaseUnreachable, PoolTimeout, psycopg.Error) as exc:
-        return jsonify(status="unavailable", database="unreachable", error=str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__), 503
+        # Anonymous callers learn "unreachable", not the host, user or server message: those go to the log.
+        log.warning("healthz: database unreachable: %s", failure_reason(exc))
+        return jsonify(status="unavailable", database="unreachable"), 503
     if not schema:
         return jsonify(status="unavailable", database="schema missing: run `skiplock migrate`"), 503
     return jsonify(status="ok", database="ok")

@@ -38,6 +38,7 @@ from console import browse
 from console import maintenance as m
 from console.maintenance import bulk
 from console.maintenance.deadletters import count as count_matching
+from console.timefmt import bounded
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
@@ -123,9 +124,9 @@ def _before() -> tuple[datetime, int] | None:
         return None
     stamp, _, job_id = raw.rpartition("~")
     try:
-        return datetime.fromisoformat(stamp), int(job_id)
+        return bounded(datetime.fromisoformat(stamp), "before"), int(job_id)
     except ValueError:
-        abort(400, f"before: {raw!r} is not a cursor from a previous page")
+        abort(400, f"before: {raw[:80]!r} is not a cursor from a previous page")
 
 
 def jobs_data() -> dict[str, Any]:

@@ -10,10 +10,16 @@ from flask import Flask, jsonify, render_template, request
 from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
-from console.db import DatabaseError
+from console.db import DatabaseError, _redact
 from console.web.database import DatabaseUnreachable, QueryTooSlow
 
 log = logging.getLogger(__name__)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """A database failure for a log line: one line, the password removed (console.db._redact)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return _redact(text) if text else exc.__class__.__name__
 
 
 def wants_json() -> bool:
@@ -57,9 +63,10 @@ def install(app: Flask) -> None:
         return respond(503, "Query too slow", "the query took longer than its time limit; narrow the filter")
 
     def unreachable(exc: Exception):
-        reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-        log.warning("database unreachable: %s", reason)
-        return respond(503, "Database unreachable", f"The database is unreachable: {reason}. "
+        # The reason (host, port, user, the server's words) is for the operator's log, never for
+        # the page: anyone, signed in or not, may see this page.
+        log.warning("database unreachable (%s %s): %s", request.method, request.path, failure_reason(exc))
+        return respond(503, "Database unreachable", "The database is unreachable. "
                        "The console will work again as soon as it answers.", template="db_down.html",
                        database="unreachable")
 

@@ -106,11 +106,19 @@ _HOLDER_ADVICE = {
     "transaction": "A long transaction or query. If it is not meant to run this long: SELECT pg_cancel_backend({pid}); "
                    "(pg_terminate_backend if that does not end it).",
     "replication_slot": "A replication slot pins old rows. If its consumer is gone for good: "
-                        "SELECT pg_drop_replication_slot('{id}');",
-    "prepared_transaction": "A forgotten two-phase transaction. Find its coordinator, or: ROLLBACK PREPARED '{id}';",
+                        "SELECT pg_drop_replication_slot({id});",
+    "prepared_transaction": "A forgotten two-phase transaction. Find its coordinator, or: ROLLBACK PREPARED {id};",
     "standby": "A standby with hot_standby_feedback runs a long query. End that query on the standby, "
                "or lower max_standby_streaming_delay.",
 }
+
+
+def _holder_advice(conn, row: dict[str, Any]) -> str:
+    """The advice with the holder's id as a SQL string literal (a gid may hold quotes or
+    backslashes: psycopg quotes it for this connection, so the command is valid and does only
+    what it says)."""
+    ident = sql.Literal(row["id"] or "").as_string(conn)
+    return _HOLDER_ADVICE[row["kind"]].format(pid=int(row["pid"]) if row["pid"] is not None else "NULL", id=ident)
 
 
 def holders_panel(conn) -> dict[str, Any]:
@@ -126,7 +134,7 @@ def holders_panel(conn) -> dict[str, Any]:
         if r["xid_age"] and r["xid_age"] >= 100_000_000:
             lv = "bad"
         out.append({**r, "application": r["application_name"], "level": lv,
-                    "advice": _HOLDER_ADVICE[r["kind"]].format(pid=r["pid"], id=r["id"]) if lv != "good" else None})
+                    "advice": _holder_advice(conn, r) if lv != "good" else None})
     # the oldest by age, not the first row: rows are ordered by XID age, and the first is often a
     # standby's feedback, which has no age of its own
     oldest = max((h["age_s"] for h in out if h["age_s"] is not None), default=None)

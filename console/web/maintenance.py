@@ -6,7 +6,9 @@ GET  /maintenance                 the page
 POST /maintenance/run/<task>      reap | archive now (operator; audited by console.maintenance)
 and the same under /api/v1/maintenance.
 
-A "run now" starts the task in a background thread on its own connection and returns at
+A "run now" takes a connection from the pool and the task's advisory lock on it (409 when the
+lock is taken or a run of the task is in progress anywhere, so two gunicorn workers never run
+the same task at once), starts the task in a background thread on that connection and returns at
 once; the run appears as a 'running' row and its end is recorded by console.maintenance
 (run row + audit row). The archiver's run-now is bounded (`RUN_NOW_MAX_BATCHES`) so a button
 press never becomes an hour-long sweep; the scheduler keeps doing the rest.
@@ -19,16 +21,17 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+from psycopg_pool import PoolTimeout
 
 from console import maintenance as m
 from console.config import SETTINGS
-from console.db import connect
 from console.maintenance import runs
 from console.timefmt import duration
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
-from console.web.database import run_panel
+from console.web.database import DatabaseUnreachable, run_panel
 
 log = logging.getLogger(__name__)
 bp = Blueprint("maintenance", __name__)
@@ -136,20 +139,39 @@ def api_index():
     return jsonify({k: (_panel(v) if k != "settings" else v) for k, v in data.items()})
 
 
-def _run_in_background(task: str, actor: str, reason: str | None) -> threading.Thread:
+def _give_back(conn, task: str | None) -> None:
+    """Release the task's lock and return the connection to the pool; a connection that cannot
+    say it unlocked is closed, so no lock ever stays behind in the pool."""
+    pool = _state().pool
+    if task is not None:
+        try:
+            runs.unlock(conn, task)
+        except Exception:  # noqa: BLE001 - closing the session releases its locks
+            conn.close()
+    pool.putconn(conn)
+
+
+def _run_in_background(task: str, conn, actor: str, reason: str | None) -> threading.Thread:
+    """Run `task` on `conn` (a pool connection holding the task's lock) in a thread; the thread
+    gives both back when the run ends."""
     st = _state()
-    dsn, settings = st.dsn, m.MaintenanceSettings.from_config(st.config)
+    settings, pool = m.MaintenanceSettings.from_config(st.config), st.pool
 
     def target() -> None:
         try:
-            with connect(dsn, application_name=f"skiplock-web-{task}") as conn:
-                if task == "reap":
-                    m.reap(conn, actor=actor, reason=reason, batch_size=settings.batch_size)
-                else:
-                    m.archive_completed(conn, actor=actor, reason=reason, max_batches=RUN_NOW_MAX_BATCHES,
-                                        **settings.archive_kwargs())
+            if task == "reap":
+                m.reap(conn, actor=actor, reason=reason, batch_size=settings.batch_size)
+            else:
+                m.archive_completed(conn, actor=actor, reason=reason, max_batches=RUN_NOW_MAX_BATCHES,
+                                    **settings.archive_kwargs())
         except Exception:
             log.exception("%s now (by %s) failed", task, actor)
+        finally:
+            try:
+                runs.unlock(conn, task)
+            except Exception:  # noqa: BLE001 - closing the session releases its locks
+                conn.close()
+            pool.putconn(conn)
 
     thread = threading.Thread(target=target, name=f"skiplock-{task}-now", daemon=True)
     thread.start()
@@ -157,12 +179,31 @@ def _run_in_background(task: str, actor: str, reason: str | None) -> threading.T
 
 
 def run_now(task: str) -> dict[str, Any]:
+    """Start `task` on a pool connection that holds the task's advisory lock; 409 when a run of
+    it is already going (this console's, another web worker's, the scheduler's or the CLI's)."""
     if task not in RUN_NOW:
         abort(404, f"no task {task!r} to run now; tasks: {', '.join(RUN_NOW)}")
     reason = (request.form.get("reason") or "").strip()
     if len(reason) > 500:
         abort(400, "reason: at most 500 characters")
-    thread = _run_in_background(task, g.user.name, reason or None)
+    st = _state()
+    try:
+        conn = st.pool.getconn(timeout=st.config.web.db_wait)
+    except PoolTimeout:
+        raise DatabaseUnreachable(f"no database connection within {st.config.web.db_wait:g} s") from None
+    try:
+        if not runs.try_lock(conn, task):
+            _give_back(conn, None)
+            abort(409, f"{task} is already running (started from the console); wait for it to finish")
+        live = runs.live_run(conn, task)
+    except psycopg.Error:
+        _give_back(conn, task)
+        raise
+    if live is not None:
+        _give_back(conn, task)
+        abort(409, f"{task} is already running (run {live['id']} by {live['actor']}, started "
+                   f"{live['started_at']:%H:%M:%S} UTC); wait for it to finish")
+    thread = _run_in_background(task, conn, g.user.name, reason or None)
     return {"task": task, "started": True, "thread": thread.name}
 
 
@@ -177,7 +218,7 @@ def run(task: str):
 @requires("operator")
 @api_doc("Run reap or archive now, in the background (the run shows in the maintenance runs; audited)",
          params=[Param("task", where="path", enum=RUN_NOW), Param("reason", where="form", max_length=500)],
-         status=202, responses={"202": "started", "404": "no such task"},
+         status=202, responses={"202": "started", "404": "no such task", "409": "a run of the task is in progress"},
          response=obj({"task": {"enum": list(RUN_NOW)}, "started": BOOL}))
 def api_run(task: str):
     out = run_now(task)
