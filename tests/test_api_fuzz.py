@@ -46,6 +46,8 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
     status_code_conformance,
 )
 
+from console.config import load_config  # noqa: E402
+
 MAX_EXAMPLES = 5
 
 # (method, path): why the fuzzer must not call it.
@@ -70,7 +72,8 @@ def seed(conn, receiver_url: str) -> dict:
     q.claim(conn, "fuzz-worker:1", queues=["slow"], limit=1, lease=600)
     maint_actions.reap(conn, actor="fuzz-seed", reason="seed", batch_size=100)
 
-    dest = r.save_destination(conn, {"name": "oncall", "url": receiver_url}, actor="admin")
+    dest = r.save_destination(conn, {"name": "oncall", "url": receiver_url}, actor="admin",
+                              config=load_config(overrides=ALLOW_LOOPBACK))
     rule = r.parse_rule({"name": "queue_age", "metric": "queue_age_seconds", "op": ">", "threshold": 100,
                          "for": "0s"})
     rules = r.RuleSet(rules={"queue_age": rule}, destinations={"oncall": dest})
@@ -86,6 +89,14 @@ def seed(conn, receiver_url: str) -> dict:
                reason="known", actor="operator", ruleset=rules)
     audit.record(conn, actor="fuzz-seed", action="seed", target="db", detail={"why": "fuzz"})
     return {"dead": dead, "alert_id": alert_id}
+
+
+ALLOW_LOOPBACK = {"alerts.allow_private_destinations": True}  # the receiver is on loopback
+
+
+@pytest.fixture
+def web_settings(web_settings):
+    return {**web_settings, **ALLOW_LOOPBACK}
 
 
 @pytest.fixture
