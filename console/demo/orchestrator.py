@@ -68,6 +68,9 @@ DEMO_SETTINGS: dict[str, Any] = {
     "scheduler.election_interval": 5.0,
     "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
     "maintenance.archive_retention": "1d",
+    # The demo's console is `skiplock serve` (development mode); should it ever run in production
+    # mode, a local Prometheus may still scrape the demo's /metrics without a token.
+    "web.metrics_public": True,
 }
 
 # The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead
