@@ -41,6 +41,15 @@ def _blocked_for(conn, name, address) -> float:
     ).fetchone()[0]
 
 
+def _block_length(conn, name, address) -> float:
+    """Seconds the pair's latest failure blocked it for."""
+    return conn.execute(
+        "SELECT extract(epoch FROM blocked_until - last_at)::float8 FROM skiplock.login_throttle "
+        "WHERE scope = 'pair' AND subject = %s",
+        (f"{client_key(address)}|{name}",),
+    ).fetchone()[0]
+
+
 def _unblock(conn):
     conn.execute("UPDATE skiplock.login_throttle SET blocked_until = now() - interval '1 second' "
                  "WHERE blocked_until IS NOT NULL")
@@ -65,19 +74,22 @@ def test_a_stranger_hammering_admin_does_not_lock_out_the_real_admin(throttled, 
 def test_per_pair_backoff_doubles_up_to_the_cap(throttled, web_app, personas, conn):
     for _ in range(3):
         assert _attempt(web_app, "operator", "wrong-password", STRANGER).status_code == 401
+    waits = [round(_block_length(conn, "operator", STRANGER))]
     blocked = _attempt(web_app, "operator", PASSWORD, STRANGER)  # even the right password waits
     assert blocked.status_code == 429
     assert b"for this user from this address" in blocked.data
     assert 1 <= int(blocked.headers["Retry-After"]) <= 2  # blocked for 2 s from the third failure
-    waits = []
-    for _ in range(4):
-        waits.append(round(_blocked_for(conn, "operator", STRANGER)))
+    for i in range(4):
+        if i:
+            waits.append(round(_block_length(conn, "operator", STRANGER)))
         _unblock(conn)  # time passes (moved in the database, not slept)
         assert _attempt(web_app, "operator", "wrong-password", STRANGER).status_code == 401
-    waits.append(round(_blocked_for(conn, "operator", STRANGER)))
+    waits.append(round(_block_length(conn, "operator", STRANGER)))
     assert waits == [2, 4, 8, 16, 20]  # 2^k seconds, capped at web.login_backoff_cap
-    # the right password after the wait signs in and starts the pair over
+    # the right password after the wait signs in and starts the pair over (the address has
+    # used up its ceiling of 8 by now: that limit has its own test, so give it room here)
     _unblock(conn)
+    conn.execute("UPDATE skiplock.login_throttle SET failures = 0 WHERE scope = 'addr'")
     assert _attempt(web_app, "operator", PASSWORD, STRANGER).status_code == 302
     assert _attempt(web_app, "operator", "wrong-password", STRANGER).status_code == 401
     assert _blocked_for(conn, "operator", STRANGER) == 0
