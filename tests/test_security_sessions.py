@@ -183,3 +183,32 @@ def test_the_retired_session_hours_setting_names_its_replacements(tmp_path):
         load_config(path, env={})
     with pytest.raises(ConfigError, match=r"SKIPLOCK_WEB_SESSION_HOURS.*web\.session_idle"):
         load_config(env={"SKIPLOCK_WEB_SESSION_HOURS": "24"})
+
+
+@pytest.fixture
+def fast_polls(web_settings):
+    web_settings["web.poll_fast"] = 0.3
+    return web_settings
+
+
+@pytest.mark.browser
+def test_the_browsers_polls_say_so_and_leave_the_idle_timer_alone(fast_polls, live_server, page, personas, conn):
+    import re
+
+    page.goto(live_server + "/queues")
+    page.fill("input[name=name]", "viewer")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(re.compile(re.escape(live_server + "/queues")))
+    conn.execute("UPDATE skiplock.web_sessions SET last_seen_at = now() - interval '3 hours'")
+    stamp = _sessions(conn, "viewer")[0][2]
+    with page.expect_request(lambda r: r.headers.get("x-skiplock-poll") == "1", timeout=10_000) as polled:
+        pass
+    assert polled.value.headers.get("hx-request") == "true"
+    with page.expect_response(lambda r: r.request.headers.get("x-skiplock-poll") == "1", timeout=10_000) as answered:
+        pass
+    assert answered.value.status == 200
+    assert _sessions(conn, "viewer")[0][2] == stamp  # polls went on, the idle timer did not move
+    page.reload()
+    moved = conn.execute("SELECT now() - last_seen_at < interval '1 minute' FROM skiplock.web_sessions").fetchone()[0]
+    assert moved  # a real page load is activity
