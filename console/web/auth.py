@@ -150,7 +150,7 @@ def _origin_refusal() -> str | None:
         return "cross-site request refused (Sec-Fetch-Site: cross-site)"
     origin = request.headers.get("Origin")
     if origin is None:
-        return None  # same-origin GET-less forms of older browsers; CSRF still applies
+        return None  # no Origin (older browsers, some same-origin requests): the CSRF token decides
     ours = f"{request.scheme}://{request.host}".lower()
     allowed = {ours}
     console_url = _state().config.alerts.console_url
@@ -176,7 +176,7 @@ def _guard():
     if request.method not in SAFE_METHODS:
         if user and user.via == "token":
             if user.read_only:
-                abort(403, "this API token is read-only: it may only read (GET)")
+                abort(403, "this API token is read-only: it may only read (GET, HEAD)")
         else:
             refusal = _origin_refusal()
             if refusal:
