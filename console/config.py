@@ -149,17 +149,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("maintenance", "bulk_rate", float, 0.0, "Most rows per second a replay or purge touches when the operator does not say; 0 = no cap.", non_negative),
     Setting("maintenance", "statement_timeout_ms", int, 10000, "Time limit for one maintenance batch statement.", positive),
     # [web]
-    Setting("web", "production", bool, False, "Production mode: refuse to start without web.secret_key, and send cookies only over HTTPS."),
-    Setting("web", "secret_key", str, "", "Signs session cookies; required in production (dev/test generate one per process).", secret=True),
+    Setting("web", "production", bool, True, "Production mode (the default; `skiplock serve` turns it off): refuse to start without web.secret_key, Secure cookies, HSTS over HTTPS, /metrics needs web.metrics_token unless web.metrics_public."),
+    Setting("web", "secret_key", str, "", "Signs session cookies; required in production (the development server generates one per process).", secret=True),
     Setting("web", "host", str, "127.0.0.1", "Address `skiplock serve` listens on."),
     Setting("web", "port", int, 8000, "Port `skiplock serve` listens on.", positive),
     Setting("web", "trusted_header", str, "", "Request header set by a trusted SSO proxy with the user name (e.g. X-Forwarded-User); empty = off. Only enable behind a proxy that strips it from clients."),
     Setting("web", "proxy_count", int, 0, "Reverse proxies in front of the console whose X-Forwarded-For/-Proto to trust (0 = none).", non_negative),
-    Setting("web", "metrics_token", str, "", "Bearer token /metrics requires; empty = no token.", secret=True),
-    Setting("web", "login_window", int, 900, "Seconds over which failed sign-ins are counted for rate limiting.", positive),
-    Setting("web", "login_max_per_ip", int, 20, "Failed sign-ins from one address within login_window before it is refused.", positive),
-    Setting("web", "login_max_per_user", int, 10, "Failed sign-ins for one user name within login_window before it is refused.", positive),
-    Setting("web", "session_hours", int, 12, "Hours a sign-in lasts.", positive),
+    Setting("web", "metrics_token", str, "", "Bearer token /metrics requires; empty = none (then production mode answers 401 unless metrics_public).", secret=True),
+    Setting("web", "metrics_public", bool, False, "Serve /metrics without a token even in production mode (only where the network already keeps strangers out)."),
+    Setting("web", "login_window", int, 900, "Seconds of one address's sign-in window, and the quiet time after which a (user, address) pair starts over.", positive),
+    Setting("web", "login_max_per_ip", int, 20, "Sign-in attempts from one address (an IPv6 /64) within login_window, across user names, before it is refused.", positive),
+    Setting("web", "login_free_failures", int, 5, "Failed sign-ins of one (user name, address) before each further attempt waits 2, 4, 8 ... seconds.", positive),
+    Setting("web", "login_backoff_cap", float, 300.0, "Longest wait, in seconds, between two sign-in attempts of one (user name, address).", positive),
+    Setting("web", "session_idle", duration, timedelta(hours=12), "A sign-in ends after this long without a request (background polls do not count), e.g. 12h.", positive_duration),
+    Setting("web", "session_max", duration, timedelta(days=7), "A sign-in ends this long after it began, however busy, e.g. 7d.", positive_duration),
     Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers."),
     Setting("web", "redact_hook", str, "", "Optional `module:function` taking (payload, user) and returning the payload to show; runs after redact_keys."),
     Setting("web", "redact_text_hook", str, "", "Optional `module:function` taking (text, user) and returning the error text to show (last errors, error history, error groups, operation errors); runs after the values of redact_keys are masked in it for viewers."),
@@ -191,6 +194,19 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}
+
+# Settings that existed once: naming one stops start-up with what replaces it, never silently.
+RETIRED: dict[tuple[str, str], str] = {
+    ("web", "session_hours"): "was replaced by web.session_idle (default 12h: ends a sign-in after that long "
+                              "without a request) and web.session_max (default 7d: ends it that long after it began)",
+    ("web", "login_max_per_user"): "was removed: one user name is no longer locked for everyone; sign-in is throttled "
+                                   "per (user name, address) by web.login_free_failures and web.login_backoff_cap, "
+                                   "and per address by web.login_max_per_ip",
+}
+
+
+def _retired(section: str, key: str, where: str) -> ConfigError:
+    return ConfigError(f"{section}.{key} ({where}) {RETIRED[(section, key)]}")
 
 
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
@@ -292,10 +308,16 @@ def load_config(
                 tables[f"{section}.{key}"] = raw  # e.g. [[alerts.rules]]
                 continue
             setting = _BY_KEY.get((section, key))
+            if (section, key) in RETIRED:
+                raise _retired(section, key, f"in {config_path}")
             if setting is None:
                 raise ConfigError(f"config file {config_path}: unknown setting {section}.{key}")
             values[(section, key)] = _coerce(setting, raw, f"in {config_path}")
 
+    for section, key in RETIRED:
+        env_var = f"SKIPLOCK_{section}_{key}".upper()
+        if env_var in env:
+            raise _retired(section, key, f"from ${env_var}")
     for setting in SETTINGS:
         if setting.env_var in env:
             values[(setting.section, setting.key)] = _coerce(
@@ -305,6 +327,8 @@ def load_config(
     for dotted, raw in (overrides or {}).items():
         section, _, key = dotted.partition(".")
         setting = _BY_KEY.get((section, key))
+        if (section, key) in RETIRED:
+            raise _retired(section, key, "override")
         if setting is None:
             raise ConfigError(f"unknown setting {dotted}")
         values[(section, key)] = _coerce(setting, raw, "override")

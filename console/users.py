@@ -1,18 +1,28 @@
-"""Console users, roles, API tokens and sign-in rate limiting (tables from migration 005).
+"""Console users, roles, API tokens, web sessions and sign-in throttling (migrations 005, 010).
 
 Roles are ordered: a viewer reads everything (payloads redacted), an operator also acts on
 jobs and queues, an admin also manages users, alert rules and webhooks. `has_role(user_role,
 needed)` is the only comparison anyone should make.
 
 Passwords are hashed with argon2id (argon2-cffi's defaults). API tokens are shown once, when
-created, and stored as SHA-256.
+created, and stored as SHA-256; a token may expire and may be read-only.
 
-This module does not know about HTTP or sessions; `console.web.auth` does.
+Web sessions are rows of `skiplock.web_sessions` keyed by the SHA-256 of a random token (the
+cookie holds the token). A new password, another role or disabling the user ends every session
+of that user in the same SQL statement as the change (sql/users.sql), so the web admin page,
+the CLI and anything else calling these functions get it alike.
+
+Sign-in throttling (`throttle`, `login_succeeded`) counts per (user name, client address) with
+exponential backoff, and per address across user names; an IPv6 address counts by its /64. A
+stranger guessing one user's password therefore slows down only himself.
+
+This module does not know about HTTP or cookies; `console.web.auth` does.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 import secrets
 from dataclasses import dataclass
@@ -45,6 +55,7 @@ class User:
     name: str
     role: str
     via: str = "session"  # session | token | header
+    read_only: bool = False  # a read-only API token: safe methods only
 
     def can(self, role: str) -> bool:
         return has_role(self.role, role)
@@ -81,7 +92,7 @@ def add_user(conn: psycopg.Connection, name: str, role: str, password: str | Non
     check_role(role)
     password_hash = hash_password(password) if password is not None else None
     row = conn.execute(query("users", "upsert_user"), {"name": name, "role": role, "password_hash": password_hash}).fetchone()
-    return bool(row[2])
+    return bool(row[2])  # a new password or another role also ended the user's sessions (the SQL does)
 
 
 def get_user(conn: psycopg.Connection, name: str) -> dict[str, Any] | None:
@@ -94,21 +105,27 @@ def list_users(conn: psycopg.Connection) -> list[dict[str, Any]]:
         return cur.execute(query("users", "list_users")).fetchall()
 
 
-def _one(conn: psycopg.Connection, name_of_query: str, params: dict[str, Any], name: str) -> None:
-    if conn.execute(query("users", name_of_query), params).fetchone() is None:
+def _one(conn: psycopg.Connection, name_of_query: str, params: dict[str, Any], name: str) -> int:
+    """Run a user change; returns how many sessions it ended."""
+    row = conn.execute(query("users", name_of_query), params).fetchone()
+    if row is None:
         raise UserError(f"no user named {name!r}")
+    return int(row[1])
 
 
-def set_role(conn: psycopg.Connection, name: str, role: str) -> None:
-    _one(conn, "set_role", {"name": name, "role": check_role(role)}, name)
+def set_role(conn: psycopg.Connection, name: str, role: str) -> int:
+    """Another role ends the user's sessions; returns how many."""
+    return _one(conn, "set_role", {"name": name, "role": check_role(role)}, name)
 
 
-def set_disabled(conn: psycopg.Connection, name: str, disabled: bool) -> None:
-    _one(conn, "set_disabled", {"name": name, "disabled": disabled}, name)
+def set_disabled(conn: psycopg.Connection, name: str, disabled: bool) -> int:
+    """Disabling ends the user's sessions; returns how many."""
+    return _one(conn, "set_disabled", {"name": name, "disabled": disabled}, name)
 
 
-def set_password(conn: psycopg.Connection, name: str, password: str) -> None:
-    _one(conn, "set_password_hash", {"name": name, "password_hash": hash_password(password)}, name)
+def set_password(conn: psycopg.Connection, name: str, password: str) -> int:
+    """A new password ends the user's sessions; returns how many."""
+    return _one(conn, "set_password_hash", {"name": name, "password_hash": hash_password(password)}, name)
 
 
 def authenticate(conn: psycopg.Connection, name: str, password: str) -> User | None:
@@ -122,7 +139,7 @@ def authenticate(conn: psycopg.Connection, name: str, password: str) -> User | N
     if row is None or row["disabled"] or not row["password_hash"]:
         return None
     if _hasher.check_needs_rehash(stored):
-        conn.execute(query("users", "set_password_hash"), {"name": name, "password_hash": _hasher.hash(password)})
+        conn.execute(query("users", "rehash_password"), {"name": name, "password_hash": _hasher.hash(password)})
     return User(row["name"], row["role"])
 
 
@@ -140,23 +157,48 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(conn: psycopg.Connection, name: str, label: str = "") -> str:
-    """A new API token for `name`; the only time the secret is visible."""
+def parse_expiry(text: str | None) -> float | None:
+    """'90d', '12h', '30m' (or a bare number of seconds) -> seconds; None or '' -> never."""
+    from console.config import duration
+
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        seconds = duration(text).total_seconds()
+    except ValueError:
+        raise UserError(f"expiry must look like 90d, 12h or 30m (got {text!r})") from None
+    if seconds <= 0:
+        raise UserError(f"expiry must be longer than 0 (got {text!r})")
+    return seconds
+
+
+def create_token(conn: psycopg.Connection, name: str, label: str = "", *, read_only: bool = False,
+                 expires_in: float | None = None) -> str:
+    """A new API token for `name`; the only time the secret is visible. `read_only` tokens may
+    only read (GET/HEAD); `expires_in` seconds from now the token stops working (None: never)."""
     if get_user(conn, check_name(name)) is None:
         raise UserError(f"no user named {name!r}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    conn.execute(query("users", "insert_token"), {"name": name, "token_sha256": _digest(token), "label": label[:200]})
+    conn.execute(query("users", "insert_token"), {"name": name, "token_sha256": _digest(token), "label": label[:200],
+                                                  "read_only": bool(read_only), "expires_in": expires_in})
     return token
 
 
+class TokenExpired(Exception):
+    """A token that exists and was not revoked, but is past its expiry."""
+
+
 def user_for_token(conn: psycopg.Connection, token: str) -> User | None:
+    """The token's user, None for an unknown, revoked or disabled one; TokenExpired when expired."""
     if not token or len(token) > 200:
         return None
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("users", "user_by_token"), {"token_sha256": _digest(token)}).fetchone()
     if row is None or row["disabled"]:
         return None
-    return User(row["name"], row["role"], "token")
+    if row["expired"]:
+        raise TokenExpired(row["token_id"])
+    return User(row["name"], row["role"], "token", read_only=row["read_only"])
 
 
 def revoke_token(conn: psycopg.Connection, token_id: int) -> bool:
@@ -168,29 +210,135 @@ def list_tokens(conn: psycopg.Connection, name: str | None = None) -> list[dict[
         return cur.execute(query("users", "list_tokens"), {"name": name}).fetchall()
 
 
-# --- sign-in rate limiting -------------------------------------------------------------------
+# --- web sessions ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SessionLimits:
+    idle: float = 12 * 3600         # seconds without a (non-poll) request before a session ends
+    max: float = 7 * 86400          # seconds after sign-in a session ends regardless
+
+
+def start_session(conn: psycopg.Connection, name: str, ip: str = "", user_agent: str = "",
+                  limits: SessionLimits = SessionLimits()) -> str:
+    """A new session for `name`; returns the token for the cookie (only its SHA-256 is stored)."""
+    token = secrets.token_urlsafe(32)
+    with conn.transaction():
+        conn.execute(query("users", "insert_session"),
+                     {"id": _digest(token), "name": name, "ip": ip[:64], "user_agent": user_agent[:300]})
+        conn.execute(query("users", "prune_sessions"), {"max": limits.max})
+    return token
+
+
+def session_user(conn: psycopg.Connection, token: str, limits: SessionLimits, *, touch: bool = True) -> User | None:
+    """The user of a live session, None when it is unknown, revoked, idle or too old, or the user
+    is disabled. `touch=False` (a background poll) leaves the idle timer alone."""
+    if not token or not isinstance(token, str) or len(token) > 200:
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("users", "session_user"),
+                          {"id": _digest(token), "idle": limits.idle, "max": limits.max, "touch": touch}).fetchone()
+    if row is None or row["disabled"]:
+        return None
+    return User(row["name"], row["role"], "session")
+
+
+def end_session(conn: psycopg.Connection, token: str) -> bool:
+    """Sign-out: this session's cookie stops working, even a copy saved before."""
+    if not token or not isinstance(token, str):
+        return False
+    return conn.execute(query("users", "end_session"), {"id": _digest(token)}).fetchone() is not None
+
+
+def end_user_sessions(conn: psycopg.Connection, name: str, prefix: str | None = None) -> list[str]:
+    """End every live session of `name`, or the one whose id starts with `prefix`; returns the ids.
+
+    A prefix must be at least 6 hex digits and must not match two live sessions."""
+    if get_user(conn, check_name(name)) is None:
+        raise UserError(f"no user named {name!r}")
+    if prefix is not None:
+        prefix = prefix.strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{6,64}", prefix):
+            raise UserError(f"a session id prefix is 6 to 64 hex digits (got {prefix!r})")
+        with conn.transaction():
+            ended = [row[0] for row in conn.execute(query("users", "end_user_sessions"),
+                                                    {"name": name, "prefix": prefix}).fetchall()]
+            if len(ended) > 1:
+                raise _Ambiguous(len(ended))
+        return ended
+    return [row[0] for row in conn.execute(query("users", "end_user_sessions"), {"name": name, "prefix": None}).fetchall()]
+
+
+class _Ambiguous(UserError):
+    def __init__(self, count: int):
+        super().__init__(f"that prefix matches {count} live sessions: give more of the id")
+
+
+def list_sessions(conn: psycopg.Connection, name: str, limits: SessionLimits) -> list[dict[str, Any]]:
+    """The user's sessions, newest first, with state live | idle | expired | revoked."""
+    if get_user(conn, check_name(name)) is None:
+        raise UserError(f"no user named {name!r}")
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("users", "list_sessions"), {"name": name, "idle": limits.idle, "max": limits.max}).fetchall()
+
+
+# --- sign-in throttling ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class LoginLimits:
-    window: int = 900       # seconds
-    per_ip: int = 20        # failures per address per window
-    per_user: int = 10      # failures per user name per window
+    window: int = 900        # seconds: the address window, and the quiet time after which a pair starts over
+    per_ip: int = 20         # attempts per address (IPv6: per /64) per window, across user names
+    free: int = 5            # failures of one (user name, address) before backoff starts
+    cap: float = 300.0       # longest backoff of one pair, in seconds
 
 
-def login_blocked(conn: psycopg.Connection, ip: str, name: str, limits: LoginLimits) -> str | None:
-    """A message when this address or user name has failed too often recently, else None."""
-    by_ip, by_user = conn.execute(
-        query("users", "recent_failures"), {"ip": ip, "name": name[:64], "window": limits.window}
+def client_key(address: str | None) -> str:
+    """The address sign-in throttling counts by: IPv4 as is, IPv6 by its /64 network (one host
+    usually owns a whole /64), an IPv4-mapped IPv6 address as the IPv4 address."""
+    raw = (address or "").strip()
+    try:
+        ip = ipaddress.ip_address(raw.split("%", 1)[0])
+    except ValueError:
+        return raw[:64] or "unknown"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def _pair(name: str, address_key: str) -> str:
+    return f"{address_key}|{name[:64]}"
+
+
+@dataclass(frozen=True)
+class Throttled:
+    message: str
+    retry_after: int
+
+
+def throttle(conn: psycopg.Connection, address_key: str, name: str, limits: LoginLimits) -> Throttled | None:
+    """Check and count one sign-in attempt before the password is verified. Returns why it is
+    refused (and how long to wait), or None when it may go ahead (it then counts as a failure
+    until `login_succeeded`). Each check is one upsert, so parallel attempts cannot exceed a
+    limit."""
+    allowed, retry = conn.execute(query("users", "throttle_address"),
+                                  {"subject": address_key, "window": limits.window, "max": limits.per_ip}).fetchone()
+    if not allowed:
+        return Throttled(f"too many sign-in attempts from this address; try again in {_human(retry)}", retry)
+    allowed, _failures, retry = conn.execute(
+        query("users", "throttle_pair"),
+        {"subject": _pair(name, address_key), "window": limits.window, "free": limits.free, "cap": limits.cap},
     ).fetchone()
-    minutes = max(1, limits.window // 60)
-    if by_ip >= limits.per_ip:
-        return f"too many failed sign-ins from this address; try again within {minutes} min"
-    if by_user >= limits.per_user:
-        return f"too many failed sign-ins for this user; try again within {minutes} min"
+    conn.execute(query("users", "prune_throttle"), {"keep": max(limits.window, 86400)})
+    if not allowed:
+        return Throttled(f"too many failed sign-ins for this user from this address; try again in {_human(retry)}", retry)
     return None
 
 
-def record_attempt(conn: psycopg.Connection, ip: str, name: str, ok: bool, limits: LoginLimits) -> None:
-    with conn.transaction():
-        conn.execute(query("users", "record_attempt"), {"ip": ip, "name": name[:64], "ok": ok})
-        conn.execute(query("users", "prune_attempts"), {"keep": max(limits.window, 86400)})
+def login_succeeded(conn: psycopg.Connection, address_key: str, name: str) -> None:
+    """The counted attempt was right: the pair starts over and the address gets its count back."""
+    conn.execute(query("users", "login_succeeded"), {"pair": _pair(name, address_key), "addr": address_key})
+
+
+def _human(seconds: int) -> str:
+    return f"{seconds} s" if seconds < 120 else f"{(seconds + 59) // 60} min"

@@ -21,6 +21,12 @@
   document.addEventListener("visibilitychange", function () {
     if (document.hidden) { schedule(); } else { tick(); }
   });
+  // A poll says so with X-Skiplock-Poll: 1; the server does not count it as activity, so a tab
+  // left open does not keep a sign-in alive past web.session_idle (console/web/auth.py).
+  document.addEventListener("htmx:configRequest", function (e) {
+    var trigger = e.detail.triggeringEvent;
+    if (trigger && trigger.type === "poll") { e.detail.headers["X-Skiplock-Poll"] = "1"; }
+  });
 
   // The tab title carries the state: the first [data-tab-state] on the page, if any.
   function updateTitle() {

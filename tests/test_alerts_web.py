@@ -15,6 +15,7 @@ from console.alerts import outbox
 from console.alerts.rules import RuleSet, parse_destination, parse_rule
 from console.config import load_config
 from console.samples import Sample
+from console.users import start_session
 from tests.alert_receiver import Receiver
 from tests.web_fixtures import CSRF, PASSWORD
 
@@ -68,7 +69,7 @@ def client_for(app, conn, password_hash, role):
     client = app.test_client()
     with client.session_transaction() as session:
         session["csrf"] = CSRF
-        session["user"] = role
+        session["sid"] = start_session(conn, role)
     return client
 
 

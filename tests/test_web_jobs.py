@@ -11,6 +11,7 @@ import pytest
 
 from console import queue as q
 from console.browse import JobFilter, count_jobs, list_jobs
+from console.users import start_session
 from tests.web_fixtures import CSRF
 
 
@@ -180,14 +181,14 @@ def test_viewers_see_redacted_payloads_and_operators_full(client_as, jobs):
     assert client_as("operator").get("/api/v1/jobs", query_string={"payload": '{"password": "hunter2"}'}).get_json()["count"]["n"] == 5
 
 
-def test_redaction_hook_runs_for_everyone(web_settings, dsn, personas, jobs):
+def test_redaction_hook_runs_for_everyone(web_settings, dsn, conn, personas, jobs):
     from console.web import create_app
 
     app = create_app({**web_settings, "web.redact_hook": "tests.test_web_jobs:mask_emails"})
     try:
         client = app.test_client()
         with client.session_transaction() as session:
-            session["user"] = "operator"
+            session["sid"] = start_session(conn, "operator")
             session["csrf"] = CSRF
         payload = client.get(f"/api/v1/jobs/{jobs['pending'][0]}").get_json()["job"]["payload"]
         assert payload["to"] == "***@example.com" and payload["password"] == "hunter2"

@@ -24,8 +24,10 @@ def password_hash() -> str:
 
 @pytest.fixture
 def web_settings(dsn) -> dict:
-    """The settings a test app gets; a test may change them before asking for `web_app`."""
-    return {"database.dsn": dsn, "web.secret_key": "test-secret-key", "web.db_wait": 2.0, "TESTING": True}
+    """The settings a test app gets; a test may change them before asking for `web_app`.
+    Development mode (production mode is the default; tests/test_security_production.py tests it)."""
+    return {"database.dsn": dsn, "web.secret_key": "test-secret-key", "web.db_wait": 2.0, "web.production": False,
+            "TESTING": True}
 
 
 @pytest.fixture
@@ -49,19 +51,24 @@ def personas(conn, password_hash) -> dict[str, str]:
 
 
 @pytest.fixture
-def client_as(web_app, personas):
+def client_as(web_app, personas, conn):
     """client_as("operator") -> a test client signed in as that persona (None: anonymous).
 
-    The session is written directly (the login form has its own tests); the CSRF token is
-    CSRF, so `client.post(url, data={"csrf_token": CSRF})` or headers={"X-CSRF-Token": CSRF}.
+    A real server-side session (a skiplock.web_sessions row, as the login form makes) is
+    started directly (the login form has its own tests); its token is `client.session_token`.
+    The CSRF token is CSRF, so `client.post(url, data={"csrf_token": CSRF})` or
+    headers={"X-CSRF-Token": CSRF}.
     """
+    from console.users import start_session
 
     def make(role: str | None):
         client = web_app.test_client()
+        client.session_token = None
         with client.session_transaction() as session:
             session["csrf"] = CSRF
             if role:
-                session["user"] = personas[role]
+                client.session_token = start_session(conn, personas[role], "127.0.0.1", "pytest")
+                session["sid"] = client.session_token
         return client
 
     return make

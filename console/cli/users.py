@@ -1,8 +1,9 @@
-"""User commands: `skiplock users add|list|disable|enable|token|revoke`."""
+"""User commands: `skiplock users add|list|disable|enable|token|revoke|tokens|sessions`."""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC
 
 import click
 
@@ -17,6 +18,10 @@ def _actor() -> str:
         return f"cli:{os.getlogin()}"
     except OSError:
         return f"cli:{os.environ.get('USER', 'unknown')}"
+
+
+def _utc(ts) -> str:
+    return ts.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 @main_group.group("users")
@@ -34,7 +39,8 @@ def users_group() -> None:
 def add_cmd(obj, name: str, role: str, no_password: bool) -> None:
     """Create user NAME, or change its role (and password) if it exists.
 
-    The password comes from $SKIPLOCK_PASSWORD, else it is prompted for (twice).
+    The password comes from $SKIPLOCK_PASSWORD, else it is prompted for (twice). A new password
+    or another role ends the user's web sessions.
     """
     users_mod.check_name(name)
     password = None
@@ -82,7 +88,7 @@ def _set_disabled(obj, name: str, disabled: bool) -> None:
 @friendly_errors
 @click.pass_obj
 def disable_cmd(obj, name: str) -> None:
-    """Disable NAME: its sessions and tokens stop working at the next request."""
+    """Disable NAME: its web sessions end and its tokens stop working at the next request."""
     _set_disabled(obj, name, True)
 
 
@@ -100,15 +106,20 @@ def enable_cmd(obj, name: str) -> None:
 @dsn_option
 @click.argument("name")
 @click.option("--label", default="", help="What the token is for (shown in the token list).")
+@click.option("--read-only", is_flag=True, help="The token may only read: every POST/PUT/PATCH/DELETE gets 403.")
+@click.option("--expires", default=None, metavar="DURATION",
+              help="The token stops working this long from now (e.g. 90d, 12h); default: never.")
 @friendly_errors
 @click.pass_obj
-def token_cmd(obj, name: str, label: str) -> None:
+def token_cmd(obj, name: str, label: str, read_only: bool, expires: str | None) -> None:
     """Create an API token for NAME and print it (the only time it is shown)."""
+    expires_in = users_mod.parse_expiry(expires)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
-            token = users_mod.create_token(conn, name, label)
-            audit.record(conn, actor=_actor(), action="token_create", target=f"user:{name}", detail={"label": label})
+            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
+            audit.record(conn, actor=_actor(), action="token_create", target=f"user:{name}",
+                         detail={"label": label, "read_only": read_only, "expires": expires})
     click.echo(token)
 
 
@@ -134,10 +145,53 @@ def revoke_cmd(obj, token_id: int) -> None:
 @friendly_errors
 @click.pass_obj
 def tokens_cmd(obj, name: str | None) -> None:
-    """List API tokens (ids, owners, labels; never the secrets)."""
+    """List API tokens (ids, owners, state, scope, expiry, labels; never the secrets)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         rows = users_mod.list_tokens(conn, name)
     for row in rows:
-        state = f"revoked {row['revoked_at']:%Y-%m-%d}" if row["revoked_at"] else "live"
-        click.echo(f"{row['id']:>5} {row['user_name']:<24} {state:<18} {row['label']}")
+        if row["revoked_at"]:
+            state = f"revoked {row['revoked_at']:%Y-%m-%d}"
+        elif row["expired"]:
+            state = "expired"
+        else:
+            state = "live"
+        scope = "read-only" if row["read_only"] else "read-write"
+        expires = f"expires {_utc(row['expires_at'])}" if row["expires_at"] else "never expires"
+        click.echo(f"{row['id']:>5} {row['user_name']:<24} {state:<18} {scope:<10} {expires:<26} {row['label']}")
+
+
+def _session_limits(obj) -> users_mod.SessionLimits:
+    web = obj.config.web
+    return users_mod.SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds())
+
+
+@users_group.command("sessions")
+@dsn_option
+@click.argument("name")
+@click.option("--revoke", "revoke", is_flag=False, flag_value="all", default=None, metavar="[ID_PREFIX]",
+              help="End NAME's live sessions: all of them, or the one whose id starts with ID_PREFIX.")
+@friendly_errors
+@click.pass_obj
+def sessions_cmd(obj, name: str, revoke: str | None) -> None:
+    """List NAME's web sessions (newest first), or end them with --revoke.
+
+    Ids are the first 12 hex digits of the session's SHA-256 (the cookie's token is never stored).
+    """
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        if revoke is not None:
+            with conn.transaction():
+                ended = users_mod.end_user_sessions(conn, name, None if revoke == "all" else revoke)
+                if revoke != "all" and not ended:
+                    raise click.UsageError(f"no live session of {name} has an id starting with {revoke}")
+                audit.record(conn, actor=_actor(), action="sessions_revoke", target=f"user:{name}",
+                             detail={"sessions": [sid[:12] for sid in ended]})
+            click.echo(f"ended {len(ended)} session{'s' if len(ended) != 1 else ''} of {name}")
+            return
+        rows = users_mod.list_sessions(conn, name, _session_limits(obj))
+    if not rows:
+        click.echo(f"{name} has no sessions")
+    for row in rows:
+        click.echo(f"{row['id'][:12]}  {row['state']:<8} signed in {_utc(row['created_at'])}  "
+                   f"last seen {_utc(row['last_seen_at'])}  {row['ip']:<15} {row['user_agent'][:60]}")

@@ -1,6 +1,9 @@
 """`skiplock serve`: the web console on Werkzeug's development server.
 
 For production run gunicorn (see the Procfile): `gunicorn --no-control-socket 'console.web:create_app()'`.
+That runs in production mode (`web.production` defaults to true); this command turns it off
+(no Secure cookies, a per-process secret key when none is set, /metrics open without a token)
+and says so in its banner.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ def serve_cmd(obj, host: str | None, port: int | None, debug: bool) -> None:
 
     cfg = obj.config
     dsn = resolve_dsn(obj._dsn, cfg)
-    app = create_app({**_overrides(cfg), "database.dsn": dsn})
+    app = create_app({**_overrides(cfg), "database.dsn": dsn, "web.production": False})
     host = host or cfg.web.host
     port = port or cfg.web.port
-    click.echo(f"Skiplock console on http://{host}:{port}/ (development server; use gunicorn in production)")
+    click.echo(f"Skiplock console on http://{host}:{port}/ (development server, production mode off: cookies "
+               "without Secure, /metrics open unless web.metrics_token; use gunicorn in production)")
     app.run(host=host, port=port, debug=debug, use_reloader=debug, threaded=True)
 
 

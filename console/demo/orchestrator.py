@@ -70,6 +70,9 @@ DEMO_SETTINGS: dict[str, Any] = {
     "maintenance.archive_retention": "1d",
     # The demo's webhook receiver listens on loopback, which the address policy refuses by default.
     "alerts.allow_private_destinations": True,
+    # The demo's console is `skiplock serve` (development mode); should it ever run in production
+    # mode, a local Prometheus may still scrape the demo's /metrics without a token.
+    "web.metrics_public": True,
 }
 
 # The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead

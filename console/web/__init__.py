@@ -46,6 +46,15 @@ How to add a page
    a plain function and have both routes call it (`jsonify(data)` / `render_template(..., **data)`).
    Scripts authenticate with `Authorization: Bearer <token>` (`skiplock users token NAME`).
 
+Production mode
+---------------
+`web.production` is true unless something turns it off, so gunicorn (the Procfile) and any other
+WSGI server run the console in production mode: it refuses to start without `web.secret_key`,
+session cookies are `Secure`, an HTTPS request gets `Strict-Transport-Security` (behind a
+proxy, set `web.proxy_count` so X-Forwarded-Proto is believed), and /metrics needs
+`web.metrics_token` unless `web.metrics_public`. `skiplock serve` (the development server)
+turns it off and says so; tests turn it off in their settings.
+
 What this package will not do: start schedulers or threads, cache query results across requests,
 or run a query without a statement timeout.
 """
@@ -57,7 +66,6 @@ import logging
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from flask import Flask, request
@@ -66,7 +74,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from console.config import Config, ConfigError, load_config
 from console.db import make_pool, resolve_dsn
 from console.resources import resource_dir
-from console.users import LoginLimits
+from console.users import LoginLimits, SessionLimits
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +106,7 @@ class WebState:
     dsn: str
     pool: Any
     limits: LoginLimits
+    sessions: SessionLimits
     redact_keys: frozenset[str]
     redact_hook: Any = None
     redact_text_hook: Any = None
@@ -137,7 +146,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     if not secret:
         if web.production:
             raise ConfigError(
-                "web.secret_key: required in production mode (set SKIPLOCK_WEB_SECRET_KEY to a long random string)"
+                "web.secret_key: required in production mode (set SKIPLOCK_WEB_SECRET_KEY to a long random string, "
+                "e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`); `skiplock serve`, the "
+                "development server, runs without one"
             )
         secret = secrets.token_hex(32)
         log.warning("web.secret_key is not set: using a random key; sessions end when the process restarts")
@@ -154,7 +165,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=bool(web.production),
-        PERMANENT_SESSION_LIFETIME=timedelta(hours=web.session_hours),
+        # The cookie lives as long as a session may; the server-side row decides (console.users).
+        PERMANENT_SESSION_LIFETIME=web.session_max,
         MAX_CONTENT_LENGTH=1 << 20,
         JSON_SORT_KEYS=False,
     )
@@ -176,7 +188,8 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         config=cfg,
         dsn=dsn,
         pool=pool,
-        limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_max_per_user),
+        limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_free_failures, web.login_backoff_cap),
+        sessions=SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds()),
         redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
         redact_hook=redact_hook,
         redact_text_hook=redact_text_hook,
@@ -200,6 +213,10 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("Referrer-Policy", "same-origin")
+        if web.production and request.is_secure:
+            # Only over HTTPS (RFC 6797 §7.2); request.is_secure believes X-Forwarded-Proto only
+            # from the web.proxy_count proxies ProxyFix trusts.
+            response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
         return response
 
     return app

@@ -4,7 +4,7 @@ tokens. Every change is audited. The CLI (`skiplock users ...`) does the same.
 GET  /admin/users                       list users and tokens
 POST /admin/users                       name, role, password (empty keeps the current one)
 POST /admin/users/<name>/disable|enable
-POST /admin/users/<name>/token          label -> the token, shown once
+POST /admin/users/<name>/token          label, expires (e.g. 90d), read_only -> the token, shown once
 POST /admin/tokens/<id>/revoke
 GET  /api/v1/users (admin)
 """
@@ -84,9 +84,13 @@ def user_action(name: str, action: str):
         return redirect(url_for("admin.users"))
     if action == "token":
         label = (request.form.get("label") or "").strip()
+        expires = (request.form.get("expires") or "").strip() or None
+        read_only = request.form.get("read_only") in ("1", "on", "true")
+        expires_in = users_mod.parse_expiry(expires)
         with conn.transaction():
-            token = users_mod.create_token(conn, name, label)
-            audit.record(conn, actor=g.user.name, action="token_create", target=f"user:{name}", detail={"label": label})
+            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
+            audit.record(conn, actor=g.user.name, action="token_create", target=f"user:{name}",
+                         detail={"label": label, "read_only": read_only, "expires": expires})
         return render_template("admin/token.html", name=name, token=token, label=label)
     abort(404, f"no action {action!r}")
 

@@ -1,20 +1,32 @@
 """Who is asking, may they, and did the request come from our own page.
 
 Every request passes `_guard` before its view:
-1. **Identify**: `Authorization: Bearer <token>` on /api/ (scripts), else the trusted proxy
-   header when `web.trusted_header` is set (SSO; the user must exist and be enabled), else the
-   signed session cookie. The user's role is read from the database on every request, so
-   disabling or demoting someone takes effect at once.
-2. **CSRF**: a POST/PUT/PATCH/DELETE must carry the session's token in the `csrf_token` form
-   field or the `X-CSRF-Token` header (htmx sends it from <body hx-headers>); otherwise 403.
-   Token-authenticated API calls are exempt (no cookie, so no cross-site forgery).
+1. **Identify**: `Authorization: Bearer <token>` on /api/ (scripts; an expired token gets 401
+   "token expired"), else the trusted proxy header when `web.trusted_header` is set (SSO; the
+   user must exist and be enabled), else the session cookie. The signed cookie carries only a
+   session token and the CSRF token; the session itself is a row of `skiplock.web_sessions`
+   (console/users.py) looked up on every request, with the user's role, so sign-out, a new
+   password, another role or disabling the user take effect at the next request.
+   A session ends after `web.session_idle` without a request and `web.session_max` after
+   sign-in. Background polls do not count as activity: static/skiplock.js adds
+   `X-Skiplock-Poll: 1` to every request an htmx `poll` trigger sends, and such a request
+   does not move last_seen_at (which is written at most once a minute anyway).
+2. **Same origin and CSRF**, for POST/PUT/PATCH/DELETE not authenticated by an API token:
+   refused with 403 when `Sec-Fetch-Site: cross-site` or an `Origin` header that is not this
+   site's (scheme://host as the request saw it after `web.proxy_count` proxies, or the origin of
+   `alerts.console_url`); then the request must carry the session's CSRF token in the
+   `csrf_token` form field or the `X-CSRF-Token` header (htmx sends it from <body
+   hx-headers>). Token-authenticated API calls are exempt (no cookie, so no cross-site
+   forgery), but a read-only token gets 403 on every unsafe method.
 3. **Role**: the view's `@requires(role)`, by default viewer for GET/HEAD and operator for
-   anything else; `@public` views skip 1-3 except CSRF. No user: pages redirect to /login,
-   the API and htmx get 401. Too small a role: 403.
+   anything else; `@public` views skip 1 and 3. No user: pages redirect to /login, the API and
+   htmx get 401. Too small a role: 403.
 
-Sign-in rate limiting is kept in the database (`skiplock.login_attempts`), so the limits hold
-across every gunicorn worker: `web.login_max_per_ip` and `web.login_max_per_user` failures
-within `web.login_window` seconds refuse further attempts with 429.
+Sign-in throttling lives in the database (`skiplock.login_throttle`, console/users.py), so it
+holds across every gunicorn worker, and is checked and counted before the password is verified:
+per (user name, address) exponential backoff after `web.login_free_failures` failures, and at
+most `web.login_max_per_ip` attempts per address (IPv6: per /64) per `web.login_window`. A
+stranger guessing `admin` never locks out the real admin signing in from elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from flask import (
     abort,
     current_app,
     g,
+    make_response,
     redirect,
     render_template,
     request,
@@ -45,6 +58,7 @@ from console.web.database import get_conn
 bp = Blueprint("auth", __name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+POLL_HEADER = "X-Skiplock-Poll"  # set by static/skiplock.js on htmx poll requests
 
 
 def requires(role: str):
@@ -93,12 +107,29 @@ def _state():
     return state()
 
 
+def _is_poll() -> bool:
+    return request.headers.get(POLL_HEADER) == "1"
+
+
+def _session_user(touch: bool) -> User | None:
+    token = session.get("sid")
+    if not token:
+        return None
+    user = users_mod.session_user(get_conn(), token, _state().sessions, touch=touch)
+    if user is None:
+        session.pop("sid", None)  # ended, idle, expired or unknown: the cookie forgets it
+    return user
+
+
 def _identify() -> User | None:
     header = request.headers.get("Authorization", "")
     if header:
         scheme, _, token = header.partition(" ")
         if scheme.lower() == "bearer" and request.path.startswith("/api/"):
-            user = users_mod.user_for_token(get_conn(), token.strip())
+            try:
+                user = users_mod.user_for_token(get_conn(), token.strip())
+            except users_mod.TokenExpired:
+                abort(401, "token expired")
             if user is None:
                 abort(401, "invalid or revoked API token")
             return user
@@ -109,12 +140,26 @@ def _identify() -> User | None:
         if user is None:
             abort(403, f"user {name!r} (from the SSO proxy) is not a console user or is disabled")
         return user
-    name = session.get("user")
-    if name:
-        user = users_mod.active_user(get_conn(), name)
-        if user is None:
-            session.pop("user", None)
-        return user
+    return _session_user(touch=not _is_poll())
+
+
+def _origin_refusal() -> str | None:
+    """Why an unsafe request carried by the browser's cookie looks cross-site, or None."""
+    site = (request.headers.get("Sec-Fetch-Site") or "").lower()
+    if site == "cross-site":
+        return "cross-site request refused (Sec-Fetch-Site: cross-site)"
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return None  # no Origin (older browsers, some same-origin requests): the CSRF token decides
+    ours = f"{request.scheme}://{request.host}".lower()
+    allowed = {ours}
+    console_url = _state().config.alerts.console_url
+    if console_url:
+        parts = urlsplit(console_url)
+        allowed.add(f"{parts.scheme}://{parts.netloc}".lower())
+    if origin.strip().lower().rstrip("/") not in allowed:
+        return (f"cross-origin request refused: Origin {origin[:100]} is not this site ({ours}); "
+                "behind a reverse proxy set web.proxy_count so the console sees the public scheme and host")
     return None
 
 
@@ -128,8 +173,16 @@ def _guard():
     # the sessions' users cannot be looked up.
     g.user = None if is_public else _identify()
     user: User | None = g.user
-    if request.method not in SAFE_METHODS and not (user and user.via == "token") and not _csrf_ok():
-        abort(403, "missing or invalid CSRF token: reload the page and try again")
+    if request.method not in SAFE_METHODS:
+        if user and user.via == "token":
+            if user.read_only:
+                abort(403, "this API token is read-only: it may only read (GET, HEAD)")
+        else:
+            refusal = _origin_refusal()
+            if refusal:
+                abort(403, refusal)
+            if not _csrf_ok():
+                abort(403, "missing or invalid CSRF token: reload the page and try again")
     if is_public:
         return None
     if user is None:
@@ -161,7 +214,7 @@ def _safe_next(target: str | None) -> str:
 def login():
     next_url = _safe_next(request.values.get("next"))
     if request.method == "GET":
-        if session.get("user"):
+        if _session_user(touch=False):
             return redirect(next_url)
         return render_template("login.html", next=next_url, error=None, name="")
     name = (request.form.get("name") or "").strip()
@@ -169,18 +222,24 @@ def login():
     if not name or not password:
         return render_template("login.html", next=next_url, error="enter a user name and a password", name=name), 400
     conn = get_conn()
-    limits = _state().limits
+    state = _state()
     ip = request.remote_addr or "unknown"
-    blocked = users_mod.login_blocked(conn, ip, name, limits)
-    if blocked:
-        return render_template("login.html", next=next_url, error=blocked, name=name), 429
+    address = users_mod.client_key(ip)
+    # Counted before the (slow, on purpose) password check, in one statement per counter, so
+    # parallel guesses cannot overshoot; a right password gives the count back.
+    refused = users_mod.throttle(conn, address, name, state.limits)
+    if refused:
+        response = make_response(render_template("login.html", next=next_url, error=refused.message, name=name), 429)
+        response.headers["Retry-After"] = str(refused.retry_after)
+        return response
     user = users_mod.authenticate(conn, name, password)
-    users_mod.record_attempt(conn, ip, name, user is not None, limits)
     if user is None:
         return render_template("login.html", next=next_url, error="wrong user name or password", name=name), 401
+    users_mod.login_succeeded(conn, address, name)
+    token = users_mod.start_session(conn, user.name, ip, request.user_agent.string or "", state.sessions)
     session.clear()
     session.permanent = True
-    session["user"] = user.name
+    session["sid"] = token
     session["csrf"] = secrets.token_urlsafe(32)
     audit.record(conn, actor=user.name, action="login", target=f"user:{user.name}", detail={"ip": ip})
     return redirect(next_url)
@@ -189,5 +248,8 @@ def login():
 @bp.post("/logout")
 @requires("viewer")
 def logout():
+    """Ends this session on the server too: a copy of the cookie saved before no longer works.
+    (Other sessions of the user stay; `skiplock users sessions NAME --revoke` ends them all.)"""
+    users_mod.end_session(get_conn(), session.get("sid"))
     session.clear()
     return redirect(url_for("auth.login"))

@@ -1,7 +1,9 @@
 """`/metrics`: the newest collection cycle in the Prometheus text format, for scrapers.
 
-No sign-in session (Prometheus has none): open by default, or, when `[web] metrics_token` is
-set, only with `Authorization: Bearer <that token>` (401 otherwise). The body comes from
+No sign-in session (Prometheus has none). When `web.metrics_token` is set, only with
+`Authorization: Bearer <that token>` (401 otherwise). Without a token, production mode (the
+default) answers 401 unless `web.metrics_public = true` says the figures may be read by anyone
+who can reach the port; the development server (`skiplock serve`) serves them openly. The body comes from
 `console.metrics.render_metrics` under the console's statement timeout; a timeout or an
 unreachable database answers 503, never a stale page.
 """
@@ -27,14 +29,21 @@ def _token_ok(expected: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), expected.encode())
 
 
+def _unauthorized(message: str) -> Response:
+    return Response(message + "\n", status=401, mimetype="text/plain",
+                    headers={"WWW-Authenticate": 'Bearer realm="skiplock metrics"'})
+
+
 @bp.get("/metrics")
 @public
 def metrics():
     config = current_app.extensions["skiplock"].config
     expected = config.web.metrics_token
     if expected and not _token_ok(expected):
-        return Response("a bearer token is required for /metrics\n", status=401, mimetype="text/plain",
-                        headers={"WWW-Authenticate": 'Bearer realm="skiplock metrics"'})
+        return _unauthorized("a bearer token is required for /metrics")
+    if not expected and config.web.production and not config.web.metrics_public:
+        return _unauthorized("/metrics is closed: set web.metrics_token (SKIPLOCK_WEB_METRICS_TOKEN) and scrape "
+                             "with that bearer token, or set web.metrics_public = true")
     try:
         conn = get_conn()
         with time_limited(conn, config.database.statement_timeout_ms):
