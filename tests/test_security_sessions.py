@@ -33,7 +33,9 @@ def _sessions(conn, name):
     ).fetchall()
 
 
-def test_a_cookie_saved_before_sign_out_is_refused_after_it(web_app, personas, conn):
+def test_a_cookie_saved_before_sign_out_is_refused_after_it(web_app, personas, conn, client_as):
+    elsewhere = client_as("operator")  # the same user signed in on another device
+    bystander = client_as("viewer")
     client = web_app.test_client()
     assert _login(client, "operator").status_code == 302
     saved = client.get_cookie("skiplock_session").value
@@ -45,8 +47,9 @@ def test_a_cookie_saved_before_sign_out_is_refused_after_it(web_app, personas, c
     replay.set_cookie("skiplock_session", saved)
     assert replay.get(PAGE).status_code == 401
     assert replay.get("/").status_code == 302  # pages send it to the login form
-    (row,) = _sessions(conn, "operator")
-    assert row[3] is not None  # revoked_at
+    assert elsewhere.get(PAGE).status_code == 401  # sign-out ends every session of the user
+    assert bystander.get(PAGE).status_code == 200  # and only that user's
+    assert all(row[3] is not None for row in _sessions(conn, "operator"))  # revoked_at
 
 
 def test_a_new_password_ends_the_users_sessions(client_as, conn):

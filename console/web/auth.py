@@ -248,8 +248,10 @@ def login():
 @bp.post("/logout")
 @requires("viewer")
 def logout():
-    """Ends this session on the server too: a copy of the cookie saved before no longer works.
-    (Other sessions of the user stay; `skiplock users sessions NAME --revoke` ends them all.)"""
+    """Ends every session of this user on the server: a copy of any of its cookies saved before
+    no longer works. One click ends a session someone else may have picked up (a stolen cookie,
+    a forgotten kiosk), which is what an operator who signs out on suspicion expects."""
     users_mod.end_session(get_conn(), session.get("sid"))
+    users_mod.end_user_sessions(get_conn(), g.user.name)
     session.clear()
     return redirect(url_for("auth.login"))
