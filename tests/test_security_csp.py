@@ -170,9 +170,9 @@ def test_on_call_path_has_no_csp_violations(fast_poll_settings, watched: Page, l
     page.wait_for_url("**/deadletters/jobs?*")
     boxes = page.locator("input[name=ids]")
     expect(boxes).to_have_count(3)
-    page.check("input[data-select-all]")
+    page.check("input[aria-label=\"select all on this page\"]")
     assert page.evaluate("[...document.querySelectorAll('input[name=ids]')].every(c => c.checked)")
-    page.uncheck("input[data-select-all]")
+    page.uncheck("input[aria-label=\"select all on this page\"]")
     assert page.evaluate("[...document.querySelectorAll('input[name=ids]')].every(c => !c.checked)")
     seen["error group's jobs"] = violations(page)
 
