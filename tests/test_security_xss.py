@@ -14,6 +14,7 @@ an <img>/<script> that no template writes?) rather than only at dialogs.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from urllib.parse import quote, urlencode, urlsplit
 
 import pytest
@@ -43,6 +44,7 @@ CORPUS = [
 # The issue's link: a dead letter's payload that closes the filter's value="..." (tojson left " alone).
 ISSUE_PAYLOAD = {"subject": "x hx-trigger=load hx-get=/healthz hx-on::before-request=alert(1) y"}
 NO_SPACES = [bad for bad in CORPUS if " " not in bad]
+CHART_QUEUES = [CORPUS[i] for i in (0, 1, 6, 7, 9)]
 
 INJECTED = """() => {
   const found = [];
@@ -84,12 +86,14 @@ def hostile(conn, web_app, personas):
             dead.append(job.id)
 
     now = conn.execute("SELECT now()").fetchone()[0]
-    rows = []
-    for bad in CORPUS:
-        rows += [Sample("queue_depth", {"queue": bad, "state": "eligible"}, 12.0, now),
-                 Sample("queue_depth", {"queue": bad, "state": "failed"}, 1.0, now),
-                 Sample("queue_age_seconds", {"queue": bad}, 5000.0, now),
-                 Sample("dead_letters", {"queue": bad}, 1.0, now)]
+    rows = [Sample("queue_age_seconds", {"queue": bad}, 5000.0, now) for bad in CORPUS]
+    # the overview draws one line per queue (with the name in the SVG's <title> and the legend)
+    # for at most charts.MAX_LINES queues: two points each for five of the strings
+    for bad in CHART_QUEUES:
+        for at in (now - timedelta(minutes=2), now):
+            rows += [Sample("queue_depth", {"queue": bad, "state": "eligible"}, 12.0, at),
+                     Sample("queue_depth", {"queue": bad, "state": "failed"}, 1.0, at),
+                     Sample("dead_letters", {"queue": bad}, 1.0, at)]
     samples.store(conn, rows)
 
     config = web_app.extensions["skiplock"].config
