@@ -70,6 +70,21 @@ def test_payload_filter_stays_in_its_attribute_and_replay_all_submits_it(client_
     assert [j["id"] for j in preview.get_json()["sample"]] == [bad_dead_letter]
 
 
+def test_the_older_link_keeps_the_payload_filter_as_json(client_as, conn):
+    """Page two of a payload filter: the link carries JSON, not a Python repr that gives a 400."""
+    for _ in range(101):
+        q.enqueue(conn, "send_mail", {"batch": "b-7"}, queue="mail", max_attempts=1)
+    for job in q.claim(conn, "w", queues=["mail"], limit=200, lease=60):
+        q.fail(conn, job, "SMTP refused")
+    viewer = client_as("viewer")
+    first = viewer.get("/deadletters/jobs", query_string={"payload": '{"batch": "b-7"}'})
+    older = [a["href"] for t, a in elements(first.get_data(as_text=True)) if t == "a" and "before=" in (a.get("href") or "")]
+    assert len(older) == 1
+    second = viewer.get(older[0])
+    assert second.status_code == 200, second.get_data(as_text=True)
+    assert len([t for t, a in elements(second.get_data(as_text=True)) if t == "tr" and "data-job" in a]) == 1
+
+
 def test_runbook_must_be_http_or_a_site_path_in_the_ui_and_api(client_as, conn):
     admin = client_as("admin")
     form = {"csrf_token": CSRF, "name": "mail_age", "metric": "queue_age_seconds", "op": ">", "threshold": "60",
