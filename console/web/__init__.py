@@ -46,6 +46,12 @@ How to add a page
    a plain function and have both routes call it (`jsonify(data)` / `render_template(..., **data)`).
    Scripts authenticate with `Authorization: Bearer <token>` (`skiplock users token NAME`).
 
+9. **Browser-side rules.** Every response carries `CONTENT_SECURITY_POLICY` (below): no inline
+   `<script>`, `on…=""` handler, `javascript:` link, `<style>` or `style=""` in a template.
+   Behaviour goes in `static/skiplock.js` behind a `data-` attribute (`data-confirm`,
+   `data-select-all`), styles in `static/*.css`. Never `tojson` inside an attribute (use
+   `json_text`); never `|safe` on data. docs/security.md says why.
+
 What this package will not do: start schedulers or threads, cache query results across requests,
 or run a query without a statement timeout.
 """
