@@ -60,6 +60,24 @@ def test_every_get_route_sends_the_policy(web_app, client_as, conn, role):
     assert missing == []
 
 
+def test_the_database_down_page_sends_the_policy(web_settings):
+    """The 503 page (with its meta refresh) is an error handler's answer: the header is there too."""
+    from console.web import create_app
+
+    web_settings.update({"database.dsn": "postgresql://postgres@127.0.0.1:1/nothing", "web.db_wait": 0.2})
+    app = create_app(web_settings)
+    try:
+        client = app.test_client()
+        with client.session_transaction() as session:
+            session["user"] = "operator"
+        for url in ("/overview", "/healthz", "/jobs"):
+            response = client.get(url)
+            assert response.status_code == 503, url
+            assert response.headers["Content-Security-Policy"] == EXPECTED, url
+    finally:
+        app.extensions["skiplock"].close()
+
+
 def test_templates_carry_no_inline_script_style_or_handlers():
     """What the policy would block, caught before a browser sees it."""
     from pathlib import Path
