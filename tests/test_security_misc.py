@@ -144,3 +144,21 @@ def test_csv_export_neutralises_formula_cells(client_as, conn):
     assert sorted(row["last_error"] for row in rows) == sorted("'" + text for text in FORMULAS)
     assert {row["priority"] for row in rows} == {"-5"}  # numbers are not text: left as they are
     assert all(json.loads(row["payload"])["note"] in FORMULAS for row in rows)  # JSON starts with {: safe
+
+
+def test_slack_messages_escape_text_that_would_become_links():
+    """A queue named "<https://evil.example|Fix it here>" must not be a link in the on-call channel."""
+    from console.alerts.transports import transport_for
+
+    dest = r.parse_destination({"name": "chat", "kind": "slack", "url": "https://hooks.slack.example/services/T/B/x"})
+    body, _ = transport_for(dest).render({
+        "event": "firing", "console_url": "https://console.example/alerts/1",
+        "alert": {"rule": "queue_age", "labels": {"queue": "<https://evil.example|Fix it here>"},
+                  "summary": "Queue <!channel> & friends late", "severity": "critical",
+                  "runbook": "https://wiki.example/a|<https://evil.example|x>"}})
+    text = json.loads(body)["text"]
+    assert "<https://evil.example" not in text and "<!channel>" not in text
+    assert "queue=&lt;https://evil.example|Fix it here&gt;" in text
+    assert "Queue &lt;!channel&gt; &amp; friends late" in text
+    assert "<https://wiki.example/a%7C&lt;https://evil.example%7Cx&gt;|Runbook>" in text
+    assert "<https://console.example/alerts/1|Console>" in text
