@@ -2,7 +2,8 @@
 javascript:-URL, <svg onload>, <img onerror> and template-syntax strings is seeded into every
 field that echoes user or payload text (payloads, last_error and its error group, kind, queue
 names, job detail, alert labels and rule summaries, destination URLs and headers, the delivery
-log, workers, audit actors, actions, targets and reasons) and placed in every filter of every
+log, workers, audit actors, actions, targets and reasons, and the Database page's lock tree: the
+application_name and query text of other sessions) and placed in every filter of every
 page. Nothing may run: no dialog, no request an injected htmx attribute would make (/healthz),
 no element with an injected attribute, no CSP violation.
 
@@ -14,11 +15,15 @@ an <img>/<script> that no template writes?) rather than only at dialogs.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import timedelta
 from urllib.parse import quote, urlencode, urlsplit
 
+import psycopg
 import pytest
 from playwright.sync_api import Page, expect
+from psycopg import sql
 
 from console import audit, samples
 from console import queue as q
@@ -117,6 +122,32 @@ def hostile(conn, web_app, personas):
 
 
 @pytest.fixture
+def lock_wait(dsn, hostile):
+    """A session (application_name and query text from the corpus) waiting for a row lock that
+    another one holds: the Database page draws both, names and queries, in its lock tree."""
+    job_id = hostile["dead"][0]
+    blocker = psycopg.connect(dsn, application_name=CORPUS[0][:63])
+    blocker.execute(sql.SQL("SELECT {} AS note, id FROM skiplock.jobs WHERE id = {} FOR UPDATE").format(
+        sql.Literal(CORPUS[7]), sql.Literal(job_id)))
+    waiter = psycopg.connect(dsn, application_name=CORPUS[1][:63], autocommit=True)
+    waiter.execute("SET statement_timeout = '120s'")
+    statement = sql.SQL("UPDATE skiplock.jobs SET priority = priority WHERE id = {} AND {} IS NOT NULL").format(
+        sql.Literal(job_id), sql.Literal(CORPUS[6]))
+    thread = threading.Thread(target=lambda: waiter.execute(statement), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    with psycopg.connect(dsn, autocommit=True) as probe:
+        while not probe.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").fetchone()[0]:
+            assert time.monotonic() < deadline, "the waiter never waited"
+            time.sleep(0.05)
+    yield
+    blocker.rollback()
+    thread.join(timeout=10)
+    blocker.close()
+    waiter.close()
+
+
+@pytest.fixture
 def watched(page: Page):
     page.set_default_timeout(15_000)
     page.add_init_script(COLLECT)
@@ -165,7 +196,7 @@ def assert_clean(page: Page, where: str) -> None:
     assert (found, violations, page.dialogs, page.healthz) == ([], [], [], []), where
 
 
-def test_hostile_text_never_runs_in_any_page(watched: Page, live_server, hostile):
+def test_hostile_text_never_runs_in_any_page(watched: Page, live_server, hostile, lock_wait):
     page, base = watched, live_server
 
     # the sign-in page echoes ?next= and the name
@@ -187,6 +218,12 @@ def test_hostile_text_never_runs_in_any_page(watched: Page, live_server, hostile
         statuses[path] = response.status if response else None
         assert_clean(page, path)
     assert all(status in (200, 400) for status in statuses.values()), {p: s for p, s in statuses.items() if s not in (200, 400)}
+
+    # the lock tree did show the sessions' names and queries (as text)
+    page.goto(base + "/health")
+    expect(page.locator("#panel-locks")).to_contain_text(CORPUS[0])
+    expect(page.locator("#panel-locks")).to_contain_text("</title></textarea>")
+    assert_clean(page, "/health with a lock wait")
 
     # template syntax in data is text, never evaluated
     page.goto(base + "/deadletters/jobs")
