@@ -1,4 +1,6 @@
-// Skiplock's only script besides htmx: adaptive polling, the tab title, and error toasts.
+// Skiplock's only script besides htmx: adaptive polling, the tab title, error toasts, confirm
+// dialogs and the small behaviours the templates ask for with data- attributes. The console's
+// Content-Security-Policy allows no inline script: no onclick="" or javascript: links in templates.
 (function () {
   "use strict";
   var body = document.body;
@@ -60,6 +62,24 @@
     var msg = (btn && btn.dataset.confirm) || e.target.dataset.confirm;
     if (msg && !window.confirm(msg)) { e.preventDefault(); }
   }, true);
+
+  // <input type="checkbox" data-select-all="ids"> ticks every input[name=ids] of its form
+  // (or of the page when it has no form).
+  document.addEventListener("change", function (e) {
+    var box = e.target;
+    if (!box.matches || !box.matches("input[type=checkbox][data-select-all]")) { return; }
+    var scope = box.form || document;
+    var name = box.getAttribute("data-select-all");
+    scope.querySelectorAll("input[type=checkbox]").forEach(function (c) {
+      if (c.name === name) { c.checked = box.checked; }
+    });
+  });
+
+  // <a href="..." data-back>: go back in history when there is somewhere to go back to.
+  document.addEventListener("click", function (e) {
+    var link = e.target.closest && e.target.closest("a[data-back]");
+    if (link && window.history.length > 1) { e.preventDefault(); window.history.back(); }
+  });
 
   updateTitle();
   schedule();

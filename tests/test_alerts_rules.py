@@ -33,7 +33,8 @@ def test_a_good_rule_parses_with_durations_and_selector():
     ({"labels": {"queue": ""}}, "non-empty string value"),
     ({"for": "ten minutes"}, "is not a duration"),
     ({"severity": "urgent"}, "severity 'urgent'"),
-    ({"runbook": "ftp://x"}, None),  # a non-http runbook is a docs path: allowed
+    ({"runbook": "ftp://x"}, "runbook must be an http:// or https:// URL or a site path (scheme ftp: is not allowed)"),
+    ({"runbook": "docs/alerts.md#mail_age"}, None),  # a site path: allowed
     ({"runbook": "https://"}, "runbook must be an http:// or https:// URL with a host"),
     ({"name": "Bad Name"}, "name must be lower-case"),
     ({"colour": "red"}, "unknown field(s) colour"),
@@ -78,6 +79,20 @@ def test_destination_never_shows_its_secret_or_slack_path():
     assert "topsecret" not in public and "tok-999" not in public and "abc123" not in public
     assert signed.public()["has_secret"] is True
     assert signed.redact("failed for https://h.example/x?token=abc123 with topsecret") == "failed for *** with ***"
+
+
+@pytest.mark.parametrize("runbook", [
+    "javascript:alert(document.domain)", "JavaScript:alert(1)", "data:text/html,<script>alert(1)</script>",
+    "vbscript:msgbox(1)", "//evil.example/runbook", "/\\evil.example", "java\tscript:alert(1)",
+    "https://wiki.example/a b",
+])
+def test_runbook_links_are_http_urls_or_site_paths(runbook):
+    """A runbook is an href in the console and in every webhook: no script, no other site by //."""
+    with pytest.raises(r.RuleError, match=r"alert rule 'mail_age': runbook (must|is)"):
+        r.parse_rule({**GOOD, "runbook": runbook})
+    for fine in ("https://wiki.example/queue-age#mail", "http://intranet/runbooks/1", "/runbooks/queue-age",
+                 "docs/alerts.md#queue_age_seconds"):
+        assert r.parse_rule({**GOOD, "runbook": fine}).runbook == fine
 
 
 def test_every_default_rule_has_a_runbook_section():

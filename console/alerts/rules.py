@@ -297,10 +297,12 @@ def parse_rule(record: Mapping[str, Any], *, source: str = "file", where: str = 
         runbook = record.get("runbook", "") or ""
         if not isinstance(summary, str) or "\n" in summary or len(summary) > 500:
             raise ValueError("summary must be one line of at most 500 characters")
-        if not isinstance(runbook, str) or any(c.isspace() for c in runbook):
+        if not isinstance(runbook, str):
             raise ValueError("runbook must be a URL or a docs path without spaces")
-        if runbook.startswith(("http://", "https://")):
-            check_url(runbook, "runbook")
+        if runbook:
+            problem = link_problem(runbook)
+            if problem:
+                raise ValueError(f"runbook {problem}")
         webhooks = record.get("webhooks", []) or []
         if isinstance(webhooks, str):
             webhooks = [w.strip() for w in webhooks.split(",") if w.strip()]
@@ -333,6 +335,38 @@ def _guard(value: Any) -> Guard | None:
         raise ValueError("when: threshold is required")
     return Guard(metric=metric, labels=_labels(value.get("labels"), metric, "when.labels"),
                  op=_op(value.get("op"), "when.op"), threshold=_number(value["threshold"], "when.threshold"))
+
+
+def link_problem(link: str) -> str | None:
+    """Why `link` may not be a runbook link (an href in the console and in every message), or None.
+
+    Allowed: an http:// or https:// URL with a host, or a path on the console's site
+    ("/wiki/queue-age", "docs/alerts.md#queue-age"). Anything with another scheme
+    (javascript:, data:, vbscript:, file:), a scheme-relative "//host", a backslash (browsers
+    read "/\\host" as "//host"), spaces or control characters is refused: a runbook link is
+    one click away for the on-call engineer, in the console and in every webhook message.
+    """
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in link):
+        return "must be a URL or a docs path without spaces or control characters"
+    if "\\" in link:
+        return "must not contain a backslash"
+    try:
+        parts = urlsplit(link)
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme:
+        if parts.scheme not in ("http", "https"):
+            return f"must be an http:// or https:// URL or a site path (scheme {parts.scheme}: is not allowed)"
+        try:
+            check_url(link, "runbook")
+        except ValueError as exc:
+            return str(exc).removeprefix("runbook ")
+        return None
+    if parts.netloc or link.startswith("//"):
+        return "must be an http:// or https:// URL or a site path (a link starting with // leaves the site)"
+    if ":" in link.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]:
+        return "must be an http:// or https:// URL or a site path (a colon before the first / reads as a scheme)"
+    return None
 
 
 def check_url(url: Any, what: str = "url") -> str:

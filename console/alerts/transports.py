@@ -322,6 +322,16 @@ class JsonTransport(Transport):
 _ICONS = {"firing": ":red_circle:", "repeat": ":red_circle:", "resolved": ":large_green_circle:", "test": ":white_circle:"}
 
 
+def _slack_text(value: Any) -> str:
+    """Slack reads <...> as a link or a mention (<!channel>): a queue name or a summary must not
+    become a link to somewhere else. Slack's escaping is exactly these three."""
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_link(url: str, label: str) -> str:
+    return f"<{_slack_text(url).replace('|', '%7C')}|{label}>"
+
+
 class SlackTransport(Transport):
     """A Slack-compatible incoming webhook (Slack, Mattermost, Rocket.Chat): `{"text": ...}` in
     Slack's link syntax. The URL itself is the credential, so it is displayed without its path."""
@@ -332,15 +342,16 @@ class SlackTransport(Transport):
         alert = notification.get("alert") or {}
         event = notification.get("event", "")
         labels = ", ".join(f"{k}={v}" for k, v in sorted((alert.get("labels") or {}).items()))
-        title = f"{_ICONS.get(event, '')} *{event.upper()}* {alert.get('rule')}" + (f" ({labels})" if labels else "")
-        lines = [title.strip(), str(alert.get("summary") or "")]
+        title = f"{_ICONS.get(event, '')} *{event.upper()}* {_slack_text(alert.get('rule'))}" + (
+            f" ({_slack_text(labels)})" if labels else "")
+        lines = [title.strip(), _slack_text(alert.get("summary") or "")]
         if alert.get("severity"):
-            lines.append(f"severity: {alert['severity']}")
+            lines.append(f"severity: {_slack_text(alert['severity'])}")
         links = []
         if alert.get("runbook"):
-            links.append(f"<{alert['runbook']}|Runbook>")
+            links.append(_slack_link(alert["runbook"], "Runbook"))
         if notification.get("console_url"):
-            links.append(f"<{notification['console_url']}|Console>")
+            links.append(_slack_link(notification["console_url"], "Console"))
         if links:
             lines.append(" · ".join(links))
         body = json.dumps({"text": "\n".join(line for line in lines if line)}).encode()

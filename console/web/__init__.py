@@ -46,6 +46,12 @@ How to add a page
    a plain function and have both routes call it (`jsonify(data)` / `render_template(..., **data)`).
    Scripts authenticate with `Authorization: Bearer <token>` (`skiplock users token NAME`).
 
+9. **Browser-side rules.** Every response carries `CONTENT_SECURITY_POLICY` (below): no inline
+   `<script>`, `on…=""` handler, `javascript:` link, `<style>` or `style=""` in a template.
+   Behaviour goes in `static/skiplock.js` behind a `data-` attribute (`data-confirm`,
+   `data-select-all`), styles in `static/*.css`. Never `tojson` inside an attribute (use
+   `json_text`); never `|safe` on data. docs/security.md says why.
+
 Production mode
 ---------------
 `web.production` is true unless something turns it off, so gunicorn (the Procfile) and any other
@@ -77,6 +83,15 @@ from console.resources import resource_dir
 from console.users import LoginLimits, SessionLimits
 
 log = logging.getLogger(__name__)
+
+# Sent with every response. Scripts, styles and images come from the console itself only: no
+# inline <script>, no on*="" handler, no javascript: link, no style="" attribute, no <style>
+# element (htmx is told not to inject one, nor to evaluate hx-on or js: code: see base.html).
+# An HTML-injection bug that slips past autoescape then cannot run script. docs/security.md.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
 
 # Registered in this order. One line per blueprint: "module:attribute".
 BLUEPRINTS: tuple[str, ...] = (
@@ -217,6 +232,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
             # Only over HTTPS (RFC 6797 §7.2); request.is_secure believes X-Forwarded-Proto only
             # from the web.proxy_count proxies ProxyFix trusts.
             response.headers.setdefault("Strict-Transport-Security", "max-age=31536000")
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         return response
 
     return app

@@ -229,9 +229,19 @@ def _csv_cell(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, sort_keys=True)
-    text = str(value)
-    # A cell starting with = + - @ is a formula to spreadsheet programs: neutralise it.
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    if isinstance(value, str):
+        return neutralise_formula(value)
+    return str(value)  # numbers stay numbers: -5 is a priority, not a formula
+
+
+# A cell starting with one of these is a formula (or starts one) to spreadsheet programs:
+# "=HYPERLINK(...)" in a job's last_error must arrive as text. OWASP "CSV Injection".
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def neutralise_formula(text: str) -> str:
+    """Prefix a text cell that a spreadsheet would read as a formula with a single quote."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 @bp.get("/jobs/export.<fmt>")

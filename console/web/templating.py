@@ -1,8 +1,16 @@
 """Jinja filters and globals shared by every template, and JSON with ISO-8601 times.
 
 Filters: `utc` ("2026-11-30 03:40:12 UTC"), `ago` ("3 min ago", "in 2 h"), `number`
-("12,345"), `duration` (seconds -> "2 min 5 s"), `pretty_json`. Globals: `csrf_token()`,
+("12,345"), `duration` (seconds -> "2 min 5 s"), `pretty_json`, `json_text` and `query_args`.
+Test: `safe_link` (`{% if rule.runbook is safe_link %}<a href=...>`). Globals: `csrf_token()`,
 `csrf_field()`, `nav_entries()`, `user`, `can(role)`, `poll_fast_ms`, `poll_slow_ms`.
+
+Output encoding: autoescape is on for every template, so `{{ value }}` is safe in element text
+and in a double- or single-quoted attribute. Do not put Flask's `tojson` inside an attribute: it
+returns Markup (autoescape skips it) and does not escape `"`, so a payload like `{"a": "x"
+hx-get=..."}` becomes new attributes. Use `json_text` there: plain JSON text that autoescape then
+encodes. Never mark user or payload text `|safe` or `Markup`. Links whose target comes from
+configuration or users (runbooks) go through the `safe_link` test: http(s) URLs and site paths only.
 """
 
 from __future__ import annotations
@@ -75,12 +83,31 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def json_text(value: Any) -> str:
+    """JSON as a plain str (not Markup), so autoescape encodes it for an attribute or text."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def query_args(args: dict[str, Any]) -> dict[str, str]:
+    """Filter values for url_for: structured ones (a payload filter) as JSON text, not a repr."""
+    return {k: v if isinstance(v, str) else json_text(v) for k, v in args.items() if v is not None}
+
+
+def safe_link(value: Any) -> bool:
+    """Whether a configured link target may be an href: http(s) with a host, or a site path."""
+    from console.alerts.rules import link_problem
+
+    return isinstance(value, str) and bool(value) and link_problem(value) is None
+
+
 def install(app: Flask) -> None:
     from console.web.auth import csrf_token
 
     app.json = SkiplockJSON(app)
     env = app.jinja_env
-    env.filters.update(utc=utc, ago=ago, number=number, duration=duration, pretty_json=pretty_json)
+    env.filters.update(utc=utc, ago=ago, number=number, duration=duration, pretty_json=pretty_json,
+                       json_text=json_text, query_args=query_args)
+    env.tests["safe_link"] = safe_link
     env.globals.update(csrf_token=csrf_token, now=now)
 
     def csrf_field() -> Markup:
