@@ -178,6 +178,17 @@ MUTATIONS: tuple[Mutation, ...] = (
              f"{DOORBELL}::test_an_idle_worker_with_a_long_poll_still_reports_every_flush_interval",
              (("console/worker.py", "if self._wake.wait(max(0.0, min(poll_at, flush_at) - now)) or flush_at >= poll_at:",
                "if self._wake.wait(max(0.0, poll_at - now)) or True:"),)),
+    Mutation("matrix-bulk-api-to-viewers", "the bulk dead-letter API is opened to viewers",
+             "tests/test_security_matrix.py",
+             (("console/web/deadletters.py", '@bp.post("/api/v1/deadletters/operations")\n@requires("operator")',
+               '@bp.post("/api/v1/deadletters/operations")\n@requires("viewer")'),)),
+    Mutation("matrix-sso-without-csrf", "users signed in by the SSO header skip the CSRF check",
+             "tests/test_security_matrix.py",
+             (("console/web/auth.py", 'if user and user.via == "token":\n            if user.read_only:',
+               'if user and user.via in ("token", "header"):\n            if user.via == "token" and user.read_only:'),)),
+    Mutation("matrix-readonly-token-writes", "a read-only API token may change state",
+             "tests/test_security_matrix.py",
+             (("console/web/auth.py", "            if user.read_only:\n", "            if False:\n"),)),
 )
 
 
