@@ -17,8 +17,8 @@ Application code needs only this much:
         ...
 """
 
-from console.queue import DoNotRetry, Job, NewJob, enqueue, enqueue_many
 from console.periodic import schedule
+from console.queue import DoNotRetry, Job, NewJob, enqueue, enqueue_many
 from console.tasks import task
 
 __all__ = ["DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from console import collectors, periodic
 from tests.web_fixtures import CSRF
 
+
 def declare(conn):
     declared = periodic.parse_entries([("[[periodic]] #1", {"name": "nightly-report", "kind": "reports.build",
                                         "queue": "reports", "cron": "0 3 * * 1-5", "timezone": "Europe/Berlin"}, "config")])
