@@ -11,9 +11,14 @@ Application code needs only this much:
     with conn.transaction():
         create_order(conn)
         console.enqueue(conn, "send_email", {"order": 42})
+
+    @console.schedule("nightly-report", cron="0 3 * * *", timezone="Europe/Berlin")
+    def nightly_report(job):  # a periodic job: the scheduler enqueues it once per slot
+        ...
 """
 
+from console.periodic import schedule
 from console.queue import DoNotRetry, Job, NewJob, enqueue, enqueue_many
 from console.tasks import task
 
-__all__ = ["DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "task"]
+__all__ = ["DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]

@@ -37,6 +37,11 @@ _METRICS = [
     Metric("workers_in_flight", "Jobs being worked right now, from worker registry rows.", "jobs"),
     Metric("queue_depth_estimated", "1 when the pending backlog exceeded the exact-count cap and pending depths were scaled to the planner's estimate.", "bool"),
     Metric("completed_rows_estimate", "Completed rows still in the hot table (the archiver's backlog), from planner statistics.", "rows"),
+    Metric("periodic_last_success_age_seconds", "Seconds since the periodic job's newest run that completed (absent before its first success).", "seconds", ("name",)),
+    Metric("periodic_interval_seconds", "Longest gap between two slots of the periodic schedule.", "seconds", ("name",)),
+    Metric("periodic_late_ratio", "Age of the periodic job's last success (or of the schedule, before one) over its interval; 0 while paused.", "ratio", ("name",)),
+    Metric("periodic_missed_total", "Slots of the periodic schedule skipped: while paused, or after downtime with catch_up = false.", "slots", ("name",)),
+    Metric("periodic_paused", "1 while the periodic schedule is paused.", "bool", ("name",)),
     # --- the jobs tables ----------------------------------------------------------------
     Metric("table_live_tuples", "Live rows (statistics).", "rows", ("table",)),
     Metric("table_dead_tuples", "Dead rows waiting for vacuum (statistics).", "rows", ("table",)),

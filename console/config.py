@@ -5,7 +5,7 @@ or `SKIPLOCK_CONFIG`, then environment variables `SKIPLOCK_<SECTION>_<KEY>`. A v
 not parse or is out of range stops start-up with a `ConfigError` naming the setting; an unknown
 key in the file is refused too, because a typo silently ignored is a setting never applied.
 
-Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`) are not settings: they
+Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`, `[[periodic]]`) are not settings: they
 are kept as parsed in `Config.tables` for the module that owns them to validate.
 
 This module does not connect to anything and holds no global state; `load_config()` returns a
@@ -123,6 +123,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "failed_queue_limit", int, 5000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
     Setting("scheduler", "failed_total_limit", int, 50000, "Dead letters counted exactly per cycle; beyond it the total is the planner's estimate.", positive),
     Setting("scheduler", "probe_queues", int, 1, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
+    Setting("scheduler", "periodic_interval", float, 5.0, "Seconds between passes that enqueue due periodic (cron) job slots; a slot starts at most this late.", positive),
+    Setting("scheduler", "periodic_catch_up_limit", int, 100, "Most missed slots one periodic entry with catch_up = true enqueues after downtime (the newest are kept).", positive),
+    Setting("scheduler", "periodic_keep_days", float, 30.0, "Days finished periodic runs (one row per slot) are kept.", positive),
+    Setting("scheduler", "tasks", str, "", "Task module(s), comma-separated (e.g. myapp.tasks), whose @console.schedule periodic jobs the scheduler runs; empty = only [[periodic]] from the config file."),
     # [alerts] (rules and webhooks themselves are [[alerts.rules]] and [[webhooks]] tables)
     Setting("alerts", "evaluate", bool, True, "Evaluate alert rules after every collection cycle (the scheduler leader does).",),
     Setting("alerts", "series_window", float, 300.0, "Seconds a sample stays current for alert rules; older collections count as stale and hold every alert.", positive),

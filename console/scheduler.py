@@ -19,7 +19,11 @@ config so a run more than that late is skipped):
 - archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
 - bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
 - retention: sample rollups and deletion (`console.collectors.retention`);
-- alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`).
+- alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
+- periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
+  finished runs' outcomes and prune old runs (`console.periodic`). The schedules are read and
+  validated when the process starts (`[[periodic]]` and the `[scheduler] tasks` modules'
+  `@console.schedule`s): a bad one stops start-up with a message naming it.
 
 Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
 says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
@@ -48,7 +52,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.blocking import BlockingScheduler
 from psycopg.rows import dict_row
 
-from console import collectors
+from console import collectors, periodic
 from console import queue as q
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
@@ -139,6 +143,8 @@ class Scheduler:
 
         self.alerts = AlertJobs(config)
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
+        self.periodic_entries = periodic.load_entries(config)
+        self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
         self._by_name = {j.name: j for j in self.jobs}
         self._aps: BlockingScheduler | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -259,6 +265,18 @@ class Scheduler:
 
     def _retention(self, conn: psycopg.Connection) -> None:
         sample_retention.run(conn, self.retention_settings)
+
+    def _periodic(self, conn: psycopg.Connection) -> None:
+        s = self.config.scheduler
+        periodic.sync(conn, self.periodic_entries)
+        report = periodic.enqueue_due(conn, self.periodic_entries, catch_up_limit=s.periodic_catch_up_limit,
+                                      max_attempts=self.config.queue.max_attempts)
+        for name, ids in report.enqueued.items():
+            log.info("periodic %s: enqueued job(s) %s", name, ids)
+        for name, count in report.missed.items():
+            log.info("periodic %s: %d slot(s) missed (paused, or the scheduler was down)", name, count)
+        periodic.settle(conn)
+        periodic.prune(conn, keep_seconds=s.periodic_keep_days * 86400.0)
 
     # --- lifecycle ---------------------------------------------------------------------
 

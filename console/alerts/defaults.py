@@ -30,6 +30,8 @@ _DEFAULTS = [
     dict(name="workers_zero", metric="workers_live", op="<=", threshold=0, for_="2m", severity="critical",
          when={"metric": "queue_depth", "labels": {"state": "eligible"}, "op": ">", "threshold": 0},
          summary="No live workers while jobs are eligible"),
+    dict(name="periodic_late", metric="periodic_late_ratio", op=">", threshold=2, clear=1, for_="0s", severity="warning",
+         summary="Periodic job {name} has not succeeded for {value} of its intervals (over {threshold})"),
     # --- the jobs tables ---------------------------------------------------------------------
     dict(name="autovacuum_behind", metric="table_autovacuum_behind", op=">=", threshold=1, for_="15m",
          severity="warning", summary="Dead rows in {table} exceed its autovacuum threshold and no vacuum is running"),

@@ -110,6 +110,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
     "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
+    "console.web.periodic:bp",     # /periodic: cron schedules, pause/resume, run now (+ /api/v1/periodic)
 )
 
 
@@ -156,6 +157,9 @@ def _load_hook(spec: str, setting: str = "web.redact_hook"):
 
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     cfg, flask_keys, explicit_dsn = _load_config(config)
+    from console.periodic import load_entries
+
+    load_entries(cfg, import_tasks=False)  # a bad [[periodic]] entry stops start-up here too
     web = cfg.web
     secret = web.secret_key
     if not secret:

@@ -25,6 +25,7 @@ NAV: list[NavEntry] = [
     NavEntry("jobs.index", "Jobs", 30),
     NavEntry("deadletters.index", "Dead letters", 40),
     NavEntry("workers.index", "Workers", 50),
+    NavEntry("periodic.index", "Periodic", 55),
     NavEntry("health.index", "Database", 60),
     NavEntry("alerts.index", "Alerts", 70),
     NavEntry("advisor.index", "Advisor", 80),
