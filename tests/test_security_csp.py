@@ -69,7 +69,7 @@ def test_the_database_down_page_sends_the_policy(web_settings):
     try:
         client = app.test_client()
         with client.session_transaction() as session:
-            session["user"] = "operator"
+            session["sid"] = "any-session-token"  # looked up in the database, which is down
         for url in ("/overview", "/healthz", "/jobs"):
             response = client.get(url)
             assert response.status_code == 503, url

@@ -3,6 +3,8 @@ pause/resume and run now for operators only, with CSRF, audited; the metrics in 
 
 from __future__ import annotations
 
+from playwright.sync_api import expect
+
 from console import collectors, periodic
 from tests.web_fixtures import CSRF
 
@@ -79,6 +81,7 @@ def test_screenshot_of_the_periodic_page(live_server, page, conn, personas, tmp_
     page.goto(f"{live_server}/periodic")
     page.wait_for_selector("#periodic-table table")
     page.get_by_role("button", name="Run now").first.click()
-    page.wait_for_function("document.querySelector('#periodic-table').textContent.includes('by hand')", timeout=10000)
-    page.screenshot(path="/tmp/periodic_page.png", full_page=True)
+    # expect() polls from Playwright's side: a string predicate would need eval, which the CSP refuses
+    expect(page.locator("#periodic-table")).to_contain_text("by hand", timeout=10000)
+    page.screenshot(path=str(tmp_path / "periodic.png"), full_page=True)
     assert conn.execute("SELECT count(*) FROM skiplock.periodic_runs WHERE manual").fetchone()[0] == 1

@@ -14,6 +14,7 @@ from console import audit
 from console import queue as q
 from console.config import ConfigError
 from console.maintenance import start
+from console.users import start_session
 from tests.web_fixtures import CSRF
 
 CARD = "4111111111111111"
@@ -109,7 +110,7 @@ def test_the_text_hook_runs_for_everyone_and_a_bad_one_refuses_to_start(web_sett
         for role in ("viewer", "operator"):
             client = app.test_client()
             with client.session_transaction() as session:
-                session["user"] = role
+                session["sid"] = start_session(conn, role, "127.0.0.1", "pytest")
                 session["csrf"] = CSRF
             groups = client.get("/api/v1/deadletters").get_json()["groups"]
             assert groups[0]["example"] == "ValueError: card ************1111 declined", role

@@ -8,6 +8,7 @@ import socket
 
 import psycopg
 
+from console.users import start_session
 from tests.web_fixtures import CSRF
 
 
@@ -17,10 +18,11 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def _signed_in(app):
+def _signed_in(app, token: str = "any-session-token"):
+    """A client whose cookie names a session (looked up in the database on every request)."""
     client = app.test_client()
     with client.session_transaction() as session:
-        session["user"] = "operator"
+        session["sid"] = token
         session["csrf"] = CSRF
     return client
 
@@ -58,7 +60,7 @@ def test_closed_port_shows_no_host_user_or_error_text(web_settings, caplog):
     assert "hunter2secret" not in logged
 
 
-def test_broken_connection_error_text_stays_in_the_log(web_settings, personas, admin_dsn, dsn, caplog):
+def test_broken_connection_error_text_stays_in_the_log(web_settings, personas, admin_dsn, dsn, conn, caplog):
     """A pooled connection the server has killed: psycopg's words ("terminating connection due
     to administrator command") reach the log, not the page nor /healthz."""
     from console.web import create_app
@@ -69,13 +71,16 @@ def test_broken_connection_error_text_stays_in_the_log(web_settings, personas, a
         app.extensions["skiplock"].pool.wait(timeout=10)
         dbname = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
         bodies = {}
+        token = start_session(conn, "operator", "127.0.0.1", "pytest")
         for name, path, headers in (("healthz", "/healthz", {}), ("page", "/jobs", {}),
                                     ("api", "/api/v1/jobs", {"Accept": "application/json"})):
+            # the pool refills in the background after a broken connection: kill the new one too
+            app.extensions["skiplock"].pool.wait(timeout=10)
             with psycopg.connect(admin_dsn, autocommit=True) as admin:
                 admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                               "WHERE datname = %s AND application_name = 'skiplock-web'", (dbname,))
             with caplog.at_level(logging.WARNING):
-                resp = _signed_in(app).get(path, headers=headers)
+                resp = _signed_in(app, token).get(path, headers=headers)
             bodies[name] = (resp.status_code, resp.get_data(as_text=True))
     finally:
         app.extensions["skiplock"].close()
