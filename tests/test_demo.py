@@ -417,8 +417,8 @@ def test_the_receiver_accepts_signed_notifications_and_refuses_forged_ones():
 
 def test_seeded_series_have_the_labels_the_collectors_give_them(dsn, conn):
     """A chart draws seeded and measured samples as one line only if their labels agree."""
-    collectors = pytest.importorskip("console.collectors")
     import console
+    from console import collectors
     from console.demo.seed import history
 
     with psycopg.connect(dsn) as tx:
