@@ -167,7 +167,7 @@ def changed_migrations(conn: psycopg.Connection, files: list[tuple[int, str, Pat
     applied = {v: (name, checksum) for v, name, checksum in
                conn.execute("SELECT version, name, checksum FROM skiplock.schema_migrations ORDER BY version")}
     changed = []
-    for version, name, path in files if files is not None else migration_files():
+    for version, _name, path in files if files is not None else migration_files():
         if version in applied and applied[version][1] != (now := migration_checksum(path)):
             changed.append(
                 f"applied migration {path.name} has changed since it was applied "

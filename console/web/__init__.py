@@ -64,7 +64,14 @@ from flask import Flask, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from console.config import Config, ConfigError, load_config
-from console.db import DatabaseError, MigrationChanged, connect, make_pool, resolve_dsn, verify_migrations
+from console.db import (
+    DatabaseError,
+    MigrationChanged,
+    connect,
+    make_pool,
+    resolve_dsn,
+    verify_migrations,
+)
 from console.resources import resource_dir
 from console.users import LoginLimits
 
