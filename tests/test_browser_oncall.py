@@ -163,7 +163,7 @@ def test_screenshots_of_the_main_pages(page: Page, live_server, conn, dsn, incid
     # empty table or a panel that says "not available" is a failure, not a picture.
     shots = {
         "overview": ("/overview", "Overview", ["queue billing", "failing"]),
-        "queue": ("/queues/billing", "Queue billing", ["card declined"]),
+        "queue": ("/queues/billing", "Queue billing", ["Oldest waiting", "Running", "Pause"]),
         "jobs": ("/jobs?state=failed", "Jobs", ["card declined", "SMTP server smtp.example.com timed out"]),
         "job-detail": (f"/jobs/{failed_job}", f"Job {failed_job}", ["card declined for customer", "charge_card"]),
         "deadletters": ("/deadletters", "Dead letters", ["card declined", "SMTP server"]),
