@@ -82,3 +82,53 @@ def test_a_hung_or_killed_run_leaves_no_postgres_behind(tmp_path, ending):
         assert "Timeout" in output and "test_hangs" in output, output  # a failure with a stack
     wait_for(lambda: not processes_on(data_dir), timeout=30, what=f"PostgreSQL on {data_dir} to stop after {ending}")
     wait_for(lambda: not Path(data_dir).parent.exists(), timeout=30, what=f"{Path(data_dir).parent} to be removed")
+
+
+def _run_child_pytest(tmp_path, conftest: str, test_file: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(conftest)
+    (tmp_path / "test_child.py").write_text(test_file)
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "PYTEST_ADDOPTS", "CI"}}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--strict-markers",
+         "-o", "markers=browser: drives Chromium", str(tmp_path / "test_child.py")],
+        cwd=tmp_path, env={**env, **env_extra}, capture_output=True, text=True, timeout=120,
+    )
+
+
+SKIPPING_TEST = """
+import pytest
+
+
+def test_skips_for_a_reason_of_the_environment():
+    pytest.skip("DATABASE_URL given")
+"""
+
+
+def test_under_ci_a_skip_is_a_failure(tmp_path):
+    conftest = "from tests.conftest import pytest_runtest_makereport  # noqa: F401\n"
+    outside = _run_child_pytest(tmp_path, conftest, SKIPPING_TEST, {})
+    assert outside.returncode == 0 and "1 skipped" in outside.stdout, outside.stdout
+    in_ci = _run_child_pytest(tmp_path, conftest, SKIPPING_TEST, {"CI": "true"})
+    assert in_ci.returncode == 1, in_ci.stdout
+    assert "1 failed" in in_ci.stdout and "skipped under CI=true" in in_ci.stdout, in_ci.stdout
+
+
+BROWSER_TEST = """
+import pytest
+
+
+@pytest.mark.browser
+def test_drives_chromium():
+    pass
+"""
+
+
+def test_under_ci_a_missing_chromium_stops_the_run_instead_of_skipping_browser_tests(tmp_path):
+    conftest = ("from pathlib import Path\n\nimport tests.conftest\n"
+                "from tests.conftest import pytest_collection_modifyitems  # noqa: F401\n\n"
+                "tests.conftest.CHROMIUM = Path('/nonexistent/chromium')\n")
+    in_ci = _run_child_pytest(tmp_path, conftest, BROWSER_TEST, {"CI": "true"})
+    assert in_ci.returncode != 0 and "/nonexistent/chromium is missing" in in_ci.stdout + in_ci.stderr, in_ci
+    outside = _run_child_pytest(tmp_path, conftest, BROWSER_TEST, {})
+    assert outside.returncode == 0, outside.stdout
