@@ -118,6 +118,7 @@ if sys.stdin.read() != "done":
 
 _GUARDED: list[PrivateCluster] = []  # started clusters with exit_guard=True, stopped at exit
 _PREVIOUS_HANDLERS: dict[int, object] = {}
+_installed = False
 _GUARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -125,7 +126,7 @@ def _stop_guarded() -> None:
     for cluster in list(_GUARDED):
         try:
             cluster.stop(mode="immediate")
-        except Exception:  # noqa: BLE001 - at exit, stop what can be stopped
+        except Exception:  # at exit, stop what can be stopped
             pass
 
 
@@ -141,10 +142,14 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 def _install_guards() -> None:
-    if _PREVIOUS_HANDLERS or threading.current_thread() is not threading.main_thread():
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
         return  # signal handlers can only be set from the main thread, and once is enough
     for sig in _GUARD_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # ignored on purpose (nohup): it must not stop the cluster either
         _PREVIOUS_HANDLERS[sig] = signal.signal(sig, _on_signal)
+    _installed = True
 
 
 atexit.register(_stop_guarded)
