@@ -168,7 +168,9 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
         dsn = state["dsn"]
 
         # Traffic keeps enqueuing.
-        newest = lambda: _scalar(dsn, "SELECT coalesce(max(id), 0) FROM skiplock.jobs")  # noqa: E731
+        def newest() -> int:
+            return _scalar(dsn, "SELECT coalesce(max(id), 0) FROM skiplock.jobs")
+
         first = _wait_for(newest, 60, "traffic to enqueue jobs", proc, log)
         _wait_for(lambda: newest() > first, 60, "traffic to keep enqueuing", proc, log)
         # Each worker completes jobs (worker-reports, killed every few seconds, at least registers
