@@ -6,7 +6,9 @@ not parse or is out of range stops start-up with a `ConfigError` naming the sett
 key in the file is refused too, because a typo silently ignored is a setting never applied.
 
 Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`, `[[periodic]]`) are not settings: they
-are kept as parsed in `Config.tables` for the module that owns them to validate.
+are kept as parsed in `Config.tables` for the module that owns them to validate. The names
+allowed are declared once, in `RECORD_TABLES`; any other list of records (`[[bogus]]`) is
+refused like an unknown key.
 
 This module does not connect to anything and holds no global state; `load_config()` returns a
 fresh `Config` each time.
@@ -213,6 +215,15 @@ def _retired(section: str, key: str, where: str) -> ConfigError:
     return ConfigError(f"{section}.{key} ({where}) {RETIRED[(section, key)]}")
 
 
+# Lists of records (`[[name]]` in the file) kept in Config.tables, each validated by its owner:
+# name -> owner. A new one (e.g. `periodic`, `databases`, `external_queues`) is one line here.
+RECORD_TABLES: dict[str, str] = {
+    "webhooks": "console.alerts.rules (webhook destinations)",
+    "alerts.rules": "console.alerts.rules (alert rules)",
+    "periodic": "console.periodic (periodic jobs)",
+}
+
+
 def _coerce(setting: Setting, raw: Any, origin: str) -> Any:
     where = f"{setting.dotted} ({origin})"
     try:
@@ -299,9 +310,15 @@ def load_config(
     values = {(s.section, s.key): s.default for s in SETTINGS}
     tables: dict[str, Any] = {}
     known_sections = {s.section for s in SETTINGS}
+    def keep_records(name: str, records: list) -> None:
+        if name not in RECORD_TABLES:
+            known = ", ".join(f"[[{n}]]" for n in RECORD_TABLES)
+            raise ConfigError(f"config file {config_path}: unknown list of records [[{name}]] (known: {known})")
+        tables[name] = records
+
     for section, content in file_data.items():
         if isinstance(content, list):
-            tables[section] = content
+            keep_records(section, content)
             continue
         if section not in known_sections and not isinstance(content, dict):
             raise ConfigError(f"config file {config_path}: unknown setting {section!r}")
@@ -309,7 +326,7 @@ def load_config(
             raise ConfigError(f"config file {config_path}: [{section}] must be a table")
         for key, raw in content.items():
             if isinstance(raw, list) and (section, key) not in _BY_KEY:
-                tables[f"{section}.{key}"] = raw  # e.g. [[alerts.rules]]
+                keep_records(f"{section}.{key}", raw)  # e.g. [[alerts.rules]]
                 continue
             setting = _BY_KEY.get((section, key))
             if (section, key) in RETIRED:

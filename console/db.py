@@ -88,25 +88,102 @@ def schema_exists(conn: psycopg.Connection) -> bool:
 
 
 def require_schema(conn: psycopg.Connection) -> None:
+    """The schema is there and no applied migration file has changed since (every process
+    checks this at start-up: worker, scheduler, CLI commands; the web console in create_app)."""
     if not schema_exists(conn):
         raise SchemaMissing()
+    verify_migrations(conn)
 
 
 # --- migrations -------------------------------------------------------------------------
+#
+# Migrations are the files sql/migrations/NNN_name.sql, applied in version order, each once;
+# `skiplock.schema_migrations` records the version, name and SHA-256 of every applied file.
+# An applied file must never change (a fresh database and a deployed one would differ), so
+# `migrate` and every process's start-up refuse a database whose recorded checksum differs from
+# the file's. Versions run 1, 2, 3, ... without holes, except the ones in KNOWN_GAPS.
 
 _MIGRATION_FILE = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 
+# Version numbers deliberately left unused, with the reason. A hole not listed here is refused
+# (a migration file lost in a merge or a packaging step looks exactly like a hole).
+KNOWN_GAPS: dict[int, str] = {
+    7: "Numbers were handed out to parallel pieces of work in advance; the one given 007 shipped "
+       "no schema change, so no 007 file was ever committed (`git log --all -- "
+       "'sql/migrations/007*'` is empty). 008 and 009 are applied in deployed databases and keep "
+       "their numbers.",
+}
 
-def migration_files() -> list[tuple[int, str, Path]]:
+
+class MigrationError(DatabaseError):
+    """The migration files or the applied migrations are not what they must be."""
+
+
+class MigrationChanged(MigrationError):
+    """An applied migration's file differs from what was applied."""
+
+
+def migration_checksum(path: Path) -> str:
+    return hashlib.sha256(path.read_text(encoding="utf-8").encode()).hexdigest()
+
+
+def check_numbering(versions: list[int]) -> None:
+    """Refuse duplicate versions, unexplained holes, and a file reusing a known gap's number."""
+    if len(versions) != len(set(versions)):
+        dupes = sorted({v for v in versions if versions.count(v) > 1})
+        raise MigrationError(f"two migration files share version {', '.join(f'{v:03d}' for v in dupes)}")
+    reused = sorted(set(versions) & set(KNOWN_GAPS))
+    if reused:
+        raise MigrationError(
+            f"migration {reused[0]:03d} is a known gap (KNOWN_GAPS in console/db.py): a new migration "
+            f"takes the number after the highest, {max(versions) + 1:03d}"
+        )
+    missing = [v for v in range(1, max(versions, default=0) + 1) if v not in versions and v not in KNOWN_GAPS]
+    if missing:
+        gap = missing[0]
+        raise MigrationError(
+            f"migration {gap:03d} is missing (there are files numbered after it, up to {max(versions):03d}). "
+            "Restore the file, or if the number was skipped on purpose, add it to KNOWN_GAPS in "
+            "console/db.py with the reason"
+        )
+
+
+def migration_files(folder: Path | None = None) -> list[tuple[int, str, Path]]:
+    """(version, name, path) of every migration file, in version order; numbering checked."""
+    folder = folder or resource_dir("sql") / "migrations"
     found = []
-    for path in sorted((resource_dir("sql") / "migrations").iterdir()):
+    for path in sorted(folder.iterdir()):
         match = _MIGRATION_FILE.match(path.name)
         if match:
             found.append((int(match.group(1)), match.group(2), path))
-    versions = [v for v, _, _ in found]
-    if len(versions) != len(set(versions)):
-        raise DatabaseError("two migration files share a version number")
+    check_numbering([v for v, _, _ in found])
     return found
+
+
+def changed_migrations(conn: psycopg.Connection, files: list[tuple[int, str, Path]] | None = None) -> list[str]:
+    """One sentence per applied migration whose file no longer matches its recorded checksum."""
+    if conn.execute("SELECT to_regclass('skiplock.schema_migrations') IS NULL").fetchone()[0]:
+        return []
+    applied = {v: (name, checksum) for v, name, checksum in
+               conn.execute("SELECT version, name, checksum FROM skiplock.schema_migrations ORDER BY version")}
+    changed = []
+    for version, _name, path in files if files is not None else migration_files():
+        if version in applied and applied[version][1] != (now := migration_checksum(path)):
+            changed.append(
+                f"applied migration {path.name} has changed since it was applied "
+                f"(applied checksum {applied[version][1]}, file checksum {now})"
+            )
+    return changed
+
+
+def verify_migrations(conn: psycopg.Connection, files: list[tuple[int, str, Path]] | None = None) -> None:
+    """Raise MigrationChanged naming each applied migration whose file changed."""
+    changed = changed_migrations(conn, files)
+    if changed:
+        raise MigrationChanged(
+            "; ".join(changed) + ". An applied migration must never be edited: restore the file "
+            "and put the change in a new migration"
+        )
 
 
 def migrate(conn: psycopg.Connection) -> list[str]:
@@ -114,9 +191,11 @@ def migrate(conn: psycopg.Connection) -> list[str]:
 
     The whole run is one transaction under an advisory lock, so two processes migrating at once
     apply each file exactly once (the second waits, then finds nothing to do), and a failing
-    file leaves the database as it was.
+    file leaves the database as it was. An applied file that changed since (its checksum differs
+    from the recorded one) stops the run before anything is applied: `MigrationChanged`.
     """
     applied_now: list[str] = []
+    files = migration_files()
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK_KEY,))
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
@@ -130,12 +209,13 @@ def migrate(conn: psycopg.Connection) -> list[str]:
             )
             """
         )
-        done = {row[0]: row[1] for row in conn.execute("SELECT version, checksum FROM skiplock.schema_migrations")}
-        for version, name, path in migration_files():
-            text = path.read_text(encoding="utf-8")
-            checksum = hashlib.sha256(text.encode()).hexdigest()
+        verify_migrations(conn, files)
+        done = {row[0] for row in conn.execute("SELECT version FROM skiplock.schema_migrations")}
+        for version, name, path in files:
             if version in done:
                 continue
+            text = path.read_text(encoding="utf-8")
+            checksum = hashlib.sha256(text.encode()).hexdigest()
             conn.execute(text)
             conn.execute(
                 "INSERT INTO skiplock.schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",

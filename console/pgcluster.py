@@ -7,16 +7,28 @@ under /tmp (never under /root or a pytest tmp_path, which that user cannot reach
 
 It will not touch the system's own cluster and never installs anything: when no server
 binaries are found it raises `PostgresNotFound` naming the package to install.
+
+With `exit_guard=True` (the test suite) the cluster is stopped however the process ends: by
+`stop()`, at interpreter exit (atexit), on SIGTERM, SIGINT or SIGHUP (handlers that stop it,
+then hand the signal to whatever handled it before), and when the process dies without running
+any Python at all (SIGKILL, pytest-timeout's `os._exit`): a small watchdog process started with
+the cluster waits for its parent to go and then runs `pg_ctl stop -m immediate`. The demo does
+not use it: a killed demo leaves its cluster for the next start to find and stop.
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -78,11 +90,77 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# The watchdog (run with `python -c`, so it needs nothing importable): it blocks reading its
+# stdin, a pipe whose only writer is the process that started the cluster. `stop()` writes
+# "done"; any other end of the writer (a crash, SIGKILL, os._exit) is an EOF, and then it stops
+# the cluster at once and removes its folder. Its own session keeps Ctrl-C and the terminal's
+# SIGHUP, which are meant for the test run, away from it.
+_GUARD = r"""
+import json, os, shutil, signal, subprocess, sys, time
+for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(sig, signal.SIG_IGN)
+spec = json.loads(sys.argv[1])
+if sys.stdin.read() != "done":
+    try:
+        subprocess.run(spec["stop"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    except Exception:
+        pass
+    try:
+        with open(spec["pidfile"]) as f:
+            os.kill(int(f.read().split()[0]), signal.SIGKILL)
+        time.sleep(0.2)
+    except Exception:
+        pass
+    if not spec["keep"]:
+        shutil.rmtree(spec["base"], ignore_errors=True)
+"""
+
+_GUARDED: list[PrivateCluster] = []  # started clusters with exit_guard=True, stopped at exit
+_PREVIOUS_HANDLERS: dict[int, object] = {}
+_installed = False
+_GUARD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _stop_guarded() -> None:
+    for cluster in list(_GUARDED):
+        try:
+            cluster.stop(mode="immediate")
+        except Exception:  # at exit, stop what can be stopped
+            pass
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """Stop every guarded cluster, then do what the signal would have done without us."""
+    _stop_guarded()
+    previous = _PREVIOUS_HANDLERS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)  # e.g. Python's SIGINT handler: KeyboardInterrupt
+    elif previous == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_guards() -> None:
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set from the main thread, and once is enough
+    for sig in _GUARD_SIGNALS:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # ignored on purpose (nohup): it must not stop the cluster either
+        _PREVIOUS_HANDLERS[sig] = signal.signal(sig, _on_signal)
+    _installed = True
+
+
+atexit.register(_stop_guarded)
+
+
 class PrivateCluster:
     """Start with `start()` (or `with PrivateCluster() as cluster:`), read `dsn`, `stop()`.
 
     `base_dir` is created when not given and removed on stop unless `keep=True`. An existing
-    data directory in `base_dir` is reused (the demo restarts on the same data).
+    data directory in `base_dir` is reused (the demo restarts on the same data). `exit_guard`:
+    stop it however this process ends (see the module docstring).
     """
 
     def __init__(
@@ -92,6 +170,7 @@ class PrivateCluster:
         port: int | None = None,
         settings: dict[str, str] | None = None,
         keep: bool = False,
+        exit_guard: bool = False,
     ):
         self.bindir = find_bindir()
         self._made_base = base_dir is None
@@ -99,7 +178,9 @@ class PrivateCluster:
         self.port = port or free_port()
         self.settings = {**DEFAULT_SETTINGS, **(settings or {})}
         self.keep = keep
+        self.exit_guard = exit_guard
         self.running = False
+        self._watchdog: subprocess.Popen | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -144,7 +225,36 @@ class PrivateCluster:
             "pg_ctl start",
         )
         self.running = True
+        if self.exit_guard:
+            self._guard()
         return self.dsn
+
+    def _guard(self) -> None:
+        if self not in _GUARDED:
+            _GUARDED.append(self)
+        _install_guards()
+        if self._watchdog is None or self._watchdog.poll() is not None:
+            spec = {
+                "stop": self._as_owner([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "-w", "stop"]),
+                "pidfile": str(self.data_dir / "postmaster.pid"),
+                "base": str(self.base),
+                "keep": self.keep,
+            }
+            self._watchdog = subprocess.Popen(
+                [sys.executable, "-c", _GUARD, json.dumps(spec)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True,
+            )
+
+    def _dismiss_guard(self) -> None:
+        if self in _GUARDED:
+            _GUARDED.remove(self)
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog.poll() is None:
+            try:
+                watchdog.communicate(b"done", timeout=10)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                watchdog.kill()
 
     def restart(self, mode: str = "fast") -> None:
         """Stop and start on the same port and data (fault tests restart PostgreSQL under load)."""
@@ -212,6 +322,7 @@ class PrivateCluster:
             self.running = False
         if not self.keep:
             shutil.rmtree(self.base, ignore_errors=True)
+        self._dismiss_guard()
 
     def __enter__(self) -> PrivateCluster:
         try:

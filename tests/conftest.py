@@ -2,8 +2,13 @@
 
 Unless DATABASE_URL names a server to use, the session starts a throwaway cluster with
 `console.pgcluster.PrivateCluster` (pg_stat_statements preloaded, durability off because the
-data is thrown away) and always stops it. Each test gets its own database, created from a
-template that was migrated once, so tests never see each other's rows.
+data is thrown away) and always stops it, even when the run is killed or times out
+(`exit_guard=True`: atexit, signal handlers and a watchdog process; docs/reliability.md). Each
+test gets its own database, created from a template that was migrated once, so tests never see
+each other's rows.
+
+Under CI (CI=true, which .ci/run sets) a skipped test is a failure and a missing Chromium stops
+the run: a guard that quietly checks less is a witness, not a guard.
 """
 
 from __future__ import annotations
@@ -21,7 +26,31 @@ from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
 
 TEMPLATE = "skiplock_template"
 ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
 _counter = itertools.count()
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """In CI, browser tests must run: no Chromium is an error, never a quiet skip."""
+    if in_ci() and not CHROMIUM.exists() and any(
+        item.get_closest_marker("browser") or "page" in getattr(item, "fixturenames", ()) for item in items
+    ):
+        raise pytest.UsageError(f"CI=true but {CHROMIUM} is missing: the browser tests cannot run (scripts/bootstrap.sh --test installs it)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI a skip is a failure: an environment that makes tests skip must be fixed, not hidden."""
+    outcome = yield
+    report = outcome.get_result()
+    if in_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true, which is not allowed: {reason}"
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +60,8 @@ def pg_cluster():
         yield None
         return
     # max_prepared_transactions: tests of the horizon holders prepare real two-phase transactions.
-    cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s", "max_prepared_transactions": "10"})
+    cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s", "max_prepared_transactions": "10"},
+                             exit_guard=True)
     try:
         cluster.start()
         yield cluster

@@ -227,6 +227,7 @@ def test_concurrent_evaluations_do_not_double_notify(make_database):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "an evaluation hung"
     with connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM skiplock.alert_outbox").fetchone()[0] == 1

@@ -1,8 +1,9 @@
 """The on-call path end to end in real Chromium: a failing queue on the overview, followed to
 its dead letters, a group previewed and replayed with a reason, progress watched to the end,
 a selection purged; the end state checked in the database and the audit log. A viewer sees no
-action buttons and a forged POST is refused. Also takes the screenshots of the main pages
-(into docs/screenshots/ when SKIPLOCK_SCREENSHOTS is set to that directory)."""
+action buttons and a forged POST is refused. Also takes the screenshots of the main pages, each
+checked for what it must show (into docs/screenshots/ when SKIPLOCK_SCREENSHOTS=1, as
+docs/console.md says; into a temporary folder otherwise)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.oncall_data import make_dead_letters, store_history, wait_audited
 from tests.web_fixtures import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
 
 def sign_in(page: Page, base: str, name: str) -> None:
@@ -149,35 +152,44 @@ def _realistic_extras(conn, dsn, dead) -> dict[str, int]:
 
 
 def test_screenshots_of_the_main_pages(page: Page, live_server, conn, dsn, incident, tmp_path):
-    out = Path(os.environ.get("SKIPLOCK_SCREENSHOTS") or tmp_path)
+    out = SHOTS if os.environ.get("SKIPLOCK_SCREENSHOTS", "") not in ("", "0") else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     extras = _realistic_extras(conn, dsn, incident)
     failed_job = incident["card"][0]
     page.set_viewport_size({"width": 1400, "height": 1000})
     page.set_default_timeout(15_000)
     sign_in(page, live_server, "operator")
+    # page -> (path, its heading, texts the page must show): a screenshot of an error page, an
+    # empty table or a panel that says "not available" is a failure, not a picture.
     shots = {
-        "overview": "/overview",
-        "queue": "/queues/billing",
-        "jobs": "/jobs?state=failed",
-        "job-detail": f"/jobs/{failed_job}",
-        "deadletters": "/deadletters",
-        "workers": "/workers",
-        "database-health": "/health",
-        "maintenance": "/maintenance",
-        "audit": "/audit",
+        "overview": ("/overview", "Overview", ["queue billing", "failing"]),
+        "queue": ("/queues/billing", "Queue billing", ["Oldest waiting", "Running", "Pause"]),
+        "jobs": ("/jobs?state=failed", "Jobs", ["card declined", "SMTP server smtp.example.com timed out"]),
+        "job-detail": (f"/jobs/{failed_job}", f"Job {failed_job}", ["card declined for customer", "charge_card"]),
+        "deadletters": ("/deadletters", "Dead letters", ["card declined", "SMTP server"]),
+        "workers": ("/workers", "Workers", ["web-1:4312", "billing-2:1021"]),
+        "database-health": ("/health", "Database health", ["deploy-migration", "worker billing-1"]),
+        "maintenance": ("/maintenance", "Maintenance", ["archive", "reap"]),
+        "audit": ("/audit", "Audit log", ["SMTP credentials rotated; retrying two receipts",
+                                          "nightly export disabled during the incident"]),
     }
-    for name, path in shots.items():
+    for name, (path, heading, texts) in shots.items():
         if name == "database-health":
             stop_blocking = _a_blocked_worker(dsn)
-        response = page.goto(f"{live_server}{path}")
-        assert response.status == 200, (name, response.status)
-        page.wait_for_load_state("networkidle")
-        if name == "queue":
-            page.wait_for_selector("#queue-charts svg")
-        page.screenshot(path=str(out / f"{name}.png"), full_page=True)
-        if name == "database-health":
-            stop_blocking()
+        try:
+            response = page.goto(f"{live_server}{path}")
+            assert response.status == 200, (name, response.status)
+            page.wait_for_load_state("networkidle")
+            if name == "queue":
+                page.wait_for_selector("#queue-charts svg")
+            expect(page.locator("h1")).to_contain_text(heading)
+            for text in texts:
+                expect(page.locator("main")).to_contain_text(text)
+            expect(page.get_by_text("not available", exact=False)).to_have_count(0)
+            page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+        finally:
+            if name == "database-health":
+                stop_blocking()
         assert (out / f"{name}.png").stat().st_size > 10_000
     assert extras["job"]
 

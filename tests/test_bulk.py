@@ -29,6 +29,7 @@ from console.maintenance import (
     start,
 )
 from tests.maintenance_data import add_completed, add_failed, live_and_archived_ids, replay_entries
+from tests.workers import wait_for
 
 
 def statuses(conn):
@@ -108,15 +109,27 @@ def test_nothing_matching_and_bad_requests_are_refused_with_nothing_written(conn
 def test_replay_of_10000_cancelled_halfway_then_resumed_replays_each_job_once(conn, dsn):
     ids = add_failed(conn, 10_000)
     op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=500, rate=8000)
-    thread = bulk.run_in_thread(dsn, op_id)
-    deadline = time.monotonic() + 30
-    while progress(conn, op_id)["done"] < 5000 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    # The runner waits after the batch that reaches 5000 until the cancel is in: the test
+    # checks the cancel, not a race between the runner's speed and the machine's load.
+    halfway_reached, go_on = threading.Event(), threading.Event()
+    replayed = 0
+
+    def on_batch(rows: int, _ms: float) -> None:
+        nonlocal replayed
+        replayed += rows
+        if replayed >= 5000 and not halfway_reached.is_set():
+            halfway_reached.set()
+            go_on.wait(60)
+
+    thread = bulk.run_in_thread(dsn, op_id, on_batch=on_batch)
+    assert halfway_reached.wait(120), "the replay never got halfway"
     cancel(conn, op_id, actor="bob", reason="wrong group")
-    thread.join(30)
+    go_on.set()
+    thread.join(60)
+    assert not thread.is_alive()
     halfway = progress(conn, op_id)
     assert halfway["state"] == "cancelled" and halfway["cancelled_by"] == "bob"
-    assert 5000 <= halfway["done"] < 10_000
+    assert halfway["done"] == 5000
     assert statuses(conn) == {"pending": halfway["done"], "failed": 10_000 - halfway["done"]}
 
     resume(conn, op_id, actor="bob", reason="it was the right group after all")
@@ -136,14 +149,13 @@ def test_a_stopped_runner_leaves_the_operation_resumable_and_a_job_failing_again
     ids = add_failed(conn, 40)
     op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=10, rate=100)
     stop = threading.Event()
-    thread = threading.Thread(target=run, args=(dsn, op_id), kwargs={"stop": stop})
+    # The stop arrives right after the first batch (as a shutdown would, between batches).
+    thread = threading.Thread(target=run, args=(dsn, op_id), kwargs={"stop": stop, "on_batch": lambda *_: stop.set()})
     thread.start()
-    while progress(conn, op_id)["done"] < 10:
-        time.sleep(0.01)
-    stop.set()
-    thread.join(10)
+    thread.join(60)
+    assert not thread.is_alive()
     mid = progress(conn, op_id)
-    assert mid["state"] == "running" and 10 <= mid["done"] < 40
+    assert mid["state"] == "running" and mid["done"] == 10
     # the replayed jobs run and fail again: they are dead letters newer than the snapshot
     conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now() WHERE status = 'pending'")
 
@@ -198,7 +210,7 @@ def test_recent_operations_lists_progress(conn, dsn):
 @pytest.mark.slow
 def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_duplicate_nothing(conn, dsn, subprocess_env):
     from console.maintenance import NothingMatches, archive_completed, reap
-    from tests.workers import EXECUTIONS_TABLE, WorkerProcs, wait_for
+    from tests.workers import EXECUTIONS_TABLE, WorkerProcs
 
     conn.execute(EXECUTIONS_TABLE)
     workers = WorkerProcs(subprocess_env)
@@ -208,7 +220,7 @@ def test_archival_reaping_and_replay_while_workers_claim_and_complete_lose_and_d
         for _ in range(2):
             workers.start("--concurrency", "4")
         replays = 0
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # generous: a loaded 2-core machine
         for round_ in range(400):
             if round_ < 4:  # keep a stream coming while maintenance runs
                 enqueued += q.enqueue_many(conn, [q.NewJob("record", {"r": round_, "i": i}) for i in range(50)])
@@ -243,12 +255,13 @@ def test_a_cancel_does_not_wait_for_a_long_throttle_pause(conn, dsn):
     add_failed(conn, 20)
     op_id = start(conn, "replay", {"all": True}, actor="alice", batch_size=10, rate=0.5)  # 20 s per batch
     thread = bulk.run_in_thread(dsn, op_id)
-    while progress(conn, op_id)["done"] < 10:
-        time.sleep(0.02)
+    wait_for(lambda: progress(conn, op_id)["done"] >= 10, timeout=60, interval=0.02, what="the first batch")
     t0 = time.monotonic()
     cancel(conn, op_id, actor="bob")
-    thread.join(10)
-    assert not thread.is_alive() and time.monotonic() - t0 < 5
+    thread.join(30)
+    # The pause is 20 s; a cancel that waited for it would take that long (generous for a
+    # loaded machine, still well under the pause).
+    assert not thread.is_alive() and time.monotonic() - t0 < 12
     assert progress(conn, op_id)["state"] == "cancelled" and progress(conn, op_id)["done"] == 10
 
 

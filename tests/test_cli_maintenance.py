@@ -145,8 +145,9 @@ def test_archive_reap_retention_pause_resume_and_dead_letters(conn, skiplock):
 @pytest.mark.slow
 def test_kill_9_of_the_archiver_mid_run_loses_and_duplicates_nothing(conn, subprocess_env):
     enqueued = add_completed(conn, 3000, age=timedelta(hours=2))
+    # 200 rows/s: 15 s in all, so the kill lands mid-run even when this test is slow to look.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console", "archive", "--older-than", "0s", "--batch-size", "50", "--rate", "600"],
+        [sys.executable, "-m", "console", "archive", "--older-than", "0s", "--batch-size", "50", "--rate", "200"],
         env=subprocess_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs_archive").fetchone()[0] >= 300,
@@ -172,8 +173,9 @@ def test_kill_9_of_the_archiver_mid_run_loses_and_duplicates_nothing(conn, subpr
 @pytest.mark.slow
 def test_kill_9_during_a_replay_then_resume_replays_each_job_once(conn, subprocess_env):
     ids = add_failed(conn, 3000)
+    # 300 rows/s: 10 s in all, so the kill lands mid-run even when this test is slow to look.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console", "replay", "--all", "--batch-size", "100", "--rate", "1500"],
+        [sys.executable, "-m", "console", "replay", "--all", "--batch-size", "100", "--rate", "300"],
         env=subprocess_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: conn.execute("SELECT coalesce(max(done), 0) FROM skiplock.bulk_operations").fetchone()[0] >= 500,

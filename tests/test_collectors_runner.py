@@ -46,7 +46,7 @@ def test_a_collector_that_times_out_records_it_and_the_others_still_run(dsn, con
         report = cycle(dsn, Options(lock_timeout_ms=100))
         elapsed = time.monotonic() - started
         ddl.rollback()
-    assert elapsed < 3
+    assert elapsed < 10  # without lock_timeout it would wait out the statement timeout
     assert "lock timeout" in report.errors["queue"]
     assert value(report, "collector_errors", collector="queue") == 1
     # What the queue collector reported last time is "not available" now, not stale.

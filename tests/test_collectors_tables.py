@@ -116,7 +116,7 @@ def test_sizes_are_not_available_while_the_table_is_locked_exclusively(dsn, mode
         locker.execute(f"LOCK TABLE skiplock.jobs IN {mode} MODE")
         started = time.monotonic()
         report = cycle(dsn, only=("tables",))
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 10  # generous; waiting for the lock would take the whole lock_timeout and report an error
         assert not report.errors
         assert value(report, "table_size_bytes", table="jobs", part="heap") is None
         assert value(report, "table_size_bytes", table="jobs_archive", part="heap") is not None

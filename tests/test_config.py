@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from console.config import SETTINGS, ConfigError, load_config
+from console.config import RECORD_TABLES, SETTINGS, ConfigError, load_config
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 
@@ -73,6 +73,17 @@ def test_unknown_keys_and_broken_files_are_refused(tmp_path):
 def test_lists_of_records_are_kept_for_their_owner(tmp_path):
     path = write(tmp_path, '[[webhooks]]\nname = "ops"\nurl = "http://127.0.0.1:9/hook"\n')
     assert load_config(path, env={}).tables["webhooks"] == [{"name": "ops", "url": "http://127.0.0.1:9/hook"}]
+
+
+def test_unknown_lists_of_records_are_refused_like_unknown_keys(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown list of records \[\[bogus\]\]"):
+        load_config(write(tmp_path, '[[bogus]]\nname = "x"\n'), env={})
+    with pytest.raises(ConfigError, match=r"unknown list of records \[\[alerts.rulez\]\]"):
+        load_config(write(tmp_path, '[[alerts.rulez]]\nname = "x"\n'), env={})
+    with pytest.raises(ConfigError, match=r"unknown list of records \[\[worker.hosts\]\]"):
+        load_config(write(tmp_path, '[worker]\nhosts = ["a", "b"]\n'), env={})
+    both = load_config(write(tmp_path, '[[alerts.rules]]\nname = "r"\n[[webhooks]]\nname = "w"\n'), env={})
+    assert set(both.tables) == set(RECORD_TABLES) == {"webhooks", "alerts.rules"}
 
 
 def test_secrets_are_masked_in_the_displayed_settings():

@@ -79,12 +79,32 @@ def _read_state(path: Path) -> dict | None:
     return state if state.get("children") and state.get("dsn") else None
 
 
-def _scalar(dsn: str, statement: str) -> int:
+def _scalar(dsn: str, statement: str, params: tuple = ()) -> int:
     try:
         with psycopg.connect(dsn, autocommit=True, connect_timeout=3) as conn:
-            return conn.execute(statement).fetchone()[0]
+            return conn.execute(statement, params).fetchone()[0]
     except psycopg.Error:
         return 0
+
+
+def _check_receiver(demo_dir: Path) -> None:
+    """The demo's receiver answers a signed notification with 200 (and logs it), a forged one with 401."""
+    import tomllib
+    import urllib.error
+
+    from console.alerts.transports import sign
+
+    [hook] = tomllib.loads((demo_dir / "skiplock.toml").read_text())["webhooks"]
+    body = json.dumps({"event": "firing", "alert": {"rule": "harness_check", "severity": "info", "summary": "ping"}}).encode()
+    signed = urllib.request.Request(hook["url"], data=body, headers={"X-Skiplock-Signature": sign(hook["secret"], int(time.time()), body)})
+    with urllib.request.urlopen(signed, timeout=10) as response:
+        assert response.status == 200
+    forged = urllib.request.Request(hook["url"], data=body, headers={"X-Skiplock-Signature": f"t={int(time.time())},v1=00"})
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(forged, timeout=10)
+    assert info.value.code == 401
+    _wait_for(lambda: "harness_check" in (demo_dir / "logs" / "webhooks.log").read_text(errors="replace"), 10,
+              "the receiver to log the notification")
 
 
 def _completed_jobs(dsn: str) -> int:
@@ -142,25 +162,42 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
         state = _wait_for(lambda: _read_state(demo_dir / "state.json"), 60, "the demo's state file", proc, log)
         postmaster = state["postmaster_pid"]
         assert postmaster and _alive(postmaster)
-        assert {"worker-1", "worker-2", "worker-reports", "traffic"} <= set(state["children"])
+        # Every component runs: none may drop out quietly (a missing command, a crash at start).
+        components = {"web", "scheduler", "webhooks", "traffic", "worker-1", "worker-2", "worker-reports"}
+        assert components <= set(state["children"]), f"missing: {components - set(state['children'])}"
+        dsn = state["dsn"]
 
-        # Real traffic: workers report completed jobs within a bounded time.
-        _wait_for(lambda: _completed_jobs(state["dsn"]) > 0, 60, "completed jobs", proc, log)
-        if "scheduler" in state["children"]:
-            # The collectors measured the traffic: a non-zero throughput sample is stored.
-            _wait_for(lambda: _scalar(state["dsn"], "SELECT count(*) FROM skiplock.samples "
-                                                    "WHERE metric = 'throughput' AND value > 0"),
-                      60, "a non-zero throughput sample", proc, log)
-        if state.get("url"):
-            with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
-                assert response.status == 200
-            # The login the demo printed signs in, and the console shows the traffic.
-            assert "Login      demo / " in log.read_text()
-            password = json.loads((demo_dir / "secrets.json").read_text())["password"]
-            browser = _sign_in(state["url"], "demo", password)
-            _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
-            with browser.open(state["url"] + "overview", timeout=10) as response:
-                assert response.status == 200 and "Overview" in response.read().decode()
+        # Traffic keeps enqueuing.
+        def newest() -> int:
+            return _scalar(dsn, "SELECT coalesce(max(id), 0) FROM skiplock.jobs")
+
+        first = _wait_for(newest, 60, "traffic to enqueue jobs", proc, log)
+        _wait_for(lambda: newest() > first, 60, "traffic to keep enqueuing", proc, log)
+        # Each worker completes jobs (worker-reports, killed every few seconds, at least registers
+        # on its queues and polls them).
+        for name in ("worker-1", "worker-2"):
+            pid = state["children"][name]
+            _wait_for(lambda pid=pid: _scalar(dsn, "SELECT coalesce(sum(completed), 0) FROM skiplock.workers WHERE pid = %s", (pid,)),
+                      60, f"{name} to complete jobs", proc, log)
+        _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.workers WHERE queues @> ARRAY['reports', 'search']"),
+                  60, "worker-reports to register on its queues", proc, log)
+        # The scheduler's collectors measured the traffic: a non-zero throughput sample is stored.
+        _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.samples WHERE metric = 'throughput' AND value > 0"),
+                  60, "a non-zero throughput sample", proc, log)
+        # The web console answers, the login the demo printed signs in, and it shows the traffic.
+        assert state.get("url"), state
+        _wait_for(lambda: "Login      demo / " in log.read_text(), 60, "the demo's announcement", proc, log)
+        assert "Not running:" not in log.read_text(), log.read_text()
+        with urllib.request.urlopen(state["url"] + "healthz", timeout=5) as response:
+            assert response.status == 200
+        password = json.loads((demo_dir / "secrets.json").read_text())["password"]
+        browser = _sign_in(state["url"], "demo", password)
+        _wait_for(lambda: _api_completed(browser, state["url"]) > 0, 30, "completed jobs in the JSON API", proc, log)
+        with browser.open(state["url"] + "overview", timeout=10) as response:
+            assert response.status == 200 and "Overview" in response.read().decode()
+        # The webhook receiver listens where the config points alerts, checks signatures and logs.
+        _check_receiver(demo_dir)
+        assert all(_alive(pid) for name, pid in state["children"].items() if name != "worker-reports"), state
 
         # The reports worker is killed (SIGKILL) and restarted by the demo.
         _wait_for(lambda: "chaos: killed worker-reports" in log.read_text(), 30, "the chaos kill", proc, log)
@@ -291,7 +328,8 @@ def test_traffic_enqueues_at_the_rate_and_holds_an_idle_transaction(dsn, conn):
     assert rows.get("search.reindex") == 20
     assert sum(rows.values()) == counts.jobs
     # ~50 jobs/s for 2.5 s (the rate swells and ebbs by a third), plus the burst of 20.
-    assert 60 <= counts.jobs - 20 <= 200
+    # A loaded machine enqueues fewer (each transaction is slower), never more.
+    assert 30 <= counts.jobs - 20 <= 200
     assert conn.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (IDLE_APPLICATION_NAME,)
     ).fetchone()[0] == 0
@@ -418,8 +456,8 @@ def test_the_receiver_accepts_signed_notifications_and_refuses_forged_ones():
 
 def test_seeded_series_have_the_labels_the_collectors_give_them(dsn, conn):
     """A chart draws seeded and measured samples as one line only if their labels agree."""
-    collectors = pytest.importorskip("console.collectors")
     import console
+    from console import collectors
     from console.demo.seed import history
 
     with psycopg.connect(dsn) as tx:

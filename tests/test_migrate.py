@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
-from console.db import connect, migrate, migration_files
-from tests.workers import ROOT
+import pytest
+
+from console import db
+from console.db import (
+    KNOWN_GAPS,
+    MigrationChanged,
+    MigrationError,
+    check_numbering,
+    connect,
+    migrate,
+    migration_checksum,
+    migration_files,
+    require_schema,
+)
+from console.web import create_app
+from tests.workers import ROOT, cli
 
 
 def applied_versions(dsn):
@@ -57,3 +72,87 @@ def test_a_failing_migration_leaves_the_database_untouched(make_database, monkey
         else:  # pragma: no cover
             raise AssertionError("the broken migration was applied")
         assert conn.execute("SELECT to_regnamespace('skiplock')").fetchone()[0] is None
+
+
+# --- an applied migration never changes; numbering has no unexplained holes -------------------
+
+
+def _tamper_recorded_checksum(dsn, version: int) -> str:
+    """Make the database remember a different file than the one shipped (as if the shipped file
+    had been edited after this database applied it); returns the shipped file's name."""
+    with connect(dsn) as conn:
+        conn.execute("UPDATE skiplock.schema_migrations SET checksum = 'deadbeef' WHERE version = %s", (version,))
+    [path] = [p for v, _, p in migration_files() if v == version]
+    return path.name
+
+
+def test_migrate_refuses_an_applied_migration_whose_file_changed(make_database, monkeypatch, tmp_path):
+    dsn = make_database(template=None)
+    with connect(dsn) as conn:
+        migrate(conn)
+    # A real edit of a shipped file, in a copy of the folder.
+    folder = tmp_path / "migrations"
+    folder.mkdir()
+    for _, _, path in migration_files():
+        shutil.copy(path, folder / path.name)
+    edited = folder / "003_samples.sql"
+    before = migration_checksum(edited)
+    edited.write_text(edited.read_text() + "\n-- a harmless-looking edit\n")
+    extra = folder / "010_next.sql"
+    extra.write_text("CREATE TABLE skiplock.next_one (id int);\n")
+    shipped = db.migration_files
+    monkeypatch.setattr("console.db.migration_files", lambda: shipped(folder))
+    with connect(dsn) as conn:
+        with pytest.raises(MigrationChanged) as info:
+            migrate(conn)
+        message = str(info.value)
+        assert "003_samples.sql" in message and before in message and migration_checksum(edited) in message
+        # nothing was applied: not even the new, innocent 010
+        assert conn.execute("SELECT to_regclass('skiplock.next_one')").fetchone()[0] is None
+        with pytest.raises(MigrationChanged, match="003_samples.sql"):
+            require_schema(conn)
+
+
+def test_every_process_refuses_to_start_on_a_changed_migration(make_database, subprocess_env):
+    dsn = make_database()
+    name = _tamper_recorded_checksum(dsn, 3)
+    env = {**subprocess_env, "DATABASE_URL": dsn}
+    for args in (["migrate"], ["worker", "--tasks", "tests.sample_tasks"], ["scheduler"], ["enqueue", "x"]):
+        result = cli(env, *args, timeout=30)  # a refused start takes a second or two
+        assert result.returncode != 0, (args, result.stdout, result.stderr)
+        assert name in result.stderr and "deadbeef" in result.stderr, (args, result.stderr)
+    with pytest.raises(MigrationChanged, match=name):
+        create_app({"database.dsn": dsn, "web.secret_key": "k", "TESTING": True})
+
+
+def test_the_web_console_still_starts_when_the_database_is_down_or_unmigrated(make_database):
+    for dsn in (make_database(template=None), "postgresql://nobody@127.0.0.1:1/none"):
+        app = create_app({"database.dsn": dsn, "web.secret_key": "k", "web.db_wait": 1.0, "TESTING": True})
+        app.extensions["skiplock"].close()
+
+
+def test_the_shipped_migrations_have_only_explained_gaps():
+    versions = [v for v, _, _ in migration_files()]
+    missing = set(range(1, max(versions) + 1)) - set(versions)
+    assert missing == set(KNOWN_GAPS) == {7}
+    assert all(len(reason) > 40 for reason in KNOWN_GAPS.values())
+
+
+@pytest.mark.parametrize(("versions", "message"), [
+    ([1, 2, 3, 5], "migration 004 is missing"),
+    ([1, 2, 3, 4, 5, 6, 7, 8], "migration 007 is a known gap"),
+    ([1, 2, 2, 3], "share version 002"),
+    ([2, 3], "migration 001 is missing"),
+])
+def test_numbering_refuses_unexplained_holes_reused_gaps_and_duplicates(versions, message):
+    with pytest.raises(MigrationError, match=message):
+        check_numbering(versions)
+
+
+def test_a_lost_migration_file_is_refused_before_anything_is_applied(tmp_path):
+    for _, _, path in migration_files():
+        if not path.name.startswith("005"):
+            shutil.copy(path, tmp_path / path.name)
+    with pytest.raises(MigrationError, match="migration 005 is missing .*KNOWN_GAPS"):
+        db.migration_files(tmp_path)
+    check_numbering([1, 2, 3, 4, 5, 6, 8, 9, 10])  # the real gap is fine, and so is a new 010

@@ -59,12 +59,14 @@ def test_keyset_pages_cover_every_job_once_in_each_order(conn, jobs):
     for state in (None, "pending", "running", "failed", "completed"):
         f = JobFilter.parse({"state": state or ""})
         seen, after = [], None
-        while True:
+        for _ in range(100):  # a cursor that never ends fails the test instead of hanging it
             page = list_jobs(conn, f, after=after, limit=2)
             seen += [r["id"] for r in page.rows]
             if not page.next_cursor:
                 break
             after = page.next_cursor
+        else:
+            pytest.fail("the pages never ended")
         expected = [j for group in jobs.values() for j in group] if state is None else jobs[state]
         assert sorted(seen) == sorted(expected), state
         assert len(seen) == len(set(seen)), state
@@ -86,13 +88,15 @@ def test_filters_without_an_index_look_at_a_window_and_search_further(conn):
     first = list_jobs(conn, f, limit=2, window=4)
     assert first.rows == [] and first.searched == 4 and first.next_cursor
     pages, after, found = 0, None, []
-    while True:
+    for _ in range(100):  # a cursor that never ends fails the test instead of hanging it
         page = list_jobs(conn, f, after=after, limit=2, window=4)
         found += [r["id"] for r in page.rows]
         pages += 1
         if not page.next_cursor:
             break
         after = page.next_cursor
+    else:
+        pytest.fail("the pages never ended")
     assert found == [rare] and pages == 3
     windowed = count_jobs(conn, f, cap=2, window=4)
     assert (windowed.n, windowed.capped) == (0, False) and windowed.window == 4  # window is raised to cap + 1 = 3 -> 4

@@ -78,7 +78,14 @@ from flask import Flask, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from console.config import Config, ConfigError, load_config
-from console.db import make_pool, resolve_dsn
+from console.db import (
+    DatabaseError,
+    MigrationChanged,
+    connect,
+    make_pool,
+    resolve_dsn,
+    verify_migrations,
+)
 from console.resources import resource_dir
 from console.users import LoginLimits, SessionLimits
 
@@ -155,6 +162,21 @@ def _load_hook(spec: str, setting: str = "web.redact_hook"):
         raise ConfigError(f"{setting}: cannot load {spec!r}: {exc}") from None
 
 
+def _check_migrations_at_start(dsn: str, wait: float) -> None:
+    """Refuse to start on a database whose applied migrations differ from this version's files.
+
+    An unreachable database or a missing schema does not stop the start: every page says so
+    (503) and the console works as soon as the database does.
+    """
+    try:
+        with connect(dsn, application_name="skiplock-web", connect_timeout=max(1, round(wait))) as conn:
+            verify_migrations(conn)
+    except MigrationChanged:
+        raise
+    except DatabaseError as exc:
+        log.warning("migrations not checked at start-up: %s", exc)
+
+
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     cfg, flask_keys, explicit_dsn = _load_config(config)
     from console.periodic import load_entries
@@ -197,6 +219,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     redact_hook = _load_hook(web.redact_hook)
     redact_text_hook = _load_hook(web.redact_text_hook, "web.redact_text_hook")
     dsn = explicit_dsn or resolve_dsn(None, cfg)
+    _check_migrations_at_start(dsn, web.db_wait)
     pool = make_pool(
         dsn,
         application_name="skiplock-web",
