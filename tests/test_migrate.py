@@ -98,7 +98,8 @@ def test_migrate_refuses_an_applied_migration_whose_file_changed(make_database, 
     edited = folder / "003_samples.sql"
     before = migration_checksum(edited)
     edited.write_text(edited.read_text() + "\n-- a harmless-looking edit\n")
-    extra = folder / "010_next.sql"
+    following = max(version for version, _, _ in migration_files()) + 1
+    extra = folder / f"{following:03d}_next.sql"
     extra.write_text("CREATE TABLE skiplock.next_one (id int);\n")
     shipped = db.migration_files
     monkeypatch.setattr("console.db.migration_files", lambda: shipped(folder))
@@ -107,7 +108,7 @@ def test_migrate_refuses_an_applied_migration_whose_file_changed(make_database, 
             migrate(conn)
         message = str(info.value)
         assert "003_samples.sql" in message and before in message and migration_checksum(edited) in message
-        # nothing was applied: not even the new, innocent 010
+        # nothing was applied: not even the new, innocent one
         assert conn.execute("SELECT to_regclass('skiplock.next_one')").fetchone()[0] is None
         with pytest.raises(MigrationChanged, match="003_samples.sql"):
             require_schema(conn)

@@ -1,4 +1,4 @@
--- 014: periodic (cron) jobs. `periodic` is one row per schedule, written by the scheduler
+-- 012: periodic (cron) jobs. `periodic` is one row per schedule, written by the scheduler
 -- leader from the config file and the code-defined schedules; `periodic_runs` is one row per
 -- enqueued slot. Its primary key is what makes a slot run once: the leader inserts the row and
 -- enqueues the job in one transaction, and enqueues only when the row was new. The job's
