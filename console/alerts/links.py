@@ -244,8 +244,16 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 
+def new_error_group(queue: str, fingerprint: str, example: str | None, console_url: str = "") -> Link:
+    """A dead-letter alert's extra first link when an error group is new (first seen around
+    the time it fired): that group's jobs. The caller finds the group; this names the page."""
+    path = _path("/deadletters/jobs", queue=queue, fingerprint=fingerprint)
+    text = " ".join(str(example or fingerprint).split())[:80]
+    return Link(f"New error group in {queue}: {text}", path, absolute(console_url, path))
+
+
 def as_dicts(links: list[Link]) -> list[dict[str, str | None]]:
     return [link.as_dict() for link in links]
 
 
-__all__ = ["Link", "absolute", "as_dicts", "look_here", "mapper"]
+__all__ = ["Link", "absolute", "as_dicts", "look_here", "mapper", "new_error_group"]
