@@ -33,7 +33,21 @@ from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
 from console.alerts.links import as_dicts, look_here, new_error_group
 from console.catalog import METRICS
-from console.web.api import BOOL, INT, NUM, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
+from console.web.api import (
+    BOOL,
+    INT,
+    NUM,
+    OBJ,
+    STR,
+    TIME,
+    Param,
+    api_doc,
+    arr,
+    obj,
+    opt,
+    panel,
+    ref,
+)
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
