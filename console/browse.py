@@ -124,6 +124,8 @@ class JobFilter:
         # eligible and lease=expired narrow one state's index (jobs_claim_idx, jobs_lease_idx):
         # they imply that state and refuse another.
         eligible = _flag(text("eligible"), "eligible")
+        if eligible and text("lease") is not None:
+            raise InvalidFilter("eligible and lease cannot be combined: eligible jobs are pending, leases belong to running jobs")
         if eligible:
             if state not in (None, "pending"):
                 raise InvalidFilter(f"eligible: only pending jobs can be eligible (state is {state!r}); "

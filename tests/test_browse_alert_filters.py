@@ -72,6 +72,7 @@ def test_filters_round_trip_through_query_arguments(conn, mixed):
     ({"eligible": "yes please"}, "eligible: 'yes please' is not 1 or 0"),
     ({"lease": "expired", "state": "failed"}, "only running jobs hold a lease"),
     ({"lease": "soon"}, "lease: 'soon' is not a lease filter"),
+    ({"eligible": "1", "lease": "expired"}, "eligible and lease cannot be combined"),
 ])
 def test_bad_values_are_refused_with_the_field_named(args, message):
     with pytest.raises(InvalidFilter, match=message):
