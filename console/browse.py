@@ -5,7 +5,10 @@ the worker list, and the single-job actions an operator may take (each audited).
 Every read is shaped to use an index of migration 001, so it stays cheap on a table of ten
 million rows:
 - state=pending is ordered like the claim (priority DESC, run_at, id): `jobs_claim_idx`;
-- state=running by lease expiry: `jobs_lease_idx`;
+  `eligible` (due now) narrows that scan to run_at <= now(): oldest first within a priority,
+  the order workers claim them;
+- state=running by lease expiry: `jobs_lease_idx`; `lease=expired` makes it the index range
+  lease_until < now() (the stuck leases the reaper has not rescued yet);
 - state=failed by failure time, newest first: `jobs_failed_idx` (the time range is on
   finished_at, an index range);
 - completed or any state by id, newest first: the primary key. A time range here is turned
@@ -74,8 +77,10 @@ class JobFilter:
     payload: dict[str, Any] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    eligible: bool | None = None  # pending and due now (run_at <= now()): what a worker claims next
+    lease: str | None = None  # "expired": running past the lease, not yet rescued by the reaper
 
-    FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until")
+    FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until", "eligible", "lease")
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> JobFilter:
@@ -107,7 +112,26 @@ class JobFilter:
         until = parse_time(args["until"], "until") if (args.get("until") or "").strip() else None
         if since and until and since >= until:
             raise InvalidFilter("since must be before until")
-        return cls(state, text("queue"), text("kind"), text("fingerprint"), job_id, payload, since, until)
+        # eligible and lease=expired narrow one state's index (jobs_claim_idx, jobs_lease_idx):
+        # they imply that state and refuse another.
+        eligible = _flag(text("eligible"), "eligible")
+        if eligible and text("lease") is not None:
+            raise InvalidFilter("eligible and lease cannot be combined: eligible jobs are pending, leases belong to running jobs")
+        if eligible:
+            if state not in (None, "pending"):
+                raise InvalidFilter(f"eligible: only pending jobs can be eligible (state is {state!r}); "
+                                    "use state=pending or leave state empty")
+            state = "pending"
+        lease = text("lease")
+        if lease is not None:
+            if lease != "expired":
+                raise InvalidFilter(f"lease: {lease!r} is not a lease filter (use lease=expired)")
+            if state not in (None, "running"):
+                raise InvalidFilter(f"lease: only running jobs hold a lease (state is {state!r}); "
+                                    "use state=running or leave state empty")
+            state = "running"
+        return cls(state, text("queue"), text("kind"), text("fingerprint"), job_id, payload, since, until,
+                   eligible or None, lease)
 
     def as_args(self) -> dict[str, str]:
         """Back to query-string arguments (for links that keep the filter)."""
@@ -118,6 +142,8 @@ class JobFilter:
                 continue
             if name == "payload":
                 out[name] = json.dumps(value, separators=(",", ":"))
+            elif value is True:
+                out[name] = "1"
             elif isinstance(value, datetime):
                 out[name] = value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
             else:
@@ -126,6 +152,14 @@ class JobFilter:
 
     def describe(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _flag(value: str | None, field: str) -> bool:
+    if value is None or value == "0":
+        return False
+    if value == "1":
+        return True
+    raise InvalidFilter(f"{field}: {value!r} is not 1 or 0")
 
 
 @dataclass(frozen=True)
@@ -226,6 +260,7 @@ def _params(conn: psycopg.Connection, f: JobFilter) -> dict[str, Any]:
         "queue": f.queue, "kind": f.kind, "fingerprint": f.fingerprint, "id": f.id,
         "payload": Jsonb(f.payload) if f.payload is not None else None,
         "since": f.since, "until": f.until, "min_id": None, "max_id": None,
+        "eligible": bool(f.eligible), "expired": f.lease == "expired",
     }
     if _PLANS[f.state].time_column == "j.created_at" and f.state in (None, "completed") and (f.since or f.until) and f.id is None:
         with conn.cursor(row_factory=dict_row) as cur:

@@ -408,3 +408,18 @@ WHERE o.id IN (
     ORDER BY x.finished_at
     LIMIT %(batch)s
 );
+
+-- name: alert_series
+-- One alert's series for its page: the samples of one metric whose labels include the alert's,
+-- between two times (samples_metric_time_idx), in buckets of %(step)s, each bucket's max (or
+-- min for a `<` rule) so a threshold crossing shows.
+SELECT
+    date_bin(%(step)s::interval, s.collected_at, %(since)s) AS at,
+    CASE WHEN %(agg)s::text = 'min' THEN min(s.value) ELSE max(s.value) END AS value
+FROM skiplock.samples AS s
+WHERE s.metric = %(metric)s
+  AND s.collected_at >= %(since)s
+  AND s.collected_at <= %(until)s
+  AND s.labels @> %(labels)s::jsonb
+GROUP BY 1
+ORDER BY 1;

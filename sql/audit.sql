@@ -24,3 +24,23 @@ WHERE (%(actor)s::text IS NULL OR a.actor = %(actor)s)
   AND (%(before_id)s::bigint IS NULL OR a.id < %(before_id)s)
 ORDER BY a.id DESC
 LIMIT %(limit)s;
+
+-- name: between
+-- What operators did in a time window (an alert's "what changed just before it fired"):
+-- audit_log_at_idx, newest first, at most %(limit)s rows.
+SELECT
+    a.id,
+    a.at,
+    a.actor,
+    a.action,
+    a.target,
+    a.selection,
+    a.reason,
+    a.rows,
+    a.outcome
+FROM skiplock.audit_log AS a
+WHERE a.at >= %(since)s
+  AND a.at <= %(until)s
+  AND NOT (a.action = ANY(%(exclude)s::text[]))
+ORDER BY a.at DESC, a.id DESC
+LIMIT %(limit)s;

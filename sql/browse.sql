@@ -16,6 +16,10 @@ WHERE {state}
   AND (%(id)s::bigint IS NULL OR j.id = %(id)s)
   AND (%(min_id)s::bigint IS NULL OR j.id >= %(min_id)s)
   AND (%(max_id)s::bigint IS NULL OR j.id <= %(max_id)s)
+  -- eligible (state pending): run_at is a column of jobs_claim_idx, checked in the index scan.
+  AND (NOT %(eligible)s::bool OR j.run_at <= now())
+  -- lease=expired (state running): the head of jobs_lease_idx, an index range.
+  AND (NOT %(expired)s::bool OR j.lease_until < now())
 ORDER BY {order}
 LIMIT %(window)s
 

@@ -36,6 +36,7 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.alerts import outbox
+from console.alerts.links import as_dicts, look_here
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -135,6 +136,9 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
             "value": value,
             "summary": rule.render_summary(labels, value) if rule else f"{alert['rule']} (rule removed)",
             "runbook": runbook,
+            # Where to look first (console/alerts/links.py): [{label, path, url}], url absolute
+            # when alerts.console_url is set. Added in payload version 1 (receivers ignore it).
+            "look_here": as_dicts(look_here(rule.metric, labels, settings.console_url)) if rule else [],
             "started_at": _iso(alert.get("fired_at")),
             "resolved_at": _iso(at) if kind == "resolved" else None,
             "acknowledged_by": alert.get("acknowledged_by"),
@@ -434,6 +438,7 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> l
         out.append({**row, "severity": rule.severity if rule else None,
                     "summary": rule.render_summary(row["labels"], row["value"]) if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
+                    "look_here": as_dicts(look_here(rule.metric, row["labels"])) if rule else [],
                     "silence": silenced})
     order = {"critical": 0, "warning": 1, "info": 2, None: 3}
     out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))

@@ -222,7 +222,7 @@ class Transport:
                 "id": None, "rule": "test", "labels": {}, "state": "test", "severity": "info",
                 "metric": None, "op": None, "threshold": None, "value": None,
                 "summary": f"Test notification from Skiplock to {self.destination.name}",
-                "runbook": None, "started_at": now, "resolved_at": None, "acknowledged_by": None,
+                "runbook": None, "look_here": [], "started_at": now, "resolved_at": None, "acknowledged_by": None,
             },
             "console_url": None,
         }
@@ -319,6 +319,17 @@ class JsonTransport(Transport):
         return body, headers
 
 
+def _look_here(alert: dict[str, Any]) -> list[dict[str, Any]]:
+    """The alert's "look here" links that have an absolute URL (alerts.console_url is set)."""
+    return [link for link in alert.get("look_here") or [] if isinstance(link, dict) and link.get("url")]
+
+
+def _slack_text(text: Any) -> str:
+    # Slack's link syntax <url|text>: '&', '<', '>' are escaped as entities, '|' would split it.
+    text = str(text or "Look here").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "/")
+
+
 _ICONS = {"firing": ":red_circle:", "repeat": ":red_circle:", "resolved": ":large_green_circle:", "test": ":white_circle:"}
 
 
@@ -347,7 +358,7 @@ class SlackTransport(Transport):
         lines = [title.strip(), _slack_text(alert.get("summary") or "")]
         if alert.get("severity"):
             lines.append(f"severity: {_slack_text(alert['severity'])}")
-        links = []
+        links = [_slack_link(link["url"], _slack_text(link.get("label"))) for link in _look_here(alert)]
         if alert.get("runbook"):
             links.append(_slack_link(alert["runbook"], "Runbook"))
         if notification.get("console_url"):
@@ -392,8 +403,11 @@ class PagerDutyTransport(Transport):
                 "group": ",".join(f"{k}={v}" for k, v in sorted((alert.get("labels") or {}).items())) or None,
                 "custom_details": {k: alert.get(k) for k in ("rule", "labels", "value", "op", "threshold")},
             }
+            links = [{"href": link["url"], "text": str(link.get("label") or "Look here")} for link in _look_here(alert)]
             if alert.get("runbook"):
-                document["links"] = [{"href": alert["runbook"], "text": "Runbook"}]
+                links.append({"href": alert["runbook"], "text": "Runbook"})
+            if links:
+                document["links"] = links
         body = json.dumps(document).encode()
         return body, {"Content-Type": "application/json"}
 

@@ -27,12 +27,27 @@ from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
+from console.alerts import context, outbox
 from console.alerts import evaluate as ev
-from console.alerts import outbox
 from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
+from console.alerts.links import as_dicts, look_here, new_error_group
 from console.catalog import METRICS
-from console.web.api import BOOL, INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt, ref
+from console.web.api import (
+    BOOL,
+    INT,
+    NUM,
+    OBJ,
+    STR,
+    TIME,
+    Param,
+    api_doc,
+    arr,
+    obj,
+    opt,
+    panel,
+    ref,
+)
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
@@ -77,7 +92,7 @@ def _active(conn) -> dict[str, Any]:
 
 def _public_alert(a: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "rule", "labels", "state", "state_since", "value", "evaluated_at", "fired_at", "severity",
-            "summary", "runbook", "condition", "acknowledged_by", "acknowledged_at", "ack_note")
+            "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note")
     out = {k: a.get(k) for k in keys}
     silence = a.get("silence")
     out["silenced_until"] = silence["ends_at"] if silence else None
@@ -148,33 +163,93 @@ def _int_arg(name: str, default: int | None = None, low: int = 1, high: int = 2*
 # --- one alert ----------------------------------------------------------------------------------
 
 
+DEAD_LETTER_METRICS = ("dead_letters", "dead_letter_growth")
+
+
+def _new_groups(conn, queue: str, since) -> list[dict[str, Any]]:
+    """Error groups of `queue` first seen since `since` (among its 100 largest groups)."""
+    from console import maintenance
+
+    return [g for g in maintenance.groups(conn, queue=queue, limit=100) if g["first_seen"] and g["first_seen"] >= since]
+
+
 def _alert_data(conn, alert_id: int) -> dict[str, Any]:
+    """One alert, where to look first, its chart's series with the threshold, what changed in
+    the half hour before it fired, and its history. The series, the changes and the new-group
+    lookup are panels: a slow one says "not available" and the rest of the page renders."""
     alert = ev.get_alert(conn, alert_id)
     if alert is None:
         abort(404, f"alert {alert_id} does not exist")
     ruleset = _ruleset(conn)
     rule = ruleset.rules.get(alert["rule"])
+    labels = alert["labels"]
+    links = as_dicts(look_here(rule.metric, labels)) if rule else []
+    now = conn.execute("SELECT now()").fetchone()[0]
+    win = context.window(alert, now)
+    if rule and rule.metric in DEAD_LETTER_METRICS and labels.get("queue"):
+        # A fingerprint first seen since shortly before the alert fired: that group goes first.
+        groups = run_panel(_new_groups, labels["queue"], win.fired - context.CHANGES_BEFORE)
+        fresh = (groups.data or [])[:3] if groups.ok else []
+        links = [new_error_group(labels["queue"], g["fingerprint"], g.get("example")).as_dict() for g in fresh] + links
+    series = run_panel(context.series, rule.metric, labels, win, op=rule.op) if rule and rule.metric in METRICS else None
+    changes = run_panel(context.changes, win.fired)
+    unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
     return {
         "alert": {**alert, "severity": rule.severity if rule else None,
-                  "summary": rule.render_summary(alert["labels"], alert["value"]) if rule else alert["rule"],
-                  "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None},
+                  "summary": rule.render_summary(labels, alert["value"]) if rule else alert["rule"],
+                  "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
+                  "look_here": links},
+        "window": win.as_dict(),
+        "series": None if series is None else _panel_out(series, lambda pts: {
+            "unit": unit, "threshold": rule.threshold, "points": [{"at": at.isoformat(), "value": v} for at, v in pts]}),
+        "changes": _panel_out(changes, lambda rows: rows),
         "events": ev.recent_events(conn, alert_id=alert_id, limit=100),
         "notifications": outbox.recent(conn, alert_id=alert_id, limit=100),
         "deliveries": outbox.delivery_log(conn, alert_id=alert_id, limit=100),
     }
 
 
+def _panel_out(p, shape) -> Any:
+    return shape(p.data) if p.ok else {"available": False, "error": p.error}
+
+
+def _alert_chart(data: dict[str, Any]):
+    from datetime import datetime
+
+    from console.web import charts
+
+    series = data["series"]
+    if series is None or "points" not in series:
+        return None
+    points = [(datetime.fromisoformat(p["at"]), p["value"]) for p in series["points"]]
+    win = data["window"]
+    return charts.line_chart([charts.Line(data["alert"]["rule"], points)], unit=series["unit"],
+                             start=datetime.fromisoformat(win["since"]), end=datetime.fromisoformat(win["until"]),
+                             threshold=series["threshold"], title=f"{data['alert']['rule']} over the alert's lifetime")
+
+
 @bp.get("/alerts/<int:alert_id>")
 @requires("viewer")
 def alert_page(alert_id: int):
-    return render_template("alerts/alert.html", **_alert_data(get_conn(), alert_id))
+    from datetime import datetime
+
+    data = _alert_data(get_conn(), alert_id)
+    times = {k: datetime.fromisoformat(v) for k, v in data["window"].items()}
+    return render_template("alerts/alert.html", chart=_alert_chart(data), **{**data, "window": times})
 
 
 @bp.get("/api/v1/alerts/<int:alert_id>")
 @requires("viewer")
 @api_doc("One alert with its transitions, notifications and delivery attempts",
          params=[Param("alert_id", where="path", type="integer")], responses={"404": "no such alert"},
-         response=obj({"alert": ref("Alert"), "events": arr(ref("AlertEvent")), "notifications": arr(OBJ),
+         description="`alert.look_here` lists where to look first (the offending jobs, the holder, the check); "
+                     "`series` is the rule's metric over [fired - 30 min, resolved or now] with the threshold; "
+                     "`changes` the audit rows of the 30 minutes before it fired.",
+         response=obj({"alert": ref("Alert"), "window": obj({"since": TIME, "fired": TIME, "until": TIME}),
+                       "series": opt(panel(obj({"unit": STR, "threshold": NUM, "points": arr(obj({
+                           "at": TIME, "value": opt(NUM)}))}))),
+                       "changes": panel(arr(OBJ)),
+                       "events": arr(ref("AlertEvent")), "notifications": arr(OBJ),
                        "deliveries": arr(ref("Delivery"))}))
 def api_alert(alert_id: int):
     return jsonify(_alert_data(get_conn(), alert_id))

@@ -84,6 +84,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
         "evaluated_at": opt(TIME), "fired_at": opt(TIME), "severity": opt(STR), "summary": opt(STR),
         "runbook": opt(STR), "condition": opt(STR), "acknowledged_by": opt(STR), "acknowledged_at": opt(TIME),
         "ack_note": opt(STR),
+        "look_here": {**arr(obj({"label": STR, "path": STR, "url": opt(STR)})),
+                      "description": "where to look first, most useful first (console/alerts/links.py)"},
     }),
     "AlertEvent": obj({"id": INT, "at": TIME, "kind": STR, "value": opt(NUM), "actor": opt(STR),
                        "alert_id": INT, "rule": STR, "labels": OBJ}, optional=("value", "actor")),

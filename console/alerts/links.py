@@ -1,0 +1,257 @@
+""""Look here": from an alert to the offending work, computed from the rule's metric and the
+alert's labels. The ONE place that maps a metric to console pages.
+
+    look_here("queue_age_seconds", {"queue": "search"}, "https://console.example")
+    -> [Link("Eligible jobs in queue search, oldest first",
+             "/jobs?state=pending&queue=search&eligible=1", "https://console.example/jobs?..."),
+        Link("Queue search", "/queues/search", ...)]
+
+The first link is the one to click first: the offending jobs (or the session holding the
+horizon, or the blocking tree), then context (the queue, the advisor's check with its
+evidence). The alert page, the overview's firing-alert row, the JSON API and every webhook
+payload show the same list, so changing a mapping here changes all of them.
+
+How a metric is mapped, most specific first: an entry in `_BY_METRIC` (exact name), else the
+first entry of `_BY_PREFIX` whose prefix starts the name. Every metric used by a default rule
+maps to at least one link (tests/test_alert_links.py fails otherwise).
+
+Hooks for work in progress: metrics named `periodic_*` (periodic jobs, being built on another
+branch) map through `_periodic`, which links to the entry's row on `/periodic` (`#entry-<name>`).
+
+This module is pure: no database, no Flask, no configuration. Paths are absolute within the
+console ("/jobs?..."); `url` is the same joined to `alerts.console_url` (None when unset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, urlencode
+
+ANY_QUEUE = ("", "all")  # label values that mean "every queue" (e.g. claim latency's queue="all")
+
+
+@dataclass(frozen=True)
+class Link:
+    label: str
+    path: str  # starts with "/": the console page, query string encoded
+    url: str | None = None  # absolute, from alerts.console_url; None when it is not set
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"label": self.label, "path": self.path, "url": self.url}
+
+
+def absolute(console_url: str, path: str) -> str | None:
+    """`path` under the console's public address (keeps a path prefix such as /skiplock)."""
+    if not console_url:
+        return None
+    return console_url.rstrip("/") + path
+
+
+def _path(base: str, fragment: str = "", **args: str) -> str:
+    query = urlencode([(k, v) for k, v in args.items() if v not in (None, "")])
+    return base + (f"?{query}" if query else "") + (f"#{fragment}" if fragment else "")
+
+
+def _queue(labels: Mapping[str, str]) -> str | None:
+    value = labels.get("queue")
+    return None if value is None or value in ANY_QUEUE else value
+
+
+def _advisor(check: str, title: str) -> tuple[str, str]:
+    return f"Advisor: {title} (with its evidence)", _path("/advisor", f"check-{check}", check=check)
+
+
+def _queue_page(queue: str | None) -> tuple[str, str]:
+    if queue is None:
+        return "Queues", "/queues"
+    return f"Queue {queue}", f"/queues/{quote(queue, safe='')}"
+
+
+# --- one function per kind of trouble: (label, path) pairs, the offending work first -------------
+
+Pairs = list[tuple[str, str]]
+
+
+def _eligible(labels: Mapping[str, str]) -> Pairs:
+    queue = _queue(labels)
+    where = f"in queue {queue}" if queue else "in every queue"
+    return [(f"Eligible jobs {where}, oldest first", _path("/jobs", state="pending", queue=queue, eligible="1")),
+            _queue_page(queue)]
+
+
+def _queue_depth(labels: Mapping[str, str]) -> Pairs:
+    state, queue = labels.get("state"), _queue(labels)
+    if state == "running":
+        return [(f"Running jobs in queue {queue}" if queue else "Running jobs",
+                 _path("/jobs", state="running", queue=queue)), _queue_page(queue)]
+    if state == "failed":
+        return _dead_letters(labels)
+    if state == "scheduled":
+        return [(f"Pending jobs in queue {queue}" if queue else "Pending jobs",
+                 _path("/jobs", state="pending", queue=queue)), _queue_page(queue)]
+    return _eligible(labels)
+
+
+def _stuck(labels: Mapping[str, str]) -> Pairs:
+    queue = _queue(labels)
+    where = f" in queue {queue}" if queue else ""
+    return [(f"Running jobs{where} whose lease has expired", _path("/jobs", state="running", queue=queue, lease="expired")),
+            _advisor("stuck-leases", "stuck leases"), _queue_page(queue)]
+
+
+def _dead_letters(labels: Mapping[str, str]) -> Pairs:
+    queue = _queue(labels)
+    where = f" of queue {queue}" if queue else ""
+    return [(f"Error groups{where}", _path("/deadletters", "groups", queue=queue)),
+            (f"Dead letters{where}, latest first", _path("/deadletters/jobs", queue=queue))]
+
+
+def _retries(labels: Mapping[str, str]) -> Pairs:
+    return [("Error groups (dead letters)", _path("/deadletters", "groups")),
+            _advisor("retry-hot-loops", "retries back off")]
+
+
+def _claim(labels: Mapping[str, str]) -> Pairs:
+    return [_advisor("claim-plan", "the claim's plan"), _advisor("claim-buffers", "buffers per claim"),
+            ("Who holds the xmin horizon (dead index entries)", "/health#panel-holders")]
+
+
+def _workers(labels: Mapping[str, str]) -> Pairs:
+    return [("Workers", "/workers"), ("Eligible jobs in every queue, oldest first",
+                                      _path("/jobs", state="pending", eligible="1"))]
+
+
+def _in_flight(labels: Mapping[str, str]) -> Pairs:
+    return [("Running jobs", _path("/jobs", state="running")), ("Workers", "/workers")]
+
+
+def _tables(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: dead tuples and autovacuum", "/health#panel-tables"),
+            _advisor("autovacuum-progress", "autovacuum keeps up"),
+            ("Who holds the xmin horizon", "/health#panel-holders")]
+
+
+def _horizon(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: who holds the xmin horizon", "/health#panel-holders"),
+            _advisor("xmin-horizon", "the xmin horizon"), _advisor("long-transactions", "long transactions")]
+
+
+def _locks(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: the blocking tree", "/health#panel-locks"), _advisor("row-lock-waits", "row-lock waits")]
+
+
+def _multixact(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: MultiXact and SLRU", "/health#panel-slru"), _advisor("multixact", "MultiXact")]
+
+
+def _wraparound(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: transaction ID wraparound", "/health#panel-wraparound"),
+            ("Who holds the xmin horizon", "/health#panel-holders")]
+
+
+def _wal(labels: Mapping[str, str]) -> Pairs:
+    return [("Database: WAL and replication", "/health#panel-wal"), _advisor("wal-replicas", "WAL and replicas")]
+
+
+def _connections(labels: Mapping[str, str]) -> Pairs:
+    return [_advisor("connections", "connections"), ("Database: who holds the xmin horizon", "/health#panel-holders")]
+
+
+def _notify(labels: Mapping[str, str]) -> Pairs:
+    return [_advisor("notify-queue", "the NOTIFY queue")]
+
+
+def _archive(labels: Mapping[str, str]) -> Pairs:
+    return [("Maintenance: archival runs", "/maintenance#runs"), _advisor("completed-rows", "completed rows")]
+
+
+def _collectors(labels: Mapping[str, str]) -> Pairs:
+    return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler")]
+
+
+def _queues(labels: Mapping[str, str]) -> Pairs:
+    return [_queue_page(_queue(labels))]
+
+
+def _periodic(labels: Mapping[str, str]) -> Pairs:
+    """The periodic job named by the alert's `name` label (or `entry`): its row on /periodic."""
+    entry = labels.get("entry") or labels.get("name")
+    return [(f"Periodic job {entry}" if entry else "Periodic jobs",
+             _path("/periodic", f"entry-{entry}" if entry else ""))]
+
+
+_BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
+    "queue_age_seconds": _eligible,
+    "queue_depth": _queue_depth,
+    "pickup_delay_seconds": _eligible,
+    "claim_latency_seconds": _claim,
+    "claim_buffers_per_call": _claim,
+    "claim_rows_per_call": _claim,
+    "throughput": _workers,
+    "retry_rate": _retries,
+    "stuck_leases": _stuck,
+    "stuck_lease_age_seconds": _stuck,
+    "dead_letters": _dead_letters,
+    "dead_letter_growth": _dead_letters,
+    "workers_live": _workers,
+    "workers_in_flight": _in_flight,
+    "queue_depth_estimated": _queues,
+    "completed_rows_estimate": _archive,
+    "vacuum_removed_nothing": _horizon,
+    "table_xid_age": _wraparound,
+    "table_mxid_age": _wraparound,
+    "database_xid_age": _wraparound,
+    "database_mxid_age": _wraparound,
+    "xid_consumption_per_second": _wraparound,
+    "idle_in_transaction_sessions": _horizon,
+    "lwlock_waits": _multixact,
+    "connections": _connections,
+    "max_connections": _connections,
+    "notify_queue_usage": _notify,
+}
+
+_BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (
+    ("periodic_", _periodic),
+    ("xmin_horizon_", _horizon),
+    ("lock_wait", _locks),
+    ("multixact_", _multixact),
+    ("slru_", _multixact),
+    ("table_", _tables),
+    ("vacuum_", _tables),
+    ("wal_", _wal),
+    ("replica_", _wal),
+    ("collect", _collectors),  # collector_*, collection_*
+)
+
+
+def mapper(metric: str) -> Callable[[Mapping[str, str]], Pairs] | None:
+    """The function that maps `metric`, or None when nothing does."""
+    if metric in _BY_METRIC:
+        return _BY_METRIC[metric]
+    return next((fn for prefix, fn in _BY_PREFIX if metric.startswith(prefix)), None)
+
+
+def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url: str = "") -> list[Link]:
+    """Where to look first for an alert of `metric` with `labels`, most useful first (empty
+    when the metric maps to nothing, e.g. a rule that was removed)."""
+    fn = mapper(metric or "")
+    if fn is None:
+        return []
+    labels = {str(k): str(v) for k, v in (labels or {}).items()}
+    return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
+
+
+def new_error_group(queue: str, fingerprint: str, example: str | None, console_url: str = "") -> Link:
+    """A dead-letter alert's extra first link when an error group is new (first seen around
+    the time it fired): that group's jobs. The caller finds the group; this names the page."""
+    path = _path("/deadletters/jobs", queue=queue, fingerprint=fingerprint)
+    text = " ".join(str(example or fingerprint).split())[:80]
+    return Link(f"New error group in {queue}: {text}", path, absolute(console_url, path))
+
+
+def as_dicts(links: list[Link]) -> list[dict[str, str | None]]:
+    return [link.as_dict() for link in links]
+
+
+__all__ = ["Link", "absolute", "as_dicts", "look_here", "mapper", "new_error_group"]
