@@ -194,7 +194,7 @@ def test_an_idle_in_transaction_snapshot_is_named_with_its_kind_and_age(dsn, con
         time.sleep(1.1)
         # under the amber threshold the page says so, with the session's age
         html = client_as("viewer").get("/health").get_data(as_text=True)
-        assert re.search(r"No sessions are holding back vacuum \(the oldest open transaction is [1-9](\.\d)? s old\)", html), \
+        assert re.search(r"No sessions are holding back vacuum \(the oldest open transaction is [1-9](\.\d)? s old: [^)]*idle in transaction[^)]*\)", html), \
             re.findall(r"No sessions are holding back vacuum[^<]*", html)
 
         monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
