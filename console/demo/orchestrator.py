@@ -23,6 +23,7 @@ started and stopped is `console.demo.processes`.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -96,11 +97,15 @@ def default_data_dir() -> Path:
     return Path.cwd() / ".skiplock-demo"
 
 
-def available_commands() -> set[str]:
-    """The `skiplock` subcommands of this installation (the components the demo can run)."""
-    from console.cli import main
+# The `skiplock` commands the demo starts as child processes, and the module each one needs.
+COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.worker",
+              "users": "console.users"}
 
-    return set(main.commands)
+
+def available_commands() -> set[str]:
+    """The components of this installation the demo can run, found without importing them: the
+    CLI starts the demo, so the demo must not import the CLI (or a face) back."""
+    return {command for command, module in COMPONENTS.items() if importlib.util.find_spec(module) is not None}
 
 
 class Demo:
@@ -326,17 +331,23 @@ class Demo:
         self._write_state(running=True)
 
     def _create_login(self) -> None:
+        """The demo login, created through `console.users` directly (what `skiplock users add`
+        calls), audited like the command does."""
         if "users" not in self._commands:
             self.not_running["login"] = "`skiplock users` is not in this installation yet: no demo login"
             return
+        from console import audit, users
+
         password = self._secrets()["password"]
-        env = {**self.child_env(), "SKIPLOCK_PASSWORD": password}
-        result = subprocess.run(self._skiplock("users", "add", DEMO_USER, "--role", "operator"), env=env,
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if result.returncode == 0 or "exists" in (result.stderr + result.stdout):
-            self.login = (DEMO_USER, password)
-        else:
-            self.not_running["login"] = f"`skiplock users add` failed: {(result.stderr or result.stdout).strip()[-300:]}"
+        try:
+            with connect(self.dsn, application_name="skiplock-demo") as conn, conn.transaction():
+                created = users.add_user(conn, DEMO_USER, "operator", password)
+                audit.record(conn, actor="demo", action="user_add" if created else "user_update",
+                             target=f"user:{DEMO_USER}", detail={"role": "operator"})
+        except (psycopg.Error, DatabaseError, ValueError) as exc:
+            self.not_running["login"] = f"creating the demo login failed: {str(exc).strip()[-300:]}"
+            return
+        self.login = (DEMO_USER, password)
 
     def _wait_for_web(self, timeout: float = 30.0) -> bool:
         if "web" not in self.children:
