@@ -197,3 +197,31 @@ def claim_buffers(probe: Probe) -> Outcome:
         return Outcome(WARN, f"each claim reads {ratio:.1f}x the buffers of its baseline ({current:.0f} vs {baseline:.1f})",
                        evidence, remedy, data)
     return Outcome(OK, f"{current:.1f} buffers per claim, {ratio:.1f}x its baseline", evidence, "", data)
+
+
+@FAMILY.check("claim-skip-locked", "Claim-like statements skip locked rows (no FOR UPDATE convoy in the history)")
+def claim_skip_locked(probe: Probe) -> Outcome:
+    if not probe.has_pg_stat_statements:
+        return Outcome(UNKNOWN, "not available: pg_stat_statements is not installed in this database",
+                       remedy="Add pg_stat_statements to shared_preload_libraries and CREATE EXTENSION pg_stat_statements.")
+    # the collector's own definition of "claim-like without SKIP LOCKED" (one query, two readers)
+    probe.cur.execute(query("collectors_statements", "claims_without_skip_locked"), {"limit": 10})
+    found = probe.cur.fetchall()
+    data = {"statements": [{"queryid": r["queryid"], "query": r["query"][:160], "calls": r["calls"],
+                            "mean_ms": r["mean_ms"]} for r in found]}
+    if not found:
+        return Outcome(OK, "no statement in pg_stat_statements locks rows FOR UPDATE with a LIMIT without SKIP LOCKED",
+                       [], "", data)
+    evidence = [f"queryid {r['queryid']}: {count(r['calls'])} calls, mean {r['mean_ms'] or 0:.1f} ms: "
+                f"{r['query'][:160]}{'...' if len(r['query']) > 160 else ''}" for r in found]
+    remedy = ("Add SKIP LOCKED to the claim (SELECT ... FOR UPDATE SKIP LOCKED LIMIT n): without it every "
+              "worker waits behind the row another worker holds, and the workers take turns instead of "
+              "working in parallel (a convoy). The metric claim_without_skip_locked_calls{statement=queryid} "
+              "tracks the same statements.")
+    slow = [r for r in found if (r["mean_ms"] or 0) >= 100]
+    if slow:
+        return Outcome(FAIL, f"{len(found)} claim-like statement(s) without SKIP LOCKED; {len(slow)} average "
+                       f"{max(r['mean_ms'] for r in slow):.0f} ms or more, so workers are waiting on each other",
+                       evidence, remedy, data)
+    return Outcome(WARN, f"{len(found)} claim-like statement(s) lock rows FOR UPDATE without SKIP LOCKED",
+                   evidence, remedy, data)
