@@ -60,8 +60,8 @@ def stuck_leases(probe: Probe) -> Outcome:
         reap_line = [f"last reaper run: {seconds(last_reap['age_s'])} ago by {last_reap['actor']}, {last_reap['outcome']}"
                      + (f" ({last_reap['error']})" if last_reap.get("error") else f", {count(last_reap['rows'])} rescued")]
     if counts["expired"]:
-        # the scheduler's reaper records its runs in scheduler_jobs; maintenance_runs holds the
-        # operator's `skiplock reap` / "reap now"
+        # maintenance_runs holds every reap (scheduler, `skiplock reap`, "reap now");
+        # scheduler_jobs says whether the scheduler is running its reap job at all
         reap_line += scheduler_line(probe, "reap")
     if not counts["expired"]:
         return Outcome(OK, f"no stuck leases ({count(counts['running'], COUNT_CAP)} job(s) running)", reap_line, "", data)
