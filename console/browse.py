@@ -20,6 +20,11 @@ huge table times out with a message instead of scanning on.
 
 This module does not know about HTTP; it raises `InvalidFilter` (a ValueError) for bad input
 and `JobStateConflict` when an action does not fit the job's state.
+
+Why one module of about 600 lines: its callers (console/web/jobs.py and console/web/queues.py)
+are being changed by other work right now, and a split would move every name they import. The
+seams are the section headers (filters and pages; one job; queues; workers); split along them
+when those pages settle.
 """
 
 from __future__ import annotations

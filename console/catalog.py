@@ -26,6 +26,7 @@ _METRICS = [
     Metric("claim_latency_seconds", "Claim round-trip time: from workers' counters, pg_stat_statements, or a rolled-back probe claim.", "seconds", ("queue", "source", "quantile")),
     Metric("claim_buffers_per_call", "Shared buffers (hit + read) per claim call since the last sample (pg_stat_statements deltas); climbs with dead index entries.", "buffers", ("statement",)),
     Metric("claim_rows_per_call", "Rows returned per claim call since the last sample (pg_stat_statements deltas); flat while buffers per call climb = dead entries.", "rows", ("statement",)),
+    Metric("claim_without_skip_locked_calls", "Calls (since pg_stat_statements was reset) of claim-like statements that wait on row locks: SELECT ... FOR [NO KEY] UPDATE ... LIMIT without SKIP LOCKED or NOWAIT, outside Skiplock's own tables; label statement = the queryid, or all.", "calls", ("statement",)),
     Metric("pickup_delay_seconds", "Time from a job becoming due to a worker claiming it.", "seconds", ("quantile",)),
     Metric("throughput", "Jobs finished per second by outcome (completed, failed, retried), from worker counters.", "jobs/s", ("outcome",)),
     Metric("retry_rate", "Share of finished attempts that were retried since the last sample.", "ratio"),

@@ -13,9 +13,12 @@ standby's job runs return at once without touching the database.
 Jobs (APScheduler 3 `BlockingScheduler`, UTC, `max_instances=1` so runs never overlap,
 `coalesce=True` so a backlog of missed runs becomes one, and `misfire_grace_time` from the
 config so a run more than that late is skipped):
-- collect: one collection cycle (`console.collectors.collect`), then every hook in
-  `AFTER_COLLECTION` (the alerts evaluation registers there; see `after_collection`);
-- reap: expired leases back to pending/failed (`console.queue.reap`, bounded batches);
+- collect: one collection cycle (`console.collectors.collect`), then the alert evaluation
+  (`console.alerts.scheduling.AlertJobs.after_collection`, called directly), then any hook
+  registered with `after_collection` (none is shipped; the list is an extension point);
+- reap: expired leases back to pending/failed through `console.maintenance.reap` (bounded
+  batches), the same function as `skiplock reap` and "reap now", so each run is a
+  maintenance-run row with actor "scheduler";
 - archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
 - bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
 - retention: sample rollups and deletion (`console.collectors.retention`);
@@ -53,7 +56,6 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from psycopg.rows import dict_row
 
 from console import collectors, periodic
-from console import queue as q
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
 from console.db import DatabaseError, connect, require_schema
@@ -69,8 +71,8 @@ JOB_APP = "skiplock-scheduler"
 
 Hook = Callable[[psycopg.Connection, CollectionReport], Any]
 AFTER_COLLECTION: list[Hook] = []
-# Modules imported when a scheduler starts, so their @after_collection hooks register
-# (the alerts evaluation adds its module here).
+# Modules imported when a scheduler starts, so their @after_collection hooks register (none
+# ships: the alert evaluation is called directly by `_collect`).
 HOOK_MODULES: tuple[str, ...] = ()
 
 
@@ -243,12 +245,14 @@ class Scheduler:
             self._timed(_hook_name(hook), None, lambda hook=hook: hook(hook_conn, report))
 
     def _reap(self, conn: psycopg.Connection) -> None:
+        from console import maintenance
+
         c = self.config
-        totals = q.reap(conn, batch_size=c.scheduler.reap_batch_size, max_batches=10,
-                        backoff_base=c.queue.backoff_base, backoff_cap=c.queue.backoff_cap,
-                        history=c.queue.error_history)
-        if totals["pending"] or totals["failed"]:
-            log.info("reaper rescued %d job(s) to pending, %d to failed", totals["pending"], totals["failed"])
+        result = maintenance.reap(conn, actor="scheduler", batch_size=c.scheduler.reap_batch_size, max_batches=10,
+                                  backoff_base=c.queue.backoff_base, backoff_cap=c.queue.backoff_cap,
+                                  history=c.queue.error_history)
+        if result.rows:
+            log.info("reaper rescued %d job(s) to pending, %d to failed", result.detail["pending"], result.detail["failed"])
 
     def _archive(self, conn: psycopg.Connection) -> None:
         from console import maintenance

@@ -396,6 +396,22 @@ WHERE d.id IN (
     LIMIT %(batch)s
 );
 
+-- name: prune_events
+-- Retention, one bounded batch: alert history older than the cutoff, except events of alerts
+-- that are not ok now (a live alert keeps its story) and events a notification still points to
+-- (the outbox is pruned on its own schedule; migration 019 indexes alert_outbox.event_id).
+DELETE FROM skiplock.alert_events AS e
+WHERE e.id IN (
+    SELECT x.id
+    FROM skiplock.alert_events AS x
+    JOIN skiplock.alerts AS a ON a.id = x.alert_id
+    WHERE x.at < %(cutoff)s
+      AND a.state = 'ok'
+      AND NOT EXISTS (SELECT 1 FROM skiplock.alert_outbox AS o WHERE o.event_id = x.id)
+    ORDER BY x.at
+    LIMIT %(batch)s
+);
+
 -- name: prune_outbox
 -- Retention, one bounded batch: settled notifications older than the cutoff (their few
 -- delivery rows go with them).

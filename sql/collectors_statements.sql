@@ -21,6 +21,30 @@ WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_dat
   AND s.query ILIKE '%%attempts = j.attempts +%%'
 ORDER BY s.queryid;
 
+-- name: claims_without_skip_locked
+-- Claim-like statements that wait on row locks instead of skipping them: a SELECT with FOR
+-- UPDATE or FOR NO KEY UPDATE and a LIMIT ("the next n rows"), without SKIP LOCKED or NOWAIT.
+-- Every worker running one queues behind the row another worker holds: a convoy, visible here
+-- from history even when nobody is waiting right now. Skiplock's own tables are left out: its
+-- claim skips locked rows, and its dead-letter batches lock on purpose (a replay must not jump
+-- over a row that is merely busy). Reads query text: run it at discovery time, not every cycle.
+SELECT
+    s.queryid,
+    left(regexp_replace(min(s.query), '\s+', ' ', 'g'), 300) AS query,
+    sum(s.calls)::float8 AS calls,
+    (sum(s.total_exec_time) / nullif(sum(s.calls), 0))::float8 AS mean_ms
+FROM pg_stat_statements(true) AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+  AND s.query ~* '\mfor\s+(no\s+key\s+)?update\M'
+  AND s.query ~* '\mlimit\M'
+  AND s.query !~* '\mskip\s+locked\M'
+  AND s.query !~* '\mnowait\M'
+  AND s.query !~* '^\s*explain\M'
+  AND s.query !~* '\mskiplock\.'
+GROUP BY s.queryid
+ORDER BY sum(s.calls) DESC, s.queryid
+LIMIT %(limit)s;
+
 -- name: claim_statement_counters
 -- Counters only (no text), summed over users: the collector takes deltas between cycles.
 SELECT

@@ -81,6 +81,19 @@ def test_the_reaper_job_rescues_stuck_leases(make_scheduler, conn):
     assert conn.execute("SELECT status FROM skiplock.jobs WHERE id = %s", (job_id,)).fetchone()[0] == "pending"
 
 
+def test_a_scheduled_reap_is_a_maintenance_run_like_a_manual_one(make_scheduler, conn):
+    # one path for both: the scheduler's reap goes through console.maintenance.reap, which
+    # records the run (actor "scheduler") that the maintenance page and the advisor read
+    q.enqueue_many(conn, [q.NewJob("noop") for _ in range(3)])
+    q.claim(conn, "gone", limit=3, lease=0.01)
+    time.sleep(0.05)
+    s = make_scheduler()
+    s.elect()
+    assert s.run_job("reap")
+    row = conn.execute("SELECT actor, outcome, rows, detail FROM skiplock.maintenance_runs WHERE task = 'reap'").fetchall()
+    assert [(a, o, n, d["pending"], d["failed"]) for a, o, n, d in row] == [("scheduler", "ok", 3, 3, 0)]
+
+
 def test_hooks_run_after_each_collection_and_a_failing_hook_is_recorded(make_scheduler, conn, monkeypatch):
     seen = []
 

@@ -6,6 +6,9 @@ PostgreSQL?" verdict over the stored history.
 - `evaluate_verdict(conn)` -> `Verdict` over the stored samples (default 7 days).
 - `verdict_line(conn)` -> the one line the overview page shows.
 
+The checks live in one module per family, as the page groups them (`claim_path`, `locks`,
+`leases`, `retries`, `hygiene`, `multixact`, `server`, sharing `base`); `checks` runs them.
+
 Faces (the CLI's `skiplock check`, the web page, `/api/v1/advisor`) call these; this package
 imports no face.
 """

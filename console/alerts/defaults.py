@@ -10,7 +10,7 @@ on rather than on load: tune them to your queue's service level.
 
 from __future__ import annotations
 
-from console.alerts.rules import parse_rule
+from console.alerts.model import parse_rule
 
 RUNBOOK = "docs/alerts.md#{}"
 

@@ -63,6 +63,7 @@ class AlertSettings:
     console_url: str = ""
     runbook_base_url: str = ""
     keep_days: float = 30.0
+    events_retention: timedelta = timedelta(days=30)
     statement_timeout_ms: int = 5000  # every evaluation and outbox statement runs under it
 
     @classmethod

@@ -218,6 +218,21 @@ def recent(conn: psycopg.Connection, *, limit: int = 50, alert_id: int | None = 
         return cur.execute(query("alerts", "outbox_recent"), {"limit": limit, "alert_id": alert_id}).fetchall()
 
 
+def prune_events(conn: psycopg.Connection, *, keep: timedelta, batch: int = 1000, max_batches: int = 10) -> int:
+    """Delete alert history (`alert_events`) older than `keep`, in batches of `batch` rows, each
+    its own short transaction; events of alerts not ok now and events a notification still
+    references stay. Returns how many rows went."""
+    cutoff = conn.execute("SELECT now()").fetchone()[0] - keep
+    removed = 0
+    for _ in range(max_batches):
+        with conn.transaction():
+            count = conn.execute(query("alerts", "prune_events"), {"cutoff": cutoff, "batch": batch}).rowcount
+        removed += count
+        if count < batch:
+            break
+    return removed
+
+
 def prune(conn: psycopg.Connection, *, keep: timedelta, batch: int = 1000, max_batches: int = 10) -> int:
     """Delete delivery-log rows and settled notifications older than `keep`, in batches of
     `batch` rows (each its own short transaction); return how many rows went."""

@@ -58,4 +58,5 @@ class AlertJobs:
         if time.monotonic() - self._last_prune >= PRUNE_EVERY:
             self._last_prune = time.monotonic()
             outbox.prune(conn, keep=timedelta(days=self.settings.keep_days))
+            outbox.prune_events(conn, keep=self.settings.events_retention)
         return report

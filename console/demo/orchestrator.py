@@ -15,12 +15,15 @@ at the next start.
 
 A component whose command is not part of this installation is reported as "not running" and
 never imitated: the demo shows what Skiplock really does.
+
+What the demo writes into its config is `console.demo.democonfig`; how a child process is
+started and stopped is `console.demo.processes`.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -42,6 +45,14 @@ from psycopg import sql
 
 from console.config import SETTINGS
 from console.db import DatabaseError, connect, migrate, time_limited
+from console.demo.democonfig import (
+    CLUSTER_SETTINGS,
+    DEMO_ALERTS,
+    DEMO_SETTINGS,
+    has_setting,
+    toml_value,
+)
+from console.demo.processes import Child, pid_alive, reachable_by_postgres
 from console.pgcluster import ClusterError, PostgresNotFound, PrivateCluster, free_port
 from console.sqlfiles import query
 
@@ -50,141 +61,9 @@ log = logging.getLogger("skiplock.demo")
 DEMO_DATABASE = "skiplock_demo"
 DEMO_USER = "demo"
 
-# The demo's configuration: short leases and intervals so that a few minutes show the whole
-# life of a job. Only settings this installation knows are written (an unknown key would be
-# refused by the config loader); the others are listed as not applied.
-DEMO_SETTINGS: dict[str, Any] = {
-    "database.pool_size": 4,
-    "worker.concurrency": 4,
-    "worker.lease": 15.0,
-    "worker.poll_interval": 1.0,
-    "worker.shutdown_grace": 5.0,
-    "worker.flush_interval": 5.0,
-    "queue.backoff_base": 2.0,
-    "queue.backoff_cap": 60.0,
-    "scheduler.collect_interval": 10.0,
-    "scheduler.reap_interval": 30.0,  # the default: stuck leases stay visible for a few samples
-    "scheduler.archive_interval": 60.0,
-    "scheduler.election_interval": 5.0,
-    "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
-    "maintenance.archive_retention": "1d",
-    # The demo's webhook receiver listens on loopback, which the address policy refuses by default.
-    "alerts.allow_private_destinations": True,
-    # The demo's console is `skiplock serve` (development mode); should it ever run in production
-    # mode, a local Prometheus may still scrape the demo's /metrics without a token.
-    "web.metrics_public": True,
-}
-
-# The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead
-# tuples are visibly removed (and visibly not, while a session holds the horizon).
-CLUSTER_SETTINGS = {
-    "synchronous_commit": "off",  # demo data: a lost last transaction after a crash is fine
-    "autovacuum_naptime": "10s",
-    "log_min_messages": "warning",
-}
-
-
-# Alert rules with demo thresholds (they replace the defaults of the same name), so the bursts,
-# the killed worker and the idle session fire alerts within minutes, and a local receiver.
-DEMO_ALERTS = """\
-# Demo alert thresholds, lower than the defaults so that alerts fire (and resolve) within minutes.
-[[webhooks]]
-name = "demo-receiver"
-kind = "json"
-url = "http://127.0.0.1:{port}/hook"
-secret = "{secret}"
-
-[[alerts.rules]]
-name = "queue_age"
-metric = "queue_age_seconds"
-op = ">"
-threshold = 30
-clear = 10
-for = "20s"
-severity = "critical"
-summary = "Oldest eligible job in queue {{queue}} has waited {{value}}s (over {{threshold}}s)"
-runbook = "docs/alerts.md#queue_age"
-
-[[alerts.rules]]
-name = "stuck_leases"
-metric = "stuck_leases"
-op = ">"
-threshold = 0
-for = "10s"
-severity = "warning"
-summary = "{{value}} job(s) in queue {{queue}} hold an expired lease (a worker died)"
-runbook = "docs/alerts.md#stuck_leases"
-
-[[alerts.rules]]
-name = "vacuum_blocked"
-metric = "xmin_horizon_age_seconds"
-labels = {{ holder = "any" }}
-op = ">"
-threshold = 30
-clear = 5
-for = "10s"
-severity = "warning"
-summary = "The xmin horizon has been held for {{value}}s: vacuum cannot remove dead rows"
-runbook = "docs/alerts.md#vacuum_blocked"
-"""
-
 
 class DemoError(RuntimeError):
     """The demo cannot start; the message says why and what to do."""
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """preexec_fn: ask Linux to SIGTERM the child when this process dies (even by SIGKILL)."""
-
-    def setup() -> None:
-        try:
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            return  # not Linux: shutdown still stops children; only a SIGKILLed demo leaks them
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
-
-
-@dataclass
-class Child:
-    """One child process, in its own process group, with its output in a log file."""
-
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    log_path: Path
-    restart: bool = True
-    popen: subprocess.Popen | None = None
-    starts: int = 0
-    started_at: float = 0.0
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            self.popen = subprocess.Popen(
-                self.argv, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent(os.getpid()),
-            )
-        self.starts += 1
-        self.started_at = time.monotonic()
-
-    @property
-    def pid(self) -> int | None:
-        return self.popen.pid if self.popen else None
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal_group(self, sig: int) -> None:
-        if self.popen is None:
-            return
-        try:
-            os.killpg(self.popen.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 @dataclass
@@ -218,19 +97,15 @@ def default_data_dir() -> Path:
     return Path.cwd() / ".skiplock-demo"
 
 
-def _reachable_by_postgres(path: Path) -> bool:
-    """As root the cluster runs as `postgres`, who must be able to enter every parent folder."""
-    if os.geteuid() != 0:
-        return True
-    result = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(path)], capture_output=True)
-    return result.returncode == 0
+# The `skiplock` commands the demo starts as child processes, and the module each one needs.
+COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.worker",
+              "users": "console.users"}
 
 
 def available_commands() -> set[str]:
-    """The `skiplock` subcommands of this installation (the components the demo can run)."""
-    from console.cli import main
-
-    return set(main.commands)
+    """The components of this installation the demo can run, found without importing them: the
+    CLI starts the demo, so the demo must not import the CLI (or a face) back."""
+    return {command for command, module in COMPONENTS.items() if importlib.util.find_spec(module) is not None}
 
 
 class Demo:
@@ -308,14 +183,14 @@ class Demo:
         except (OSError, ValueError):
             return
         pid = state.get("pid")
-        if pid and pid != os.getpid() and _pid_alive(pid) and state.get("running"):
+        if pid and pid != os.getpid() and pid_alive(pid) and state.get("running"):
             raise DemoError(f"a demo is already running from {self.base} (pid {pid}); stop it first or pass --data-dir")
 
     def prepare(self) -> None:
         opts = self.options
         self._commands = available_commands()
         self.base.mkdir(parents=True, exist_ok=True)
-        if not _reachable_by_postgres(self.base):
+        if not reachable_by_postgres(self.base):
             digest = hashlib.sha1(str(self.base.resolve()).encode()).hexdigest()[:8]
             fallback = Path("/tmp") / f"skiplock-demo-{digest}"
             self.out(f"note: the postgres user cannot enter {self.base} (running as root); using {fallback} instead")
@@ -370,7 +245,7 @@ class Demo:
 
     @property
     def alerts_installed(self) -> bool:
-        return _has_setting("alerts.evaluate")
+        return has_setting("alerts.evaluate")
 
     def _write_config(self) -> None:
         known = {s.dotted: s for s in SETTINGS}
@@ -381,11 +256,11 @@ class Demo:
         sections: dict[str, list[str]] = {}
         for dotted, value in applied.items():
             section, key = dotted.split(".", 1)
-            sections.setdefault(section, []).append(f"{key} = {_toml_value(value)}")
+            sections.setdefault(section, []).append(f"{key} = {toml_value(value)}")
         lines = ["# Written by `skiplock demo` at each start: short intervals so a few minutes show everything.", ""]
         for section, entries in sections.items():
             lines += [f"[{section}]", *entries, ""]
-        skipped = [f"#   {k} = {_toml_value(v)}" for k, v in wanted.items() if k not in known]
+        skipped = [f"#   {k} = {toml_value(v)}" for k, v in wanted.items() if k not in known]
         if skipped:
             lines += ["# Demo settings this installation does not have yet (its component is not installed):", *skipped, ""]
         if self.alerts_installed:
@@ -440,7 +315,7 @@ class Demo:
                 "unless --seed-history), no reaper (stuck leases stay stuck), no archiver")
         if "serve" in cmds:
             # A secret key kept across runs, so a restart of the web console keeps the sign-in.
-            key = {"SKIPLOCK_WEB_SECRET_KEY": self._secrets()["secret_key"]} if _has_setting("web.secret_key") else {}
+            key = {"SKIPLOCK_WEB_SECRET_KEY": self._secrets()["secret_key"]} if has_setting("web.secret_key") else {}
             self._add("web", self._skiplock("serve", "--host", opts.host, "--port", str(opts.port)), env=key)
         else:
             self.not_running["web"] = "`skiplock serve` is not in this installation yet: no web console to open"
@@ -456,17 +331,23 @@ class Demo:
         self._write_state(running=True)
 
     def _create_login(self) -> None:
+        """The demo login, created through `console.users` directly (what `skiplock users add`
+        calls), audited like the command does."""
         if "users" not in self._commands:
             self.not_running["login"] = "`skiplock users` is not in this installation yet: no demo login"
             return
+        from console import audit, users
+
         password = self._secrets()["password"]
-        env = {**self.child_env(), "SKIPLOCK_PASSWORD": password}
-        result = subprocess.run(self._skiplock("users", "add", DEMO_USER, "--role", "operator"), env=env,
-                                capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        if result.returncode == 0 or "exists" in (result.stderr + result.stdout):
-            self.login = (DEMO_USER, password)
-        else:
-            self.not_running["login"] = f"`skiplock users add` failed: {(result.stderr or result.stdout).strip()[-300:]}"
+        try:
+            with connect(self.dsn, application_name="skiplock-demo") as conn, conn.transaction():
+                created = users.add_user(conn, DEMO_USER, "operator", password)
+                audit.record(conn, actor="demo", action="user_add" if created else "user_update",
+                             target=f"user:{DEMO_USER}", detail={"role": "operator"})
+        except (psycopg.Error, DatabaseError, ValueError) as exc:
+            self.not_running["login"] = f"creating the demo login failed: {str(exc).strip()[-300:]}"
+            return
+        self.login = (DEMO_USER, password)
 
     def _wait_for_web(self, timeout: float = 30.0) -> bool:
         if "web" not in self.children:
@@ -617,22 +498,8 @@ class Demo:
         tmp.replace(self.state_path)
 
 
-def _has_setting(dotted: str) -> bool:
-    return any(s.dotted == dotted for s in SETTINGS)
-
-
 def _human(seconds: float) -> str:
     return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _check_port_free(host: str, port: int) -> None:
@@ -643,11 +510,3 @@ def _check_port_free(host: str, port: int) -> None:
             sock.bind((host, port))
         except OSError:
             raise DemoError(f"port {port} on {host} is in use; pass --port with a free one (e.g. --port {free_port()})") from None
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(str(value))

@@ -17,6 +17,11 @@ and the same under /api/v1/alerts.
 
 Every change goes through the domain (`console.alerts`), which writes the audit row in the
 same transaction. This module sends nothing itself except the explicit "send test".
+
+Why one module of about 600 lines: every route above belongs to one blueprint (`alerts.*`
+endpoints, one template folder), and each is a thin view over `console.alerts`; the JSON twins
+share their data functions with the pages. The seams, should it grow: alerts and silences;
+rules; destinations and deliveries.
 """
 
 from __future__ import annotations
