@@ -117,6 +117,11 @@ def _claim(labels: Mapping[str, str]) -> Pairs:
             ("Who holds the xmin horizon (dead index entries)", "/health#panel-holders")]
 
 
+def _convoy(labels: Mapping[str, str]) -> Pairs:
+    return [_advisor("claim-skip-locked", "claims without SKIP LOCKED"),
+            ("Lock waits and the blocking tree", "/health#blocking-tree")]
+
+
 def _workers(labels: Mapping[str, str]) -> Pairs:
     return [("Workers", "/workers"), ("Eligible jobs in every queue, oldest first",
                                       _path("/jobs", state="pending", eligible="1"))]
@@ -188,6 +193,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "claim_latency_seconds": _claim,
     "claim_buffers_per_call": _claim,
     "claim_rows_per_call": _claim,
+    "claim_without_skip_locked_calls": _convoy,
     "throughput": _workers,
     "retry_rate": _retries,
     "stuck_leases": _stuck,
