@@ -13,7 +13,7 @@ Application code needs only this much:
         console.enqueue(conn, "send_email", {"order": 42})
 """
 
-from console.queue import DoNotRetry, Job, NewJob, enqueue, enqueue_many
+from console.queue import Cancelled, DoNotRetry, Job, NewJob, enqueue, enqueue_many
 from console.tasks import task
 
-__all__ = ["DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "task"]
+__all__ = ["Cancelled", "DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "task"]
