@@ -214,3 +214,15 @@ def test_an_old_cancel_request_does_not_cancel_a_later_claim(conn):
     q.release(conn, [job])  # the run ends another way (worker shutdown)
     [again] = q.claim(conn, "w2", lease=60)
     assert q.heartbeat(conn, again) and not again.cancel_requested()
+
+
+def test_a_handler_that_fails_after_a_cancel_request_is_not_retried(conn, workers):
+    job_id = q.enqueue(conn, "cancellable", {"timeout": 60, "crash_on_cancel": True}, max_attempts=5)
+    proc = workers.start("--lease", "1.5")
+    wait_for(lambda: conn.execute("SELECT count(*) FROM public.executions").fetchone()[0], timeout=30,
+             what="the worker to start the job")
+    assert q.request_cancel(conn, job_id) is not None
+    wait_for(lambda: q.get_job(conn, job_id)["status"] == "failed", timeout=20, what="the handler to stop")
+    job = q.get_job(conn, job_id)
+    assert job["attempts"] == 1 and job["errors"][-1]["error_class"] == "RuntimeError"
+    assert workers.stop(proc)[0] == 0
