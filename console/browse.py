@@ -529,7 +529,7 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
         raise InvalidFilter(f"{unknown[0]}: unknown field (fields: {', '.join(ENQUEUE_FIELDS)})")
     payload = fields.get("payload")
     if payload_is_text:
-        text = (payload or "").strip() if isinstance(payload, str) else payload
+        text = "" if payload is None else payload.strip() if isinstance(payload, str) else payload
         if not isinstance(text, str):
             raise InvalidFilter("payload: must be JSON text")
         try:
