@@ -80,8 +80,12 @@ class Job:
     lease_until: datetime
     created_at: datetime
     extra: dict[str, Any] = field(default_factory=dict)
-    # Set by the worker's heartbeat when an operator asked this claim to stop.
-    cancel_event: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set by the worker's heartbeat when an operator asked this claim to stop. Kept in
+        `extra` (not a dataclass field), so Job(**fields) keeps working as before."""
+        return self.extra.setdefault("cancel_event", threading.Event())  # atomic on a dict
 
     def cancel_requested(self) -> bool:
         """True once an operator asked this run to stop (console "Request cancel").
@@ -104,7 +108,7 @@ class Job:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
-        names = cls.__dataclass_fields__.keys() - {"extra", "cancel_event"}
+        names = cls.__dataclass_fields__.keys() - {"extra"}
         return cls(**{name: row[name] for name in names})
 
 
