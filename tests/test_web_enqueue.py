@@ -226,3 +226,29 @@ def test_a_handler_that_fails_after_a_cancel_request_is_not_retried(conn, worker
     job = q.get_job(conn, job_id)
     assert job["attempts"] == 1 and job["errors"][-1]["error_class"] == "RuntimeError"
     assert workers.stop(proc)[0] == 0
+
+
+# --- the JSON editor in a real browser --------------------------------------------------------
+
+def test_the_form_refuses_invalid_json_in_the_browser_then_enqueues(page, live_server, personas, conn):
+    from tests.test_web_browser import sign_in
+
+    q.enqueue(conn, "noop", {}, queue="mail")
+    page.goto(live_server + "/queues/mail")
+    sign_in(page, live_server, "operator", "/queues/mail")
+    page.fill("#enqueue input[name=kind]", "send_mail")
+    page.fill("#enqueue input[name=reason]", "browser test")
+    page.fill("#enqueue textarea[name=payload]", '{"to": ')
+    page.locator("[data-json-status]", has_text="not valid JSON").wait_for(timeout=5000)
+    page.click("#enqueue button[type=submit]")
+    page.wait_for_timeout(300)
+    assert page.url.endswith("/queues/mail")  # the browser did not send it
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = 'send_mail'").fetchone()[0] == 0
+
+    page.fill("#enqueue textarea[name=payload]", '{"to": "c@example.com"}')
+    page.locator("[data-json-status]", has_text="Valid JSON.").wait_for(timeout=5000)
+    page.click("#enqueue button[type=submit]")
+    page.wait_for_url(re.compile(r"/jobs/\d+$"), timeout=10000)
+    job_id = int(page.url.rsplit("/", 1)[1])
+    assert job_row(conn, job_id)[:3] == ("mail", "send_mail", {"to": "c@example.com"})
+    assert audit.search(conn, action="enqueue")[0]["reason"] == "browser test"
