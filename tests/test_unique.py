@@ -151,3 +151,16 @@ def test_retention_prunes_expired_windows_in_batches_and_keeps_live_ones(conn):
     assert result.detail["unique_keys_pruned"] == 5
     left = conn.execute("SELECT idempotency_key, job_id FROM skiplock.unique_keys").fetchall()
     assert left == [("live", live)]
+
+
+def test_the_cli_takes_a_window_and_prints_the_first_jobs_id(subprocess_env, conn, dsn):
+    from tests.workers import cli
+
+    first = cli(subprocess_env, "enqueue", "ship", '{"order": 7}', "--idempotency-key", "order-7", "--unique-for", "600")
+    assert first.returncode == 0, first.stderr
+    job_id = int(first.stdout)
+    to_state(conn, dsn, job_id, "archived")
+    again = cli(subprocess_env, "enqueue", "ship", "{}", "--idempotency-key", "order-7", "--unique-for", "600")
+    assert int(again.stdout) == job_id
+    plain = cli(subprocess_env, "enqueue", "ship", "{}", "--unique-for", "600")
+    assert plain.returncode == 2 and "needs an idempotency_key" in plain.stderr
