@@ -18,7 +18,7 @@ Application code needs only this much:
 """
 
 from console.periodic import schedule
-from console.queue import DoNotRetry, Job, NewJob, enqueue, enqueue_many
+from console.queue import Cancelled, DoNotRetry, Job, NewJob, enqueue, enqueue_many
 from console.tasks import task
 
-__all__ = ["DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]
+__all__ = ["Cancelled", "DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]

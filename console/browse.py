@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,7 +44,7 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.histogram import quantile
-from console.queue import STATUSES
+from console.queue import STATUSES, request_cancel
 from console.sqlfiles import query
 from console.timefmt import duration, parse_instant
 
@@ -445,8 +446,16 @@ ACTIONS = {
     "replay": (("failed",), "Back to pending with fresh attempts (error history kept)."),
     "run_now": (("pending",), "Make a job waiting for its backoff or schedule eligible now."),
     "cancel": (("pending",), "Move a pending job to the dead letters (it can be replayed)."),
+    "request_cancel": (("running",), "Ask the worker to stop this run: the handler sees job.cancel_requested() "
+                                     "at its next heartbeat; the job is not retried after it."),
     "purge": (("failed",), "Delete a dead letter for good (recorded in the audit log)."),
 }
+
+
+def cancel_requested(job: Mapping[str, Any]) -> bool:
+    """Whether an operator asked the job's current run to stop (the worker's test, too)."""
+    at, locked = job.get("cancel_requested_at"), job.get("locked_at")
+    return job.get("status") == "running" and at is not None and locked is not None and at >= locked
 
 
 def allowed_actions(job: Mapping[str, Any]) -> list[str]:
@@ -455,6 +464,8 @@ def allowed_actions(job: Mapping[str, Any]) -> list[str]:
     out = [name for name, (states, _) in ACTIONS.items() if job["status"] in states]
     if job["status"] == "pending" and not (job["run_at"] and job["run_at"] > datetime.now(UTC)):
         out.remove("run_now")
+    if cancel_requested(job):
+        out.remove("request_cancel")  # asked already: the page says since when
     return out
 
 
@@ -464,7 +475,8 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
 
     replay and purge go through console.maintenance's bulk operation (the same function the
     dead-letters page, the CLI and the API use; it needs `dsn` for its own connection);
-    run_now and cancel are single statements here, with the audit row in the same transaction.
+    run_now, cancel and request_cancel are single statements here, with the audit row in the
+    same transaction.
     Raises JobNotFound, or JobStateConflict when the job's state does not allow the action
     (including when it changed since the page was drawn)."""
     if action not in ACTIONS:
@@ -491,6 +503,8 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
         if action == "cancel":
             message = f"cancelled by {actor}" + (f": {reason}" if reason else "")
             row = cur.execute(query("browse", "cancel_job"), {"id": job_id, "message": message}).fetchone()
+        elif action == "request_cancel":
+            row = request_cancel(conn, job_id)
         else:
             row = cur.execute(query("browse", "run_now"), {"id": job_id}).fetchone()
         if row is None:
@@ -500,9 +514,121 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
             states = " or ".join(ACTIONS[action][0])
             raise JobStateConflict(f"job {job_id} is {current['status']}: {action} applies only to {states} jobs"
                                    + (" due later" if action == "run_now" else ""))
+        detail = {"queue": row["queue"]}
+        if action == "request_cancel":
+            detail.update(worker=row["locked_by"], attempt=row["attempts"])
         audit.record(conn, actor=actor, action=action, target=f"job:{job_id}", reason=reason, rows=1,
-                     selection={"ids": [job_id]}, detail={"queue": row["queue"]})
+                     selection={"ids": [job_id]}, detail=detail)
     return dict(row)
+
+
+# --- enqueue from the console -----------------------------------------------------------------
+
+ENQUEUE_FIELDS = ("kind", "queue", "payload", "priority", "run_at", "idempotency_key", "max_attempts",
+                  "unique_for", "reason")
+MAX_NAME = 200
+MAX_KEY = 500
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_ATTEMPTS_LIMIT = 1000
+
+
+def _text(fields: Mapping[str, Any], name: str, *, limit: int, required: bool = False) -> str | None:
+    value = fields.get(name)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            raise InvalidFilter(f"{name}: is required")
+        return None
+    if not isinstance(value, str):
+        raise InvalidFilter(f"{name}: must be a string")
+    value = value.strip()
+    if len(value) > limit:
+        raise InvalidFilter(f"{name}: at most {limit} characters")
+    return value
+
+
+def _whole(fields: Mapping[str, Any], name: str, *, low: int, high: int) -> int | None:
+    value = fields.get(name)
+    if value is None or value == "":
+        return None
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,12}", value.strip()):
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidFilter(f"{name}: must be a whole number between {low} and {high}")
+    if not low <= value <= high:
+        raise InvalidFilter(f"{name}: must be between {low} and {high}")
+    return value
+
+
+def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -> dict[str, Any]:
+    """The console's enqueue fields, checked; InvalidFilter (a ValueError) names the field.
+
+    From a form every value is text and `payload` is JSON text; from the JSON API `payload` is
+    the JSON value itself (a string there is a string payload)."""
+    unknown = sorted(set(fields) - set(ENQUEUE_FIELDS))
+    if unknown:
+        raise InvalidFilter(f"{unknown[0]}: unknown field (fields: {', '.join(ENQUEUE_FIELDS)})")
+    payload = fields.get("payload")
+    if payload_is_text:
+        text = "" if payload is None else payload.strip() if isinstance(payload, str) else payload
+        if not isinstance(text, str):
+            raise InvalidFilter("payload: must be JSON text")
+        try:
+            payload = json.loads(text) if text else {}
+        except json.JSONDecodeError as exc:
+            raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    elif payload is None:
+        payload = {}
+    try:
+        size = len(json.dumps(payload, allow_nan=False))
+    except ValueError:
+        raise InvalidFilter("payload: NaN and Infinity are not JSON") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise InvalidFilter(f"payload: larger than {MAX_PAYLOAD_BYTES // 1024} KiB")
+    run_at = fields.get("run_at")
+    if run_at is not None and run_at != "":
+        if not isinstance(run_at, str):
+            raise InvalidFilter("run_at: must be an ISO 8601 date-time string")
+        run_at = parse_instant(run_at, "run_at", relative=False, error=InvalidFilter)
+    else:
+        run_at = None
+    unique_for = _whole(fields, "unique_for", low=1, high=366 * 86400)
+    out = {
+        "kind": _text(fields, "kind", limit=MAX_NAME, required=True),
+        "queue": _text(fields, "queue", limit=MAX_NAME) or "default",
+        "payload": payload,
+        "priority": _whole(fields, "priority", low=-32768, high=32767) or 0,
+        "run_at": run_at,
+        "idempotency_key": _text(fields, "idempotency_key", limit=MAX_KEY),
+        "max_attempts": _whole(fields, "max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT),
+        "unique_for": unique_for,
+        "reason": _text(fields, "reason", limit=500, required=True),
+    }
+    if unique_for is not None and out["idempotency_key"] is None:
+        raise InvalidFilter("idempotency_key: is required with unique_for (the window is per kind and key)")
+    return out
+
+
+def enqueue_job(conn: psycopg.Connection, fields: Mapping[str, Any], *, actor: str, default_max_attempts: int,
+                payload_is_text: bool = False) -> dict[str, Any]:
+    """Enqueue one job for an operator, audited in the same transaction (action `enqueue`, with
+    the reason). Returns {id, created, queue, kind}: `created` is false when an idempotency key
+    or a uniqueness window answered with an existing job (the audit row says so too)."""
+    from console import queue as q
+
+    job = parse_enqueue(fields, payload_is_text=payload_is_text)
+    reason = job.pop("reason")
+    window = job.pop("unique_for")
+    with conn.transaction():
+        job_id = q.enqueue(conn, job["kind"], job["payload"], queue=job["queue"],
+                           priority=job["priority"], run_at=job["run_at"], idempotency_key=job["idempotency_key"],
+                           max_attempts=job["max_attempts"] or default_max_attempts,
+                           unique_for=timedelta(seconds=window) if window else None)
+        created = conn.execute(query("browse", "created_here"), {"id": job_id}).fetchone()[0]
+        audit.record(conn, actor=actor, action="enqueue", target=f"job:{job_id}", reason=reason,
+                     rows=1 if created else 0, selection={"ids": [job_id]},
+                     detail={"queue": job["queue"], "kind": job["kind"], "priority": job["priority"],
+                             "idempotency_key": job["idempotency_key"], "unique_for": window, "created": created})
+    return {"id": job_id, "created": created, "queue": job["queue"], "kind": job["kind"]}
 
 
 # --- queues -----------------------------------------------------------------------------------

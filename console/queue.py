@@ -9,6 +9,15 @@ Completion, failure, heartbeat and release are fenced by the claim's token (`loc
 `attempts`): after the reaper rescued a job, the old owner's calls match nothing and return
 False/empty, so a rescued job is never overwritten.
 
+Uniqueness windows (`enqueue(..., unique_for=timedelta)`): the key (kind, idempotency_key) is
+claimed in `skiplock.unique_keys` until the window ends, and a second enqueue inside it returns
+the first job's id whatever became of that job (pending, running, completed, failed, archived,
+even purged). Enqueues without `unique_for` never read that table.
+
+Cancel requests: an operator may ask a running job to stop (`request_cancel`); the worker learns
+it with its heartbeat and the handler sees `job.cancel_requested()`. A handler that stops raises
+`Cancelled`: the job becomes a dead letter with error class Cancelled (replayable).
+
 This module does not loop, sleep or spawn threads; `console.worker` does.
 """
 
@@ -17,10 +26,11 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import threading
 import traceback as traceback_module
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -49,6 +59,11 @@ class DoNotRetry(Exception):
     """Raise from a handler to send the job straight to the dead letters, whatever attempts remain."""
 
 
+class Cancelled(DoNotRetry):
+    """Raise from a handler that saw `job.cancel_requested()`: the job becomes a dead letter with
+    error class `Cancelled` (no retry; an operator may replay it)."""
+
+
 @dataclass
 class Job:
     id: int
@@ -65,6 +80,21 @@ class Job:
     lease_until: datetime
     created_at: datetime
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cancel_event(self) -> threading.Event:
+        """Set by the worker's heartbeat when an operator asked this claim to stop. Kept in
+        `extra` (not a dataclass field), so Job(**fields) keeps working as before."""
+        return self.extra.setdefault("cancel_event", threading.Event())  # atomic on a dict
+
+    def cancel_requested(self) -> bool:
+        """True once an operator asked this run to stop (console "Request cancel").
+
+        Cheap: it reads a flag the worker's heartbeat sets (no query). The heartbeat runs every
+        lease/3 seconds for jobs running longer than that, so a request is seen within about
+        two thirds of the lease. Stop by raising `Cancelled`; a handler may also wait on
+        `job.cancel_event` instead of sleeping."""
+        return self.cancel_event.is_set()
 
     @property
     def attempt(self) -> int:
@@ -101,6 +131,17 @@ def _check(kind: str, queue: str, priority: int, max_attempts: int | None) -> No
         raise InvalidJob("max_attempts must be a positive integer")
 
 
+def _window_seconds(unique_for: Any, idempotency_key: str | None) -> float:
+    if isinstance(unique_for, bool) or not isinstance(unique_for, timedelta | int | float):
+        raise InvalidJob("unique_for must be a timedelta (or a number of seconds)")
+    seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else float(unique_for)
+    if not 0 < seconds <= 366 * 86400:
+        raise InvalidJob("unique_for must be more than 0 seconds and at most 366 days")
+    if not isinstance(idempotency_key, str) or not idempotency_key:
+        raise InvalidJob("unique_for needs an idempotency_key (the window is per kind and key)")
+    return seconds
+
+
 def enqueue(
     conn: psycopg.Connection,
     kind: str,
@@ -111,13 +152,23 @@ def enqueue(
     run_at: datetime | None = None,
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
+    unique_for: timedelta | float | None = None,
 ) -> int:
     """Insert a job in the caller's transaction and return its id.
 
     With an idempotency key that a job in the table already has, nothing is inserted and that
     job's id is returned. Workers are woken (NOTIFY) when the transaction commits.
+
+    With `unique_for` (needs an idempotency key) the key is also held for that long per
+    (kind, key), beyond the job's stay in the hot table: a second enqueue inside the window
+    returns the first job's id even after it completed, failed, was archived or purged.
+    docs/queue.md, "Uniqueness windows", has the semantics per state.
     """
     _check(kind, queue, priority, max_attempts)
+    if unique_for is not None:
+        return _enqueue_unique(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
+                               idempotency_key=idempotency_key, max_attempts=max_attempts,
+                               window=_window_seconds(unique_for, idempotency_key))
     params = {
         "queue": queue,
         "kind": kind,
@@ -136,6 +187,64 @@ def enqueue(
             return enqueue(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
                            idempotency_key=idempotency_key, max_attempts=max_attempts)
         return found[1]
+
+
+def _enqueue_unique(conn: psycopg.Connection, kind: str, payload: Any, *, queue: str, priority: int,
+                    run_at: datetime | None, idempotency_key: str, max_attempts: int | None, window: float,
+                    _tries: int = 5) -> int:
+    params = {
+        "queue": queue,
+        "kind": kind,
+        "payload": _payload({} if payload is None else payload),
+        "priority": priority,
+        "run_at": run_at,
+        "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
+        "idempotency_key": idempotency_key,
+        "unique_for": window,
+    }
+    key = {"kind": kind, "idempotency_key": idempotency_key}
+    with conn.cursor() as cur:
+        claimed_id, inserted_id, _ = cur.execute(query("queue", "enqueue_unique"), params).fetchone()
+        if inserted_id is not None:
+            return inserted_id
+        if claimed_id is not None:
+            # The window is ours, but the hot table already holds a job with this key (enqueued
+            # without a window, or its window expired): that job is the answer; point at it.
+            job_id = enqueue(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
+                             idempotency_key=idempotency_key, max_attempts=max_attempts)
+            cur.execute(query("queue", "unique_point"), {**key, "job_id": job_id})
+            return job_id
+        holder = cur.execute(query("queue", "unique_holder"), key).fetchone()
+        if holder is not None:
+            return holder[0]
+    # The window expired between the two statements (or was pruned): claim it again.
+    if _tries <= 0:  # pragma: no cover - needs the window to expire at that instant repeatedly
+        raise RuntimeError(f"could not claim the uniqueness window of ({kind!r}, {idempotency_key!r})")
+    return _enqueue_unique(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
+                           idempotency_key=idempotency_key, max_attempts=max_attempts, window=window,
+                           _tries=_tries - 1)
+
+
+def unique_window(conn: psycopg.Connection, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The uniqueness window `job` holds ({kind, idempotency_key, created_at, expires_at, active}),
+    or None."""
+    if not job.get("idempotency_key"):
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("queue", "unique_window_of"),
+                           {"kind": job["kind"], "idempotency_key": job["idempotency_key"], "job_id": job["id"]}).fetchone()
+
+
+def prune_unique_keys(conn: psycopg.Connection, *, batch_size: int = 1000) -> int:
+    """Delete up to `batch_size` expired uniqueness windows (one statement); returns how many.
+    Archive retention calls it in a bounded loop, each batch its own short transaction."""
+    return conn.execute(query("queue", "prune_unique_keys"), {"batch_size": batch_size}).rowcount
+
+
+def request_cancel(conn: psycopg.Connection, job_id: int) -> dict[str, Any] | None:
+    """Ask a running job to stop (the caller audits). None when the job is not running."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("queue", "request_cancel"), {"id": job_id}).fetchone()
 
 
 @dataclass
@@ -326,7 +435,8 @@ def heartbeat(conn: psycopg.Connection, job: Job | Sequence[Job], lease: float =
     """Extend the lease of a job (or several of one worker) still held by its claim.
 
     For one job returns True/False; for a sequence, the ids whose lease was extended. The job
-    objects' `lease_until` is updated in place.
+    objects' `lease_until` is updated in place, and `cancel_event` set for a job an operator
+    asked to stop.
     """
     many = not isinstance(job, Job)
     jobs = list(job) if many else [job]
@@ -341,6 +451,9 @@ def heartbeat(conn: psycopg.Connection, job: Job | Sequence[Job], lease: float =
     for j in jobs:
         if j.id in extended:
             j.lease_until = extended[j.id]
+    for job_id, _, cancel in rows:
+        if cancel:
+            next(j for j in jobs if j.id == job_id).cancel_event.set()
     return list(extended) if many else bool(extended)
 
 

@@ -7,7 +7,8 @@ One process runs:
 - `concurrency` handler threads that run the user's functions and report back;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control) that only wakes the main loop:
   NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
-- a heartbeat thread that extends the leases of long-running jobs;
+- a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
+  learns which of them an operator asked to stop (`job.cancel_requested()`);
 - a vacuum thread: every `vacuum_interval` seconds, if this worker claimed jobs since its last
   look, it runs `VACUUM skiplock.jobs` unless another worker (or autovacuum) already is.
 
@@ -265,7 +266,8 @@ class Worker:
             error = outcome.error
             status = q.fail(
                 conn, outcome.job, error,
-                retry=not isinstance(error, q.DoNotRetry),
+                # A job an operator asked to stop is not retried, whatever the handler raised.
+                retry=not (isinstance(error, q.DoNotRetry) or outcome.job.cancel_requested()),
                 backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
                 error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
             )

@@ -242,3 +242,13 @@ FROM (
 GROUP BY f.queue
 ORDER BY f.queue;
 
+
+-- name: created_here
+-- Whether this transaction inserted the job (false: an idempotency key or a uniqueness window
+-- answered with an earlier job, which may since have left the hot table).
+SELECT EXISTS (
+    SELECT 1
+    FROM skiplock.jobs AS j
+    WHERE j.id = %(id)s
+      AND j.xmin = pg_current_xact_id()::xid
+) AS created;

@@ -63,6 +63,92 @@ SELECT
 FROM inserted
 ORDER BY inserted.id;
 
+-- name: enqueue_unique
+-- Insert one job and claim its uniqueness window (kind, idempotency_key) in one statement, in
+-- the caller's transaction. The window row is taken when there is none or when it expired
+-- (the conditional DO UPDATE); a held window returns no `claimed_id` and the caller reads the
+-- holder. The job's id is drawn first so the window can point at it. A concurrent enqueue of
+-- the same key waits on the window row until this transaction ends, then sees it held.
+WITH new_job AS (
+    SELECT nextval(pg_get_serial_sequence('skiplock.jobs', 'id')) AS id
+),
+claimed AS (
+    INSERT INTO skiplock.unique_keys AS u (kind, idempotency_key, job_id, expires_at)
+    SELECT %(kind)s, %(idempotency_key)s, new_job.id, now() + make_interval(secs => %(unique_for)s)
+    FROM new_job
+    ON CONFLICT (kind, idempotency_key) DO UPDATE
+    SET job_id = excluded.job_id,
+        created_at = now(),
+        expires_at = excluded.expires_at
+    WHERE u.expires_at <= now()
+    RETURNING u.job_id
+),
+inserted AS (
+    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT
+        claimed.job_id,
+        %(queue)s,
+        %(kind)s,
+        %(payload)s,
+        %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s,
+        %(idempotency_key)s
+    FROM claimed
+    ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+)
+SELECT
+    (SELECT claimed.job_id FROM claimed) AS claimed_id,
+    (SELECT inserted.id FROM inserted) AS inserted_id,
+    (SELECT pg_notify('skiplock_jobs', inserted.queue) FROM inserted) AS notified;
+
+-- name: unique_holder
+-- The job a held window points at (it may have been archived, or purged since).
+SELECT u.job_id
+FROM skiplock.unique_keys AS u
+WHERE u.kind = %(kind)s
+  AND u.idempotency_key = %(idempotency_key)s
+  AND u.expires_at > now();
+
+-- name: unique_point
+-- The window was claimed but the hot table already held a job with this key: point at it.
+UPDATE skiplock.unique_keys AS u
+SET job_id = %(job_id)s
+WHERE u.kind = %(kind)s
+  AND u.idempotency_key = %(idempotency_key)s;
+
+-- name: unique_window_of
+-- The window a job holds, if any (the job page).
+SELECT u.kind, u.idempotency_key, u.created_at, u.expires_at, u.expires_at > now() AS active
+FROM skiplock.unique_keys AS u
+WHERE u.kind = %(kind)s
+  AND u.idempotency_key = %(idempotency_key)s
+  AND u.job_id = %(job_id)s;
+
+-- name: prune_unique_keys
+-- Up to %(batch_size)s expired windows, oldest first (unique_keys_expires_idx).
+DELETE FROM skiplock.unique_keys AS u
+WHERE (u.kind, u.idempotency_key) IN (
+    SELECT e.kind, e.idempotency_key
+    FROM skiplock.unique_keys AS e
+    WHERE e.expires_at <= now()
+    ORDER BY e.expires_at
+    LIMIT %(batch_size)s
+    FOR UPDATE SKIP LOCKED
+)
+  AND u.expires_at <= now();  -- rechecked if an enqueue took the window over meanwhile
+
+-- name: request_cancel
+-- An operator asks a running job to stop. greatest() keeps the request at or after the claim
+-- it is for, so the worker's test (cancel_requested_at >= locked_at) holds for this claim only.
+UPDATE skiplock.jobs AS j
+SET cancel_requested_at = greatest(clock_timestamp(), j.locked_at)
+WHERE j.id = %(id)s
+  AND j.status = 'running'
+RETURNING j.id, j.queue, j.locked_by, j.attempts;
+
 -- name: ids_by_keys
 SELECT
     j.idempotency_key,
@@ -176,6 +262,7 @@ WHERE j.id = %(id)s
 RETURNING j.status;
 
 -- name: heartbeat
+-- Also returns whether an operator asked this claim to stop (console "cancel requested").
 UPDATE skiplock.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
@@ -183,7 +270,7 @@ WHERE j.id = d.id
   AND j.attempts = d.attempt
   AND j.locked_by = %(worker)s
   AND j.status = 'running'
-RETURNING j.id, j.lease_until;
+RETURNING j.id, j.lease_until, coalesce(j.cancel_requested_at >= j.locked_at, false) AS cancel_requested;
 
 -- name: release
 -- Give jobs back on shutdown without counting the attempt (the work never ran to an end).

@@ -53,3 +53,16 @@ def slow_first(job):
     record(job)
     if job.attempt == 1:
         time.sleep(float(job.payload.get("first_sleep", 30)))
+
+
+@console.task("cancellable")
+def cancellable(job):
+    """Works until an operator requests a cancel (then raises console.Cancelled, or a RuntimeError
+    with `crash_on_cancel`), or completes after `timeout` seconds without one."""
+    record(job)
+    deadline = time.monotonic() + float(job.payload.get("timeout", 30))
+    while time.monotonic() < deadline:
+        if job.cancel_event.wait(0.05) and job.cancel_requested():
+            if job.payload.get("crash_on_cancel"):
+                raise RuntimeError("cleanup failed while stopping")
+            raise console.Cancelled(f"job {job.id} stopped at the operator's request")

@@ -144,6 +144,8 @@ ROUTES = [
     ("POST", "/jobs/{job_id}/{action}", "operator", 302),
     ("POST", "/api/v1/jobs/{job_id}/{action}", "operator", 200),
     ("POST", "/queues/{name}/pause", "operator", 302),
+    ("POST", "/queues/{name}/enqueue", "operator", 303),
+    ("POST", "/api/v1/jobs", "operator", 201),
     ("POST", "/queues/{name}/resume", "operator", 302),
     ("POST", "/api/v1/queues/{name}/pause", "operator", 200),
     ("POST", "/api/v1/queues/{name}/resume", "operator", 200),
@@ -163,7 +165,10 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
         action = "enable" if "/admin/" in rule else "run_now"
         url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id)
         data = {"name": "newbie", "role": "viewer", "password": "long-enough-pw"} if rule == "/admin/users" else None
-        response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=data)
+        if rule == "/queues/{name}/enqueue":
+            data = {"kind": "send_mail", "reason": "matrix"}
+        body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
+        response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=data, json=body)
         response.get_data()  # consume streamed exports
         response.close()
         if persona is None:

@@ -7,7 +7,9 @@ cutoff, in the partition that straddles it and in the default partition, is dele
 of at most `batch_size` rows. Partitions for the coming days are created here too, so the
 archiver always finds one.
 
-Maintenance-run rows older than the cutoff are pruned too (one bounded batch per run).
+Maintenance-run rows older than the cutoff are pruned too (one bounded batch per run), and
+expired uniqueness windows (`skiplock.unique_keys`, whatever their age against the cutoff) in
+at most UNIQUE_KEY_BATCHES batches of `batch_size`.
 
 It does not touch the hot table.
 """
@@ -22,6 +24,7 @@ from datetime import timedelta
 import psycopg
 from psycopg import sql
 
+from console import queue as q
 from console.db import time_limited
 from console.maintenance import runs
 from console.maintenance._throttle import Throttle, elapsed_ms
@@ -38,6 +41,8 @@ from console.maintenance.archive import (
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.maintenance.retention")
+
+UNIQUE_KEY_BATCHES = 100  # per run: a backlog beyond batch_size x this waits for the next run
 
 
 def apply_retention(
@@ -112,6 +117,13 @@ def apply_retention(
         with time_limited(conn, statement_timeout_ms, lock_timeout_ms=lock_timeout_ms) as cur:
             result.detail["runs_pruned"] = cur.execute(query("maintenance", "prune_runs"),
                                                        {"cutoff": cutoff, "batch_size": batch_size}).rowcount
+        result.detail["unique_keys_pruned"] = 0
+        for _ in range(UNIQUE_KEY_BATCHES):
+            with time_limited(conn, statement_timeout_ms, lock_timeout_ms=lock_timeout_ms) as cur:
+                pruned = q.prune_unique_keys(cur.connection, batch_size=batch_size)
+            result.detail["unique_keys_pruned"] += pruned
+            if pruned < batch_size:
+                break
     except Exception as exc:
         result.outcome, result.error = "error", f"{type(exc).__name__}: {exc}".strip()
         raise

@@ -3,8 +3,10 @@
 GET  /jobs                     filters in the query string (bookmarkable), keyset pages
 GET  /jobs/export.csv|.json    the filtered set, streamed, at most web.export_limit rows
 GET  /jobs/<id>                payload and error text (redacted for viewers), timeline, errors, actions
-POST /jobs/<id>/<action>       replay | run_now | cancel | purge (operator; CSRF; audited)
-and the same under /api/v1/jobs.
+POST /jobs/<id>/<action>       replay | run_now | cancel | request_cancel | purge (operator; CSRF; audited)
+and the same under /api/v1/jobs, plus
+POST /api/v1/jobs              enqueue one job (operator; JSON body; audited with its reason). The
+                               queue page's form posts to /queues/<name>/enqueue (console.web.queues).
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ from flask import (
 )
 
 from console import browse
+from console import queue as q
 from console.db import time_limited
-from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
+from console.web.api import ANY, BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel, timeout_ms
 from console.web.redact import error_entry_for, may_filter_on, payload_for, text_for
@@ -276,8 +279,11 @@ def job_data(job_id: int) -> dict[str, Any]:
     # Redacted before the timeline is built from them: its details quote the messages.
     job["errors"] = [{**error_entry_for(e, g.user), "at_time": browse.parse_entry_time(e.get("at"))}
                      for e in job.get("errors") or [] if isinstance(e, dict)]
+    window = run_panel(q.unique_window, job)
     return {
         "job": job,
+        "cancel_requested": browse.cancel_requested(job),
+        "unique_window": window.data if window.ok else None,
         "timeline": browse.timeline(job, actions.data if actions.ok else []),
         "actions_note": None if actions.ok else f"operator actions not available: {actions.error}",
         "allowed": browse.allowed_actions(job) if g.user.can("operator") else [],
@@ -296,7 +302,9 @@ def detail(job_id: int):
 @api_doc("One job: fields, payload and error text (redacted for viewers), error history, timeline, allowed actions",
          response=obj({"job": {**ref("Job"), "description": "also errors (the history), archived, locked_by"},
                        "timeline": arr(obj({"at": opt(TIME), "event": STR})), "actions_note": opt(STR),
-                       "allowed": arr(STR), "redacted": BOOL}),
+                       "allowed": arr(STR), "redacted": BOOL, "cancel_requested": BOOL,
+                       "unique_window": opt(obj({"kind": STR, "idempotency_key": STR, "created_at": TIME,
+                                                 "expires_at": TIME, "active": BOOL}))}),
          responses={"404": "no such job"})
 def api_detail(job_id: int):
     return jsonify(job_data(job_id))
@@ -325,7 +333,8 @@ def act(job_id: int, action: str):
 
 @bp.post("/api/v1/jobs/<int:job_id>/<action>")
 @requires("operator")
-@api_doc("Act on one job: replay (failed), run_now (pending, due later), cancel (pending), purge (failed)",
+@api_doc("Act on one job: replay (failed), run_now (pending, due later), cancel (pending), "
+         "request_cancel (running), purge (failed)",
          params=[Param("action", where="path", enum=tuple(browse.ACTIONS)),
                  Param("reason", where="form", description="why (kept in the audit log; first 500 characters)")],
          response=obj({"ok": BOOL, "action": STR}),
@@ -333,3 +342,42 @@ def act(job_id: int, action: str):
 def api_act(job_id: int, action: str):
     result = _act(job_id, action)
     return jsonify({"ok": True, "action": action, **result})
+
+
+# --- enqueue ----------------------------------------------------------------------------------
+
+ENQUEUE_BODY = obj({
+    "kind": {**STR, "minLength": 1, "maxLength": browse.MAX_NAME, "description": "the handler's name"},
+    "queue": {**opt({**STR, "maxLength": browse.MAX_NAME}), "description": "default: `default`"},
+    "payload": {**ANY, "description": "any JSON value (default {}); at most 256 KiB"},
+    "priority": opt({**INT, "minimum": -32768, "maximum": 32767}),
+    "run_at": {**opt(TIME), "description": "ISO 8601; UTC when no offset; default now"},
+    "idempotency_key": opt({**STR, "maxLength": browse.MAX_KEY}),
+    "max_attempts": {**opt({**INT, "minimum": 1, "maximum": browse.MAX_ATTEMPTS_LIMIT}),
+                     "description": "default: queue.max_attempts"},
+    "unique_for": {**opt({**INT, "minimum": 1, "maximum": 366 * 86400}),
+                   "description": "seconds of uniqueness window for (kind, idempotency_key); needs the key"},
+    "reason": {**STR, "minLength": 1, "maxLength": 500, "description": "why (kept in the audit log)"},
+}, optional=("queue", "payload", "priority", "run_at", "idempotency_key", "max_attempts", "unique_for"))
+ENQUEUE_BODY["additionalProperties"] = False
+
+
+def enqueue_from(fields: Any, *, payload_is_text: bool) -> dict[str, Any]:
+    """Both faces' enqueue: the fields checked, the job enqueued and audited as g.user."""
+    return browse.enqueue_job(get_conn(), fields, actor=g.user.name, payload_is_text=payload_is_text,
+                              default_max_attempts=_state().config.queue.max_attempts)
+
+
+@bp.post("/api/v1/jobs")
+@requires("operator")
+@api_doc("Enqueue one job (audited with the reason)", body=ENQUEUE_BODY, status=201,
+         responses={"201": "enqueued, or an existing job's id (created: false)"},
+         response=obj({"id": INT, "created": BOOL, "queue": STR, "kind": STR}),
+         description="A JSON object. An idempotency key a job in the hot table has, or a uniqueness window still "
+                     "held, answers with that job's id and `created: false` (nothing is inserted). A bad field is "
+                     "a 400 whose message starts with the field's name.")
+def api_enqueue():
+    body = request.get_json(silent=True) if request.is_json else None
+    if not isinstance(body, dict):
+        abort(400, "body: send a JSON object (Content-Type: application/json)")
+    return jsonify(enqueue_from(body, payload_is_text=False)), 201

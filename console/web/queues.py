@@ -4,6 +4,8 @@ dead letters), a backlog drain estimate from the collectors' samples, and pause/
 GET  /queues, /queues/_table (the polled fragment), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; audited by console.maintenance)
 and the same under /api/v1/queues.
+POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; CSRF; audited with
+                              its reason); the API twin is POST /api/v1/jobs (console.web.jobs).
 """
 
 from __future__ import annotations
@@ -92,7 +94,21 @@ def queue_data(name: str) -> dict[str, Any]:
 @bp.get("/queues/<name>")
 @requires("viewer")
 def detail(name: str):
-    return render_template("queues/detail.html", **queue_data(name))
+    return render_template("queues/detail.html", form={}, form_error=None, **queue_data(name))
+
+
+@bp.post("/queues/<name>/enqueue")
+@requires("operator")
+def enqueue(name: str):
+    from console.web.jobs import enqueue_from
+
+    fields = {k: v for k, v in request.form.items() if k in browse.ENQUEUE_FIELDS and k != "queue"}
+    try:
+        result = enqueue_from({**fields, "queue": name}, payload_is_text=True)
+    except browse.InvalidFilter as exc:
+        # The form again, with what was typed and what is wrong.
+        return render_template("queues/detail.html", form=fields, form_error=str(exc), **queue_data(name)), 400
+    return redirect(url_for("jobs.detail", job_id=result["id"]), 303)
 
 
 @bp.get("/api/v1/queues/<name>")
