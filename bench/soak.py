@@ -96,6 +96,9 @@ SETTINGS_WANTED = {
     "maintenance.archive_after": "20s",
     "alerts.allow_private_destinations": True,  # the receiver is on loopback
     "web.metrics_public": True,
+    # The soak talks plain HTTP on loopback: production mode's Secure cookies would never come
+    # back, and every page would be a redirect to the login form.
+    "web.production": False,
 }
 
 ALERT_RULES = """
@@ -395,7 +398,7 @@ class Soak:
         if not locust:
             raise RuntimeError("Locust is not installed: pip install -e '.[bench]' (or --users 0)")
         env = {**self.env, "SOAK_USER": "soak", "SOAK_PASSWORD": self.password, "SOAK_TOKEN": self.token,
-               "SOAK_FAILURES": str(self.workdir / "failures.jsonl")}
+               "SOAK_FAILURES": str(self.workdir / "failures.jsonl"), "SOAK_PAGES_OK": str(self.workdir / "pages_ok.txt")}
         out = open(self.workdir / "logs" / "locust.log", "ab")  # noqa: SIM115 - closed with the process
         return subprocess.Popen(
             [locust, "-f", str(ROOT / "bench" / "soak_locustfile.py"), "--headless", "-u", str(self.users),
@@ -605,6 +608,12 @@ class Soak:
         if self.cluster is not None:
             self.cluster.stop()
 
+    def pages_served(self) -> int:
+        """Pages the load generator got with a 200 while signed in (a run whose users never
+        got past the login form exercised nothing)."""
+        path = self.workdir / "pages_ok.txt"
+        return path.stat().st_size if path.exists() else 0
+
     def requests_made(self) -> int:
         stats = self.workdir / "locust_stats.csv"
         if not stats.exists():
@@ -644,6 +653,7 @@ class Soak:
                     os.killpg(locust.pid, signal.SIGKILL)
             drained = self.drain()
             self._wait(lambda: not self.deliveries().get("outbox", {}).get("pending"), 60, step=1.0)
+            pages_ok = self.pages_served()
             figures = self.conservation()
             deliveries = self.deliveries()
             inside, outside, by_status = self.failures()
@@ -660,6 +670,7 @@ class Soak:
             "jobs": figures,
             "deliveries": deliveries,
             "http_requests": self.requests_made(),
+            "http_pages_served_signed_in": pages_ok,
             "http_5xx_inside_fault_windows": inside,
             "http_5xx_outside_fault_windows": outside,
             "http_failures_by_status": by_status,
@@ -682,6 +693,8 @@ def verdict(result: dict[str, Any]) -> list[str]:
     for key in ("delivered_but_not_received", "received_more_often_than_sent"):
         if result["deliveries"].get(key):
             problems.append(f"{result['deliveries'][key]} alert notification(s) {key.replace('_', ' ')}")
+    if result["users"] and not result["http_pages_served_signed_in"]:
+        problems.append("the on-call users never got a page while signed in")
     if not result["drained"]:
         problems.append("the queue did not drain within 180 s after the run")
     if result["http_5xx_outside_fault_windows"]:
@@ -717,7 +730,8 @@ def report(result: dict[str, Any]) -> str:
         f"alerts: outbox {result['deliveries'].get('outbox')}, receiver saw {result['deliveries'].get('received_distinct')} "
         f"distinct deliveries ({result['deliveries'].get('received_more_than_once')} more than once: at-least-once), "
         f"{result['deliveries'].get('delivered_but_not_received')} marked delivered but never received",
-        f"http: {result['http_requests']} requests by {result['users']} users; 5xx inside fault windows "
+        f"http: {result['http_requests']} requests by {result['users']} users ({result['http_pages_served_signed_in']} pages "
+        f"served signed in); 5xx inside fault windows "
         f"{result['http_5xx_inside_fault_windows']}, outside {result['http_5xx_outside_fault_windows']} "
         f"(by status or error: {result['http_failures_by_status']}; 503 is the console saying the database is unreachable, "
         f"0 a refused connection while the web process restarts)",

@@ -6,7 +6,8 @@ fragments, and the JSON API with a bearer token. Every answer of 500 or more, an
 connection failure, is appended to `SOAK_FAILURES` (one JSON line: time, path, status) so the
 soak can tell failures inside a fault's window from failures outside any.
 
-Environment: SOAK_USER, SOAK_PASSWORD, SOAK_TOKEN, SOAK_FAILURES. Only the host given to Locust
+Environment: SOAK_USER, SOAK_PASSWORD, SOAK_TOKEN, SOAK_FAILURES, SOAK_PAGES_OK (a byte per page
+served to a signed-in user). Only the host given to Locust
 (a loopback address) is ever requested.
 """
 
@@ -64,6 +65,9 @@ class OnCall(HttpUser):
                 answer.success()
             elif answer.status_code == 503:
                 answer.success()  # "database unreachable" is the right answer during an outage
+            elif answer.status_code == 200:
+                with _lock, open(os.environ["SOAK_PAGES_OK"], "a", encoding="utf-8") as out:
+                    out.write(".")  # one byte per page served to a signed-in user
 
     def _api(self, path: str) -> None:
         with self.client.get(path, name=path, catch_response=True,

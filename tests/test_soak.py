@@ -38,4 +38,5 @@ def test_short_soak_loses_nothing_under_faults(tmp_path):
     assert [f["fault"] for f in figures["faults"]] == ["worker", "postgres", "scheduler", "web", "webhook-500", "webhook-hang"]
     assert all(f["recovery_s"] is not None for f in figures["faults"]), figures["faults"]
     assert figures["http_requests"] > 0, "the load generator made no request"
+    assert figures["http_pages_served_signed_in"] > 0, "the on-call users never got past the login form"
     assert figures["http_5xx_outside_fault_windows"] == 0, figures["http_failures_by_status"]
