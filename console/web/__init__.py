@@ -110,6 +110,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
     "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
+    "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
 )
 
 
