@@ -45,10 +45,8 @@ MATCH = obj({"type": {"enum": ["job", "queue", "error_group"]}, "label": STR, "d
 
 
 def query_arg() -> str:
-    raw = request.args.get("q")
-    text = (raw or "").strip()
-    if not text:
-        abort(400, "q: type a job id, a queue name or an error text")
+    """The search text, stripped; blank is allowed (nothing to look for, nothing found)."""
+    text = (request.args.get("q") or "").strip()
     if len(text) > MAX_QUERY:
         abort(400, f"q: at most {MAX_QUERY} characters (got {len(text)})")
     return text
@@ -70,6 +68,8 @@ def search_data(text: str) -> dict[str, Any]:
     matches: list[dict[str, Any]] = []
     unavailable: list[dict[str, str]] = []
     target = None
+    if not text:
+        return {"q": text, "target": target, "matches": matches, "unavailable": unavailable}
 
     job_id = _job_id(text)
     if job_id is not None:
@@ -131,13 +131,14 @@ def index():
 @bp.get("/api/v1/search")
 @requires("viewer")
 @api_doc("Find a job by id, a queue by name, or an error group by its text",
-         params=[Param("q", required=True, max_length=MAX_QUERY,
-                       description="a job id (42 or #42), a queue name, or part of an error text")],
+         params=[Param("q", max_length=MAX_QUERY,
+                       description="a job id (42 or #42), a queue name, or part of an error text; "
+                                   "blank finds nothing")],
          description="`target` is where the search page jumps: the job (hot table or archive), the queue "
                      "named exactly, or the only error group matching; null when it lists `matches` instead. "
                      "Error groups match their fingerprint or example error text (redacted for viewers), among "
                      f"the {GROUP_LIMIT} largest groups. A part whose query timed out is in `unavailable`.",
-         responses={"400": "q is missing, blank, or longer than 200 characters"},
+         responses={"400": "q is longer than 200 characters"},
          response=obj({"q": STR, "target": opt(STR), "matches": arr(MATCH),
                        "unavailable": arr(obj({"what": STR, "error": STR}))}))
 def api_index():
