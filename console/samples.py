@@ -66,6 +66,20 @@ def latest(conn: psycopg.Connection, metric: str | None = None, *, within: timed
     return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
 
 
+QUEUE_MEMORY = timedelta(hours=24)
+
+
+def queue_activity(conn: psycopg.Connection, *, within: timedelta = QUEUE_MEMORY, cap: int = 1000) -> dict[str, dict[str, Any]]:
+    """{queue: {last_seen, last_busy}} for every queue the collectors reported within `within`
+    (default 24 h): a queue that emptied stays known, and `last_busy` (the newest sample in
+    which it had eligible, scheduled or running jobs; None when none in the window) says since
+    when it is idle. Reads queue_depth samples only, never the jobs table."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("samples", "queue_activity"),
+                           {"within": within.total_seconds(), "cap": cap}).fetchall()
+    return {r["queue"]: {"last_seen": r["last_seen"], "last_busy": r["last_busy"]} for r in rows}
+
+
 def series(
     conn: psycopg.Connection,
     metric: str,

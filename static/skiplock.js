@@ -1,27 +1,39 @@
-// Skiplock's only script besides htmx: adaptive polling, the tab title, error toasts, confirm
+// Skiplock's only script besides htmx: polling while visible, keyboard shortcuts, the tab title, error toasts, confirm
 // dialogs and the small behaviours the templates ask for with data- attributes. The console's
 // Content-Security-Policy allows no inline script: no onclick="" or javascript: links in templates.
 (function () {
   "use strict";
   var body = document.body;
   var fast = parseInt(body.dataset.pollFast || "5000", 10);
-  var slow = parseInt(body.dataset.pollSlow || "60000", 10);
-  var timer = null;
+  var timers = {};
 
-  // Elements marked data-poll (with hx-trigger="poll") refresh fast while the tab is visible
-  // and slowly while it is hidden; coming back to the tab refreshes at once.
-  function tick() {
-    document.querySelectorAll("[data-poll]").forEach(function (el) {
-      if (window.htmx) { htmx.trigger(el, "poll"); }
-    });
-    schedule();
+  // Elements marked data-poll (with hx-trigger="poll") refresh every web.poll_fast while the
+  // tab is visible, or every N ms with data-poll="N" (a bulk operation's progress: 1000). A
+  // hidden tab does not poll at all; showing it again refreshes everything at once, and the
+  // tab title follows the fresh fragments.
+  function every(el) {
+    var ms = parseInt(el.getAttribute("data-poll"), 10);
+    return ms > 0 ? ms : fast;
   }
-  function schedule() {
-    clearTimeout(timer);
-    timer = setTimeout(tick, document.hidden ? slow : fast);
+  function poll(ms) {
+    if (document.hidden || !window.htmx) { return; }
+    document.querySelectorAll("[data-poll]").forEach(function (el) {
+      if (ms === null || every(el) === ms) { htmx.trigger(el, "poll"); }
+    });
+  }
+  function start() {
+    if (document.hidden) { return; }
+    document.querySelectorAll("[data-poll]").forEach(function (el) {
+      var ms = every(el);
+      if (!timers[ms]) { timers[ms] = setInterval(function () { poll(ms); }, ms); }
+    });
+  }
+  function stop() {
+    Object.keys(timers).forEach(function (ms) { clearInterval(timers[ms]); });
+    timers = {};
   }
   document.addEventListener("visibilitychange", function () {
-    if (document.hidden) { schedule(); } else { tick(); }
+    if (document.hidden) { stop(); } else { poll(null); start(); updateTitle(); }
   });
   // A poll says so with X-Skiplock-Poll: 1; the server does not count it as activity, so a tab
   // left open does not keep a sign-in alive past web.session_idle (console/web/auth.py).
@@ -54,7 +66,7 @@
     toast(xhr.status + ": " + (text || xhr.statusText), true);
   });
   document.addEventListener("htmx:sendError", function () { toast("The console is unreachable.", true); });
-  document.addEventListener("htmx:afterSettle", updateTitle);
+  document.addEventListener("htmx:afterSettle", function () { updateTitle(); start(); });
 
   // Confirm dialogs: <button data-confirm="Purge job 42?">.
   document.addEventListener("submit", function (e) {
@@ -81,6 +93,39 @@
     if (link && window.history.length > 1) { e.preventDefault(); window.history.back(); }
   });
 
+  // Keyboard: "/" focuses the search box, "g o" / "g q" / "g d" go to the overview, queues and
+  // dead letters, "?" shows the list (#shortcuts in base.html, whose links carry
+  // data-shortcut="g o" etc.), Escape closes it. Nothing fires while typing in a field.
+  var prefix = null;
+  function typing(el) {
+    return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
+  }
+  document.addEventListener("keydown", function (e) {
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) { return; }
+    var help = document.getElementById("shortcuts");
+    if (prefix) {
+      var link = document.querySelector('a[data-shortcut="' + prefix + " " + e.key + '"]');
+      prefix = null;
+      if (link) { e.preventDefault(); window.location.assign(link.href); }
+      return;
+    }
+    if (e.key === "Escape" && help && !help.hidden) { help.hidden = true; return; }
+    if (e.key === "/") {
+      var box = document.querySelector("input[data-search]");
+      if (box) { e.preventDefault(); box.focus(); box.select(); }
+    } else if (e.key === "?") {
+      if (help) { e.preventDefault(); help.hidden = !help.hidden; }
+    } else if (e.key === "g") {
+      prefix = "g";
+      setTimeout(function () { prefix = null; }, 1500);
+    }
+  });
+  document.addEventListener("click", function (e) {
+    if (e.target.closest && e.target.closest("[data-close-shortcuts]")) {
+      document.getElementById("shortcuts").hidden = true;
+    }
+  });
+
   updateTitle();
-  schedule();
+  start();
 })();

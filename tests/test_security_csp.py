@@ -209,8 +209,15 @@ def test_on_call_path_has_no_csp_violations(fast_poll_settings, watched: Page, l
     seen["replay progress"] = violations(page)
 
     for path in ("/audit", "/alerts", "/alerts/rules", "/alerts/destinations", "/alerts/deliveries", "/maintenance",
-                 "/health", "/advisor", "/workers", "/admin/users"):
+                 "/health", "/advisor", "/workers", "/admin/users", "/search?q=i"):
         visit(path)
+    page.keyboard.press("?")  # the shortcuts' list, then "g q" to the queues page
+    expect(page.locator("#shortcuts")).to_be_visible()
+    page.keyboard.press("Escape")
+    page.keyboard.press("g")
+    page.keyboard.press("q")
+    page.wait_for_url("**/queues")
+    seen["shortcuts and search"] = violations(page)
     page.goto(base + "/no/such/page")
     seen["404 page"] = violations(page)
 

@@ -236,7 +236,7 @@ def test_running_operation_polls_and_can_be_cancelled(conn, dead, client_as, mon
         "csrf_token": CSRF, "action": "replay", "selection": '{"queue": "mail"}', "reason": "r"},
         headers={"HX-Request": "true"})
     html = resp.get_data(as_text=True)
-    assert resp.status_code == 200 and 'hx-trigger="every 1s"' in html and "Cancel" in html
+    assert resp.status_code == 200 and 'hx-trigger="poll" data-poll="1000"' in html and "Cancel" in html
     op_id = int(html.split('id="op-')[1].split('"')[0])
     assert client.get(f"/deadletters/operations/{op_id}/_progress").status_code == 200
     viewer_page = client_as("viewer").get(f"/deadletters/operations/{op_id}").get_data(as_text=True)

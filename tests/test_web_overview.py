@@ -104,7 +104,7 @@ def test_a_timed_out_panel_says_not_available_and_the_page_renders(conn, client_
     store_history(conn)
     from console.web import overview
 
-    def slow(conn_, latest):
+    def slow(conn_, latest, **kwargs):
         conn_.execute("SELECT pg_sleep(2)")
 
     monkeypatch.setattr(overview, "queues_data", slow)
@@ -133,18 +133,21 @@ def test_sample_verdict_rules():
     assert sample_verdict(failing) == ("failing", ["75.0 % of finished jobs are failing"])
 
 
-def test_dead_ratio_counts_only_past_the_autovacuum_threshold():
-    """A small table is mostly dead rows after each archiver batch; that alone is not news."""
+def test_dead_rows_count_only_when_autovacuum_is_behind():
+    """A small table is mostly dead rows after each archiver batch; that alone is not news. The
+    autovacuum_behind rule (dead rows past the threshold, no vacuum running) is, as a warning."""
     now = datetime.now(UTC)
 
-    def table(dead, threshold):
+    def table(dead, threshold, behind):
         return Latest([Sample("table_dead_ratio", {"table": "jobs"}, 0.9, now),
                        Sample("table_dead_tuples", {"table": "jobs"}, dead, now),
-                       Sample("table_autovacuum_threshold", {"table": "jobs"}, threshold, now)])
+                       Sample("table_autovacuum_threshold", {"table": "jobs"}, threshold, now),
+                       Sample("table_autovacuum_behind", {"table": "jobs"}, behind, now)])
 
-    assert sample_verdict(table(dead=400, threshold=5000)) == ("healthy", [])
-    assert sample_verdict(table(dead=90_000, threshold=5000)) == (
-        "failing", ["the jobs table is mostly dead rows: vacuum is behind"])
+    assert sample_verdict(table(dead=421, threshold=50, behind=0)) == ("healthy", [])
+    assert sample_verdict(table(dead=90_000, threshold=5000, behind=1)) == (
+        "degraded", ["90 k dead rows in the jobs table, past its autovacuum threshold of 5,000, "
+                     "and no vacuum is running"])
 
 
 def test_overview_is_in_the_openapi_document(client_as):

@@ -13,7 +13,8 @@ How to add a page
    `templates/<area>/`; they `{% extends "base.html" %}` and fill `title` and `content`.
 2. **Nav entry.** One line in `console/web/nav.py` (`NavEntry("<area>.index", "Label", order=..)`).
    Entries whose endpoint is not registered are skipped, and a role hides it from lesser users.
-3. **Roles.** Every route needs a signed-in user: by default a viewer for GET and an operator
+3. **Roles.** (A read-only console, `web.read_only`, refuses every unsafe method before any
+   of this; `can()` is then false for actions: console/web/auth.py.) Every route needs a signed-in user: by default a viewer for GET and an operator
    for POST/PUT/PATCH/DELETE. Say so explicitly with `@requires("viewer"|"operator"|"admin")`
    from `console.web.auth`; `@public` (no sign-in) is for /healthz-like routes only. The user
    is `g.user` (a `console.users.User`; `g.user.can("operator")`); in templates `user` and
@@ -32,8 +33,10 @@ How to add a page
 6. **Fragments and polling.** A live part of a page is a partial `templates/<area>/_thing.html`
    that the page `{% include %}`s and a route returns alone (`render_template` of the partial)
    for htmx. Make it poll with `hx-get="<fragment url>" hx-trigger="poll" data-poll
-   hx-swap="outerHTML"` on its root element: `static/skiplock.js` fires `poll` fast while the
-   tab is visible and slowly while hidden. A fragment may carry `<span hidden
+   hx-swap="outerHTML"` on its root element: `static/skiplock.js` fires `poll` every
+   `web.poll_fast` while the tab is visible (or every N ms with `data-poll="N"`), never while
+   it is hidden, and at once when it is shown again. Do not use `hx-trigger="every 1s"`: it
+   polls a hidden tab. A fragment may carry `<span hidden
    data-tab-state="2 firing"></span>`; the tab title becomes "2 firing · <page> · Skiplock".
    Times: `{{ ts|utc }}`, `{{ ts|ago }}`, or the `when(ts)` macro (both).
 7. **Errors.** Raise `BadRequest("what is wrong")` / `abort(400|403|404|409, "message")`; a
@@ -118,6 +121,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
     "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
     "console.web.periodic:bp",     # /periodic: cron schedules, pause/resume, run now (+ /api/v1/periodic)
+    "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
 )
 
 

@@ -18,6 +18,12 @@ Every request passes `_guard` before its view:
    `csrf_token` form field or the `X-CSRF-Token` header (htmx sends it from <body
    hx-headers>). Token-authenticated API calls are exempt (no cookie, so no cross-site
    forgery), but a read-only token gets 403 on every unsafe method.
+0. **Read-only console** (`web.read_only`): every unsafe method is refused with 403 "the console
+   is read-only" before anything else (no identification, no view), API and tokens included;
+   only `READ_ONLY_EXEMPT` (sign-in, sign-out) still accept a POST. The check is here, on the
+   URL map's endpoints, so a route added tomorrow is covered without knowing about it. In
+   templates `can(role)` is then false for every role above viewer (`may_act` in Python), so
+   action buttons are not drawn, and base.html shows a banner.
 3. **Role**: the view's `@requires(role)`, by default viewer for GET/HEAD and operator for
    anything else; `@public` views skip 1 and 3. No user: pages redirect to /login, the API and
    htmx get 401. Too small a role: 403.
@@ -58,6 +64,10 @@ from console.web.database import get_conn
 bp = Blueprint("auth", __name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The only endpoints that take an unsafe method in read-only mode: signing in and out change
+# nothing the console watches.
+READ_ONLY_EXEMPT = frozenset({"auth.login", "auth.logout"})
+READ_ONLY_MESSAGE = "the console is read-only (web.read_only): actions are switched off"
 POLL_HEADER = "X-Skiplock-Poll"  # set by static/skiplock.js on htmx poll requests
 
 
@@ -105,6 +115,18 @@ def _state():
     from console.web import state
 
     return state()
+
+
+def read_only() -> bool:
+    """Whether the whole console is read-only (`web.read_only`)."""
+    return bool(_state().config.web.read_only)
+
+
+def may_act(role: str = "operator") -> bool:
+    """Whether the signed-in user may press a button that needs `role`: their role, and not a
+    read-only console (reading needs only a viewer, so `may_act("viewer")` ignores the mode)."""
+    user = g.get("user")
+    return bool(user) and user.can(role) and (role == "viewer" or not read_only())
 
 
 def _is_poll() -> bool:
@@ -167,6 +189,8 @@ def _guard():
     endpoint = request.endpoint
     if endpoint is None or endpoint == "static":
         return None  # 404/405 handled by Flask; static files are public
+    if request.method not in SAFE_METHODS and endpoint not in READ_ONLY_EXEMPT and read_only():
+        abort(403, READ_ONLY_MESSAGE)
     view = current_app.view_functions[endpoint]
     is_public = getattr(view, "_skiplock_public", False)
     # Public views never touch the database for identity: /healthz must answer even when

@@ -34,7 +34,7 @@ from console import browse
 from console import queue as q
 from console.db import time_limited
 from console.web.api import ANY, BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
-from console.web.auth import requires
+from console.web.auth import may_act, requires
 from console.web.database import get_conn, run_limited, run_panel, timeout_ms
 from console.web.redact import error_entry_for, may_filter_on, payload_for, text_for
 
@@ -286,7 +286,7 @@ def job_data(job_id: int) -> dict[str, Any]:
         "unique_window": window.data if window.ok else None,
         "timeline": browse.timeline(job, actions.data if actions.ok else []),
         "actions_note": None if actions.ok else f"operator actions not available: {actions.error}",
-        "allowed": browse.allowed_actions(job) if g.user.can("operator") else [],
+        "allowed": browse.allowed_actions(job) if may_act("operator") else [],
         "redacted": not g.user.can("operator"),
     }
 

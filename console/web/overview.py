@@ -5,10 +5,17 @@ GET /overview?window=1h|6h|24h|7d          the page (bad window -> 400)
 GET /overview/_verdict, /_figures, /_queues the fragments it includes (htmx polls them)
 GET /api/v1/overview?window=...            the same as JSON
 
-Where the verdict comes from, best first: firing alerts (`console.alerts`, when installed),
-else the advisor's one-line verdict (`console.advisor.verdict_line`, when installed), else the
-latest stored samples judged against the thresholds in `RULES` below. Samples older than
-`STALE_AFTER` make the verdict say that measurements stopped.
+Where the verdict comes from: the worst of firing alerts (`console.alerts`, when installed), the
+advisor's one-line verdict (`console.advisor.verdict_line`, when installed), and the latest
+stored samples. Samples older than `STALE_AFTER` make the verdict say that measurements stopped.
+
+Panels and verdict agree: every figure, queue row and chart line is coloured by the alert rules
+in force (`Judge`: the shipped defaults, the UI's and the config file's rules, as
+`console.alerts.rules.load` gives them), red where a critical alert fires, amber where a warning
+one does or a critical one is near; only the failure ratio, which no rule watches, uses `RULES`
+below. `assess()` computes the figures' levels and the verdict's reasons in one pass, and each
+reason names the panel that shows it (`why[].panel`), so the verdict never says what no panel on
+the screen shows.
 
 Everything here reads stored samples (`console.samples`) and the small `skiplock.queues` and
 alerts tables: no query touches the jobs table, so the page costs the same on 10 M rows.
@@ -36,7 +43,7 @@ from console import samples
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
 from console.web import charts
-from console.web.api import ANY, NUM, OBJ, STR, Param, api_doc, arr, obj, opt, panel
+from console.web.api import ANY, BOOL, NUM, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel
 from console.web.auth import requires
 from console.web.database import run_panel
 
@@ -49,16 +56,12 @@ DEFAULT_WINDOW = "1h"
 STALE_AFTER = timedelta(minutes=5)
 JOBS_TABLES = ("jobs", "skiplock.jobs")
 
-# (warn at, bad at) for the figures the sample-based verdict judges. Alert rules, when
-# installed, take over the verdict; these still colour the cards.
+# (warn at, bad at) for the one figure no alert rule watches: failed / (completed + failed) in
+# the latest interval. Every other figure is coloured by the alert rules in force (`Judge`).
 RULES: dict[str, tuple[float, float]] = {
-    "age": (60.0, 300.0),            # oldest eligible job waiting, seconds
-    "failure_ratio": (0.05, 0.25),   # failed / (completed + failed), latest interval
-    "stuck": (1.0, 50.0),            # expired leases not yet reaped
-    "claim": (0.1, 1.0),             # claim latency p95, seconds
-    "dead_growth": (1.0, 100.0),     # dead letters added per hour
-    "dead_ratio": (0.2, 0.5),        # dead tuples / (live + dead) on the jobs table
+    "failure_ratio": (0.05, 0.25),
 }
+LEVELS = ["unknown", "good", "warn", "bad"]  # worst last
 
 
 def window_arg() -> tuple[str, timedelta]:
@@ -112,11 +115,122 @@ def _latest(conn) -> Latest:
 
 
 def level(value: float | None, rule: str) -> str:
-    """good / warn / bad for a figure, or 'unknown' when it was not measured."""
+    """good / warn / bad for a figure no alert rule watches (`RULES`), or 'unknown'."""
     if value is None:
         return "unknown"
     warn, bad = RULES[rule]
     return "bad" if value >= bad else "warn" if value >= warn else "good"
+
+
+def worst(levels) -> str:
+    return max(levels, key=LEVELS.index, default="unknown")
+
+
+class Judge:
+    """Colours a figure by the alert rules in force (defaults, then the UI's, then the config
+    file's: `console.alerts.rules.load`), so a panel turns red exactly where a critical alert
+    would fire and amber where a warning one would, or where a critical one is near (past its
+    clear value: the rule's `clear`, else the threshold less `alerts.hysteresis`). A metric
+    with no enabled rule gets no colour from here ("neutral"). Guards ("while jobs are
+    eligible") are checked against the same latest samples."""
+
+    def __init__(self, rules, hysteresis: float = 0.1, latest: Latest | None = None, source: str = "rules"):
+        self.rules = [r for r in rules if r.enabled]
+        self.hysteresis = hysteresis
+        self.latest = latest
+        self.source = source
+
+    def with_latest(self, latest: Latest) -> Judge:
+        return Judge(self.rules, self.hysteresis, latest, self.source)
+
+    def rules_for(self, metric: str, labels: dict[str, str] | None = None) -> list:
+        return [r for r in self.rules if r.metric == metric and r.matches(labels or {})]
+
+    def _guard_holds(self, rule) -> bool:
+        guard = rule.guard
+        if guard is None:
+            return True
+        if self.latest is None:
+            return False
+        from console.alerts.rules import compare
+
+        return any(compare(guard.op, v, guard.threshold) for v in self.latest.values(guard.metric, **guard.labels))
+
+    def level(self, metric: str, value: float | None, labels: dict[str, str] | None = None) -> str:
+        """bad / warn / good by the rules on `metric` matching `labels`; 'neutral' without a
+        rule; 'unknown' when not measured."""
+        from console.alerts.rules import compare
+
+        rules = self.rules_for(metric, labels)
+        if not rules:
+            return "neutral"
+        if value is None:
+            return "unknown"
+        out = "good"
+        for rule in rules:
+            if not self._guard_holds(rule):
+                continue
+            if rule.condition(value):
+                lv = "bad" if rule.severity == "critical" else "warn" if rule.severity == "warning" else "good"
+            elif rule.severity == "critical" and compare(rule.op, value, rule.clear_threshold(self.hysteresis)):
+                lv = "warn"
+            else:
+                lv = "good"
+            out = worst([out, lv])
+        return out
+
+    def bounds(self, metric: str, labels: dict[str, str] | None = None) -> tuple[float | None, float | None]:
+        """(amber at, red at) for a figure's chart and note, from the rules on `metric` whose
+        label selector the figure's own labels satisfy; None where no rule says."""
+        amber: list[float] = []
+        red: list[float] = []
+        for rule in self.rules_for(metric, labels):
+            if rule.op not in (">", ">="):
+                continue
+            if rule.severity == "critical":
+                red.append(rule.threshold)
+                amber.append(rule.clear_threshold(self.hysteresis))
+            elif rule.severity == "warning":
+                amber.append(rule.threshold)
+        return (min(amber) if amber else None), (min(red) if red else None)
+
+    def per_label(self, metric: str, label: str) -> dict[str, tuple[float | None, str]]:
+        """{label value: (latest value, level)} for a per-queue (or per-table) metric."""
+        out = {}
+        for s in (self.latest.rows if self.latest else []):
+            if s.metric == metric and label in s.labels:
+                key = s.labels[label]
+                lv = self.level(metric, s.value, s.labels)
+                if key not in out or LEVELS.index(_rank(lv)) > LEVELS.index(_rank(out[key][1])):
+                    out[key] = (s.value, lv)
+        return out
+
+
+def _rank(lv: str) -> str:
+    return lv if lv in LEVELS else "good"  # neutral counts as good when taking the worst
+
+
+def default_judge(latest: Latest | None = None) -> Judge:
+    from console.alerts.defaults import DEFAULT_RULES
+
+    return Judge(DEFAULT_RULES, latest=latest, source="defaults")
+
+
+def load_judge(conn) -> Judge:
+    """The Judge of the rules in force; the built-in defaults when a rule cannot be loaded (the
+    alerts page reports that)."""
+    from console.web import state
+
+    config = state().config
+    load = _optional("console.alerts.rules", "load")
+    if load is None:
+        return default_judge()
+    try:
+        ruleset = load(conn, config)
+    except ValueError as exc:
+        log.warning("alert rules could not be loaded for the overview's colours: %s", exc)
+        return default_judge()
+    return Judge(ruleset.rules.values(), config.alerts.hysteresis)
 
 
 def claim_p95(latest: Latest) -> float | None:
@@ -161,86 +275,135 @@ def firing_alerts(conn) -> list[dict[str, Any]] | None:
     return [a for a in active(conn, ruleset) if a["state"] == "firing"]
 
 
-def sample_verdict(latest: Latest) -> tuple[str, list[str]]:
-    """healthy / degraded / failing and the reasons, from the latest samples alone."""
-    bad: list[str] = []
-    warn: list[str] = []
+@dataclass(frozen=True)
+class Finding:
+    """One reason for the verdict, and the panel of the overview that shows it: a figure's key
+    (`data-figure`), `queue:<name>` (a row of the queues table), `alerts` (the firing alerts),
+    `advisor` (the advisor's line) or `measurements` (the verdict's "measured ..." line). The
+    verdict lists nothing a panel on the same screen does not show in the same colour."""
 
-    def judge(value: float | None, rule: str, text: str) -> None:
-        lv = level(value, rule)
-        if lv == "bad":
-            bad.append(text)
-        elif lv == "warn":
-            warn.append(text)
+    level: str  # warn / bad
+    text: str
+    panel: str
 
-    ages = latest.by_label("queue_age_seconds", "queue")
-    for queue, age in sorted(ages.items(), key=lambda kv: -(kv[1] or 0)):
-        judge(age, "age", f"queue {queue}: the oldest job has waited {charts.format_value(age, 'seconds')}")
+
+def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], list[Finding]]:
+    """The level of each figure and the findings, from the latest samples, computed once for
+    both: the figures' colours and the verdict's reasons cannot disagree."""
+    judge = (judge or default_judge()).with_latest(latest)
+    levels: dict[str, str] = {}
+    found: list[Finding] = []
+
+    def note(lv: str, text: str, panel: str) -> None:
+        if lv in ("warn", "bad"):
+            found.append(Finding(lv, text, panel))
+
+    def per_queue(metric: str, panel: str, text) -> str:
+        values = judge.per_label(metric, "queue")
+        for queue, (value, lv) in sorted(values.items(), key=lambda kv: -(kv[1][0] or 0)):
+            note(lv, text(queue, value), panel)
+        if not values:
+            return judge.level(metric, None)
+        return worst(_rank(lv) for _, lv in values.values()) if judge.rules_for(metric, None) or any(
+            lv != "neutral" for _, lv in values.values()) else "neutral"
+
+    levels["age"] = per_queue("queue_age_seconds", "age", lambda q, v: (
+        f"queue {q}: the oldest job has waited {charts.format_value(v, 'seconds')}"))
+    levels["dead_letters"] = per_queue("dead_letter_growth", "dead_letters", lambda q, v: (
+        f"queue {q}: {charts.format_value(v, 'jobs/h')} new dead letters"))
+    for queue, (value, lv) in sorted(judge.per_label("stuck_leases", "queue").items()):
+        note(lv, f"queue {queue}: {charts.format_value(value, 'jobs')} with an expired lease not yet reaped",
+             f"queue:{queue}")
+
     ratio = failure_ratio(latest)
-    judge(ratio, "failure_ratio", f"{charts.format_value(ratio, 'ratio')} of finished jobs are failing")
-    for queue, growth in latest.by_label("dead_letter_growth", "queue").items():
-        judge(growth, "dead_growth", f"queue {queue}: {charts.format_value(growth, 'jobs/h')} new dead letters")
-    stuck = latest.total("stuck_leases")
-    judge(stuck, "stuck", f"{charts.format_value(stuck, 'jobs')} with an expired lease not yet reaped")
+    levels["failures"] = level(ratio, "failure_ratio")
+    note(levels["failures"], f"{charts.format_value(ratio, 'ratio')} of finished jobs are failing", "failures")
+
     claim = claim_p95(latest)
-    judge(claim, "claim", f"claiming a job takes {charts.format_value(claim, 'seconds')} (p95)")
-    # A small table is mostly dead rows right after each archiver batch, and that is fine: the
-    # ratio is news only once dead rows pass the point where autovacuum should have started.
+    levels["claim"] = judge.level("claim_latency_seconds", claim, dict(CLAIM_LABELS))
+    note(levels["claim"], f"claiming a job takes {charts.format_value(claim, 'seconds')} (p95)", "claim")
+
+    # Dead rows are news when they pass the autovacuum threshold with no vacuum running (the
+    # autovacuum_behind rule): the panel shows the dead rows against that threshold's line.
+    behind = latest.jobs_table("table_autovacuum_behind")
+    levels["dead_tuples"] = judge.level("table_autovacuum_behind", behind, {"table": "jobs"})
     dead = latest.jobs_table("table_dead_tuples")
     threshold = latest.jobs_table("table_autovacuum_threshold")
-    if dead is not None and threshold is not None and dead > threshold:
-        judge(latest.jobs_table("table_dead_ratio"), "dead_ratio", "the jobs table is mostly dead rows: vacuum is behind")
+    note(levels["dead_tuples"], f"{charts.format_value(dead, '')} dead rows in the jobs table, past its autovacuum "
+         f"threshold of {charts.format_value(threshold, '')}, and no vacuum is running", "dead_tuples")
+
     eligible = latest.total("queue_depth", state="eligible") or 0
-    if latest.total("workers_live") == 0 and eligible > 0:
-        bad.append(f"no live workers and {charts.format_value(eligible, 'jobs')} waiting")
-    if bad:
-        return "failing", bad + warn
-    if warn:
-        return "degraded", warn
+    workers = judge.level("workers_live", latest.total("workers_live"), {})
+    levels["depth"] = workers if workers in ("warn", "bad") else "neutral"
+    note(levels["depth"], f"no live workers and {charts.format_value(eligible, 'jobs')} waiting", "depth")
+    found.sort(key=lambda f: f.level != "bad")  # stable: bad first, each in the order found
+    return levels, found
+
+
+def sample_verdict(latest: Latest, judge: Judge | None = None) -> tuple[str, list[str]]:
+    """healthy / degraded / failing and the reasons, from the latest samples alone."""
+    _, found = assess(latest, judge)
+    if any(f.level == "bad" for f in found):
+        return "failing", [f.text for f in found]
+    if found:
+        return "degraded", [f.text for f in found]
     return "healthy", []
 
 
 _ORDER = ["unknown", "healthy", "degraded", "failing"]
 
 
-def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "load") -> dict[str, Any]:
+def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "load",
+            judge: Judge | None = None) -> dict[str, Any]:
     """The worst of: firing alerts (when installed), the advisor's line (when installed), and
-    the latest samples. Alerts need time to fire (their `for` duration) and may be silenced;
-    the samples see a problem at once, so neither alone decides."""
+    the latest samples judged by the alert rules in force. Alerts need time to fire (their
+    `for` duration) and may be silenced; the samples see a problem at once, so neither alone
+    decides. Each reason names the panel that shows it (`why`: text, level, panel)."""
     now = datetime.now(UTC)
     newest = latest.newest()
     stale = newest is None or now - newest > STALE_AFTER
     states: list[str] = []
-    reasons: list[str] = []
+    why: list[dict[str, str]] = []
     sources: list[str] = []
+    advisor_text = None
+
+    def add(text: str, lv: str, panel: str) -> None:
+        if all(w["text"] != text for w in why):
+            why.append({"text": text, "level": lv, "panel": panel})
+
     if alerts == "load":
         alerts = firing_alerts(conn)
     if alerts is not None:
         live = [a for a in alerts if not a.get("silence")]
         states.append("failing" if any(a.get("severity") == "critical" for a in live) else "degraded" if live else "healthy")
-        reasons += [a.get("summary") or a["rule"] for a in live]
+        for a in live:
+            add(a.get("summary") or a["rule"], "bad" if a.get("severity") == "critical" else "warn", "alerts")
         sources.append("alerts")
     advisor_line = _optional("console.advisor", "verdict_line")
     if advisor_line is not None and not stale:
         line = advisor_line(conn)
         if isinstance(line, dict) and line.get("state") in _ORDER:
             states.append(line["state"])
-            reasons += [r for r in line.get("reasons") or [] if r not in reasons]
+            for r in line.get("reasons") or []:
+                advisor_text = r
+                add(r, "warn", "advisor")
             sources.append("advisor")
     if newest is not None:
-        state, sample_reasons = sample_verdict(latest)
-        states.append(state)
-        reasons += [r for r in sample_reasons if r not in reasons]
+        _, found = assess(latest, judge)
+        states.append("failing" if any(f.level == "bad" for f in found) else "degraded" if found else "healthy")
+        for f in found:
+            add(f.text, f.level, f.panel)
         sources.append("samples")
     if stale:
-        reasons.append("no measurements stored yet: is `skiplock scheduler` running?" if newest is None else
-                       f"the newest measurement is {charts.format_value((now - newest).total_seconds(), 'seconds')} "
-                       "old: is `skiplock scheduler` running?")
+        add("no measurements stored yet: is `skiplock scheduler` running?" if newest is None else
+            f"the newest measurement is {charts.format_value((now - newest).total_seconds(), 'seconds')} "
+            "old: is `skiplock scheduler` running?", "warn", "measurements")
         states.append("degraded" if newest is not None else "unknown")
     state = max(states, key=_ORDER.index) if states else "unknown"
     if newest is None and state == "healthy":
         state = "unknown"  # nothing measured: "no alerts firing" means nothing
-    return {"state": state, "reasons": reasons, "source": "+".join(sources) or "none", "measured_at": newest}
+    return {"state": state, "reasons": [w["text"] for w in why], "why": why, "advisor": advisor_text,
+            "source": "+".join(sources) or "none", "measured_at": newest}
 
 
 # --- figures and charts ---------------------------------------------------------------------
@@ -254,26 +417,27 @@ class Figure:
     where: tuple[tuple[str, str], ...] = ()
     split_by: str | None = None
     agg: str = "sum"
-    rule: str | None = None
+    rule: str | None = None  # the metric whose alert rules colour it (failures: RULES)
     help: str = ""
 
 
 FIGURES: tuple[Figure, ...] = (
     Figure("depth", "Jobs waiting", "queue_depth", "jobs", (("state", "eligible"),), split_by="queue",
            help="Pending jobs that are due now, by queue. Rising while throughput is flat: add workers or find the slow kind."),
-    Figure("age", "Oldest waiting job", "queue_age_seconds", "seconds", split_by="queue", agg="max", rule="age",
+    Figure("age", "Oldest waiting job", "queue_age_seconds", "seconds", split_by="queue", agg="max",
+           rule="queue_age_seconds",
            help="How long the head of each queue has waited. Red: jobs are late; check workers and paused queues."),
     Figure("throughput", "Throughput", "throughput", "jobs/s", split_by="outcome",
            help="Jobs finished per second, by outcome (from worker counters)."),
     Figure("failures", "Failures", "throughput", "jobs/s", (("outcome", "failed"),), rule="failure_ratio",
            help="Jobs failing for good per second. Red: open Dead letters and look at the biggest error group."),
     Figure("claim", "Claim latency (p95)", "claim_latency_seconds", "seconds",
-           (("source", "workers"), ("quantile", "p95")), agg="max", rule="claim",
+           (("source", "workers"), ("quantile", "p95")), agg="max", rule="claim_latency_seconds",
            help="Time for a worker to claim a batch. Climbing with dead tuples: vacuum is behind (see Database)."),
-    Figure("dead_letters", "Dead letters", "dead_letters", "jobs", split_by="queue", rule="dead_growth",
+    Figure("dead_letters", "Dead letters", "dead_letters", "jobs", split_by="queue", rule="dead_letter_growth",
            help="Jobs that failed for good. Red when they grow fast: see Dead letters, replay once the cause is fixed."),
     Figure("dead_tuples", "Dead tuples (jobs table)", "table_dead_tuples", "rows", (("table", "jobs"),),
-           rule="dead_ratio",
+           rule="table_autovacuum_behind",
            help="Dead rows waiting for vacuum in the hot table; the dashed line is the autovacuum threshold."),
 )
 
@@ -287,16 +451,7 @@ def figure_value(fig: Figure, latest: Latest) -> float | None:
     return latest.most(fig.metric, **where) if fig.agg == "max" else latest.total(fig.metric, **where)
 
 
-def figure_level(fig: Figure, latest: Latest, value: float | None) -> str:
-    if fig.rule is None:
-        return "unknown" if value is None else "neutral"
-    if fig.rule == "failure_ratio":
-        return level(failure_ratio(latest), "failure_ratio")
-    if fig.rule == "dead_growth":
-        return level(latest.most("dead_letter_growth"), "dead_growth")
-    if fig.rule == "dead_ratio":
-        return level(latest.jobs_table("table_dead_ratio"), "dead_ratio")
-    return level(value, fig.rule)
+CLAIM_LABELS = (("source", "workers"), ("quantile", "p95"))
 
 
 CHART_POINTS = 120  # about one point per 3 px of a chart: enough detail, little to fetch
@@ -344,17 +499,29 @@ def _tables_with(conn, metric: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True) -> list[dict[str, Any]]:
+def rule_bounds(judge: Judge, fig: Figure) -> tuple[float | None, str, str | None]:
+    """(chart line, its label, the card's note) from the alert rules on the figure's metric:
+    "red at" the critical threshold (else "amber at" the warning one), as the alerts fire."""
+    if fig.key not in ("age", "claim"):
+        return None, "threshold", None
+    amber, red = judge.bounds(fig.rule, dict(fig.where))
+    parts = [f"{name} at {charts.format_value(v, fig.unit)}" for name, v in (("amber", amber), ("red", red)) if v is not None]
+    line, label = (red, "red at") if red is not None else (amber, "amber at")
+    return line, label, (" · ".join(parts) + " (alert rules)") if parts else "no alert rule"
+
+
+def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True,
+                 judge: Judge | None = None) -> list[dict[str, Any]]:
     end = datetime.now(UTC)
     start = end - window
     out = []
+    judge = (judge or default_judge()).with_latest(latest)
+    levels, _ = assess(latest, judge)
     threshold_dead = latest.jobs_table("table_autovacuum_threshold")
     for fig in FIGURES:
         lines = _series(conn, fig, window)
         value = figure_value(fig, latest)
-        threshold, threshold_label = None, "threshold"
-        if fig.rule in ("age", "claim"):
-            threshold, threshold_label = RULES[fig.rule][1], "red at"
+        threshold, threshold_label, note = rule_bounds(judge, fig)
         if fig.key == "dead_tuples" and threshold_dead:
             threshold, threshold_label = threshold_dead, "autovacuum at"
         item = {
@@ -365,7 +532,8 @@ def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True) 
             "help": fig.help,
             "value": value,
             "display": charts.format_value(value, fig.unit),
-            "level": figure_level(fig, latest, value),
+            "level": levels.get(fig.key) or ("unknown" if value is None else "neutral"),
+            "note": note,
             "summary": charts.summary(lines, fig.unit),
             "series": [{"label": ln.label, "points": [[at, v] for at, v in ln.points]} for ln in lines],
         }
@@ -375,6 +543,10 @@ def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True) 
         if fig.key == "dead_letters":
             growth = latest.total("dead_letter_growth")
             item["note"] = None if growth is None else f"+{charts.format_value(growth, 'jobs/h')}"
+        if fig.key == "dead_tuples" and threshold_dead:
+            item["note"] = f"autovacuum at {charts.format_value(threshold_dead, 'rows')}"
+        if fig.key == "depth" and item["level"] in ("warn", "bad"):
+            item["note"] = "no live workers"
         if draw:
             item["chart"] = charts.line_chart(lines, unit=fig.unit, start=start, end=end, title=fig.title,
                                               threshold=threshold, threshold_label=threshold_label)
@@ -392,29 +564,37 @@ def _paused(conn) -> dict[str, dict[str, Any]]:
     return {r[0]: {"paused": r[1], "paused_at": r[2], "paused_by": r[3]} for r in rows}
 
 
-def queues_data(conn, latest: Latest) -> list[dict[str, Any]]:
+def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[str, Any]]:
+    """A row per queue: the latest samples' queues, the paused ones, and every queue sampled in
+    the last 24 h (an emptied queue stays listed, `idle_since` its last sample with work). Each
+    row's level is the worst its figures get from the alert rules in force."""
+    judge = (judge or load_judge(conn)).with_latest(latest)
     depth: dict[str, dict[str, float | None]] = {}
     for s in latest.rows:
         if s.metric == "queue_depth" and "queue" in s.labels:
             depth.setdefault(s.labels["queue"], {})[s.labels.get("state", "?")] = s.value
-    ages = latest.by_label("queue_age_seconds", "queue")
-    stuck = latest.by_label("stuck_leases", "queue")
-    growth = latest.by_label("dead_letter_growth", "queue")
+    ages = judge.per_label("queue_age_seconds", "queue")
+    stuck = judge.per_label("stuck_leases", "queue")
+    growth = judge.per_label("dead_letter_growth", "queue")
     paused = _paused(conn)
-    names = sorted(set(depth) | set(paused))
+    activity = samples.queue_activity(conn)
+    names = sorted(set(depth) | set(paused) | set(activity))
     out = []
     for name in names:
         d = depth.get(name, {})
-        age = ages.get(name)
-        lv = max((level(age, "age"), level(stuck.get(name), "stuck"), level(growth.get(name), "dead_growth")),
-                 key=["unknown", "good", "warn", "bad"].index)
+        age, age_lv = ages.get(name, (None, "unknown"))
+        n_stuck, stuck_lv = stuck.get(name, (None, "unknown"))
+        n_growth, growth_lv = growth.get(name, (None, "unknown"))
+        lv = worst(_rank(x) for x in (age_lv, stuck_lv, growth_lv))
         p = paused.get(name, {})
+        idle = not (d.get("eligible") or d.get("scheduled") or d.get("running"))
         out.append({
             "queue": name,
             "eligible": d.get("eligible"), "scheduled": d.get("scheduled"), "running": d.get("running"),
-            "failed": d.get("failed"), "oldest_age_s": age, "stuck": stuck.get(name),
-            "dead_letter_growth": growth.get(name), "paused": bool(p.get("paused")),
-            "paused_by": p.get("paused_by"), "level": lv,
+            "failed": d.get("failed"), "oldest_age_s": age, "stuck": n_stuck,
+            "dead_letter_growth": n_growth, "paused": bool(p.get("paused")),
+            "paused_by": p.get("paused_by"), "level": lv, "idle": idle,
+            "idle_since": (activity.get(name) or {}).get("last_busy") if idle else None,
         })
     out.sort(key=lambda q: (["bad", "warn", "good", "unknown"].index(q["level"]), q["queue"]))
     return out
@@ -430,15 +610,18 @@ def overview_data(window_name: str, window: timedelta, *, draw: bool, parts: tup
     latest = run_panel(_latest)
     out: dict[str, Any] = {"window": window_name, "windows": list(WINDOWS)}
     alerts = run_panel(firing_alerts) if ("alerts" in parts or "verdict" in parts) else None
+    # One set of rules for every part: the verdict's reasons and the panels' colours agree.
+    judged = run_panel(load_judge)
+    judge = judged.data if judged.ok else default_judge()
     if "verdict" in parts:
         if latest.ok:
-            out["verdict"] = run_panel(verdict, latest.data, alerts.data if alerts.ok else "load")
+            out["verdict"] = run_panel(verdict, latest.data, alerts.data if alerts.ok else "load", judge)
         else:
             out["verdict"] = latest
     if "figures" in parts:
-        out["figures"] = run_panel(figures_data, latest.data, window, draw=draw) if latest.ok else latest
+        out["figures"] = run_panel(figures_data, latest.data, window, draw=draw, judge=judge) if latest.ok else latest
     if "queues" in parts:
-        out["queues"] = run_panel(queues_data, latest.data) if latest.ok else latest
+        out["queues"] = run_panel(queues_data, latest.data, judge=judge) if latest.ok else latest
     if "alerts" in parts:
         out["alerts"] = alerts
     return out
@@ -509,13 +692,19 @@ def _panel_json(p) -> Any:
 ], description="verdict.state is healthy, degraded, failing or unknown; reasons say why. "
                "Each figure has its latest value, a level (good/warn/bad/neutral/unknown) and its series "
                "as [time, value] pairs (value null = not measured). A panel whose query failed is "
-               "{available: false, error}. `alerts` is null when the alerts package is not installed.",
+               "{available: false, error}. `alerts` is null when the alerts package is not installed. "
+               "Levels come from the alert rules in force; each of verdict.why names the panel that shows it "
+               "(a figure key, queue:<name>, alerts, advisor or measurements).",
    response=obj({"window": {"enum": list(WINDOWS)},
                  "verdict": panel(obj({"state": {"enum": ["healthy", "degraded", "failing", "unknown"]},
-                                       "reasons": arr(STR)})),
+                                       "reasons": arr(STR),
+                                       "why": arr(obj({"text": STR, "level": {"enum": ["warn", "bad"]},
+                                                       "panel": STR}))})),
                  "figures": panel(arr(obj({"key": STR, "metric": STR, "unit": STR, "value": opt(NUM), "level": STR,
                                            "series": arr(OBJ)}))),
-                 "alerts": opt(panel(arr(OBJ))), "queues": panel(arr(obj({"queue": STR}))), "metrics": OBJ}))
+                 "alerts": opt(panel(arr(OBJ))),
+                 "queues": panel(arr(obj({"queue": STR, "level": STR, "idle": BOOL, "idle_since": opt(TIME)}))),
+                 "metrics": OBJ}))
 def api_index():
     name, window = window_arg()
     data = overview_data(name, window, draw=False)
@@ -534,7 +723,7 @@ def api_index():
 QUEUE_FIGURES: tuple[Figure, ...] = (
     Figure("depth", "Jobs by state", "queue_depth", "jobs", split_by="state",
            help="Eligible (due now), scheduled (due later), running and failed jobs in this queue."),
-    Figure("age", "Oldest waiting job", "queue_age_seconds", "seconds", agg="max", rule="age",
+    Figure("age", "Oldest waiting job", "queue_age_seconds", "seconds", agg="max", rule="queue_age_seconds",
            help="How long the head of the queue has waited."),
     Figure("dead_letters", "Dead letters", "dead_letters", "jobs",
            help="Jobs of this queue that failed for good."),
@@ -542,17 +731,19 @@ QUEUE_FIGURES: tuple[Figure, ...] = (
 
 
 def queue_charts_data(conn, name: str, window: timedelta, *, draw: bool) -> list[dict[str, Any]]:
+    judge = load_judge(conn)
     end = datetime.now(UTC)
     out = []
     for fig in QUEUE_FIGURES:
         lines = chart_lines(conn, fig.metric, window, where={"queue": name}, split_by=fig.split_by, agg=fig.agg)
-        threshold = RULES[fig.rule][1] if fig.rule else None
+        amber, red = judge.bounds(fig.rule, {"queue": name}) if fig.rule else (None, None)
+        threshold = red if red is not None else amber
         item = {"key": fig.key, "title": fig.title, "unit": fig.unit, "help": fig.help,
                 "summary": charts.summary(lines, fig.unit),
                 "series": [{"label": ln.label, "points": [[at, v] for at, v in ln.points]} for ln in lines]}
         if draw:
             item["chart"] = charts.line_chart(lines, unit=fig.unit, start=end - window, end=end, title=fig.title,
-                                              threshold=threshold, threshold_label="red at")
+                                              threshold=threshold, threshold_label="red at" if red is not None else "amber at")
             item["legend"] = charts.legend(lines)
         out.append(item)
     return out

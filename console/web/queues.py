@@ -1,5 +1,5 @@
 """Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
-dead letters), a backlog drain estimate from the collectors' samples, and pause/resume.
+dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a backlog drain estimate from the collectors' samples, and pause/resume.
 
 GET  /queues, /queues/_table (the polled fragment), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; audited by console.maintenance)
@@ -16,13 +16,14 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 
 from console import browse, samples
 from console.maintenance import pause_queue, resume_queue
-from console.web.api import BOOL, NUM, STR, Param, api_doc, arr, obj, opt
+from console.web.api import BOOL, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
 bp = Blueprint("queues", __name__)
 
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
+                 "idle": BOOL, "idle_since": opt(TIME),
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
                 optional=("eligible", "running", "failed", "paused"))
 
@@ -38,12 +39,32 @@ def _from_samples(conn) -> list[dict[str, Any]]:
     return sorted(by_queue.values(), key=lambda r: r["queue"])
 
 
+IDLE_ROW = {"eligible": 0, "scheduled": 0, "running": 0, "stuck": 0, "failed": 0, "age_seconds": 0.0,
+            "oldest_eligible": None, "paused": False, "paused_at": None, "paused_by": None}
+
+
+def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows plus every queue the samples of the last 24 h know (so an emptied queue does not
+    vanish), each with `idle` (nothing eligible, scheduled or running) and `idle_since` (the
+    newest sample in which it had work; None: no work in the window, or no samples)."""
+    by_name = {r["queue"]: r for r in rows}
+    for name in activity:
+        by_name.setdefault(name, {"queue": name, **IDLE_ROW})
+    out = sorted(by_name.values(), key=lambda r: r["queue"])
+    for row in out:
+        row["idle"] = not (row.get("eligible") or row.get("scheduled") or row.get("running"))
+        row["idle_since"] = (activity.get(row["queue"]) or {}).get("last_busy") if row["idle"] else None
+    return out
+
+
 def queues_data() -> dict[str, Any]:
     live = run_panel(browse.queue_figures)
     rows, source, error = (live.data, "live", None) if live.ok else ([], "samples", live.error)
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
+    activity = run_panel(samples.queue_activity)
+    rows = with_idle_queues(rows, activity.data if activity.ok else {})
     points = run_panel(browse.backlog_points)
     for row in rows:
         if points.ok:

@@ -3,7 +3,8 @@
 Filters: `utc` ("2026-11-30 03:40:12 UTC"), `ago` ("3 min ago", "in 2 h"), `number`
 ("12,345"), `duration` (seconds -> "2 min 5 s"), `pretty_json`, `json_text` and `query_args`.
 Test: `safe_link` (`{% if rule.runbook is safe_link %}<a href=...>`). Globals: `csrf_token()`,
-`csrf_field()`, `nav_entries()`, `user`, `can(role)`, `poll_fast_ms`, `poll_slow_ms`.
+`csrf_field()`, `nav_entries()`, `user`, `can(role)` (false for actions in a read-only console),
+`read_only`, `endpoints` (the registered view names), `poll_fast_ms`.
 
 Output encoding: autoescape is on for every template, so `{{ value }}` is safe in element text
 and in a double- or single-quoted attribute. Do not put Flask's `tojson` inside an attribute: it
@@ -118,13 +119,16 @@ def install(app: Flask) -> None:
     @app.context_processor
     def inject() -> dict[str, Any]:
         from console.web import state
+        from console.web.auth import may_act
 
         web = state().config.web
         user = g.get("user")
         return {
             "user": user,
-            "can": (lambda role: bool(user) and user.can(role)),
+            # False for actions (any role above viewer) when the console is read-only.
+            "can": may_act,
+            "read_only": bool(web.read_only),
+            "endpoints": app.view_functions,  # `'search.index' in endpoints`: link only what exists
             "nav_entries": lambda: nav.entries_for(app, user),
             "poll_fast_ms": int(web.poll_fast * 1000),
-            "poll_slow_ms": int(web.poll_slow * 1000),
         }
