@@ -1,4 +1,7 @@
-"""User commands: `skiplock users add|list|disable|enable|token|revoke`."""
+"""User commands: `skiplock users add|list|disable|enable|token|revoke`.
+
+Every change needs `--reason` (console.actions.ACTIONS: it changes who may act) and is audited
+with the actor `cli:<os user>@<host>` (or `NAME (cli:<os user>@<host>)` with `--actor NAME`)."""
 
 from __future__ import annotations
 
@@ -8,15 +11,8 @@ import click
 
 from console import audit
 from console import users as users_mod
-from console.cli.common import dsn_option, friendly_errors, main_group
+from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
 from console.db import connect, require_schema
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{os.getlogin()}"
-    except OSError:
-        return f"cli:{os.environ.get('USER', 'unknown')}"
 
 
 @main_group.group("users")
@@ -29,9 +25,10 @@ def users_group() -> None:
 @click.argument("name")
 @click.option("--role", type=click.Choice(users_mod.ROLES), required=True, help="viewer reads, operator acts, admin manages.")
 @click.option("--no-password", is_flag=True, help="Create without a password (sign-in only through the SSO header).")
+@who_and_why("user_add")
 @friendly_errors
 @click.pass_obj
-def add_cmd(obj, name: str, role: str, no_password: bool) -> None:
+def add_cmd(obj, name: str, role: str, no_password: bool, actor: str, reason: str) -> None:
     """Create user NAME, or change its role (and password) if it exists.
 
     The password comes from $SKIPLOCK_PASSWORD, else it is prompted for (twice).
@@ -46,8 +43,9 @@ def add_cmd(obj, name: str, role: str, no_password: bool) -> None:
         require_schema(conn)
         with conn.transaction():
             created = users_mod.add_user(conn, name, role, password)
-            audit.record(conn, actor=_actor(), action="user_add" if created else "user_update",
-                         target=f"user:{name}", detail={"role": role})
+            audit.record(conn, actor=actor, action="user_add" if created else "user_update", target=f"user:{name}",
+                         selection={"user": name}, reason=reason, rows=1,
+                         detail={"role": role, "password_changed": password is not None})
     click.echo(f"{'created' if created else 'updated'} user {name} ({role})")
 
 
@@ -67,64 +65,71 @@ def list_cmd(obj) -> None:
         click.echo(f"{row['name']:<24} {row['role']:<9} {state:<9} tokens={row['tokens']}")
 
 
-def _set_disabled(obj, name: str, disabled: bool) -> None:
+def _set_disabled(obj, name: str, disabled: bool, actor: str, reason: str) -> None:
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             users_mod.set_disabled(conn, name, disabled)
-            audit.record(conn, actor=_actor(), action="user_disable" if disabled else "user_enable", target=f"user:{name}")
+            audit.record(conn, actor=actor, action="user_disable" if disabled else "user_enable", target=f"user:{name}",
+                         selection={"user": name}, reason=reason, rows=1)
     click.echo(f"{'disabled' if disabled else 'enabled'} {name}")
 
 
 @users_group.command("disable")
 @dsn_option
 @click.argument("name")
+@who_and_why("user_disable")
 @friendly_errors
 @click.pass_obj
-def disable_cmd(obj, name: str) -> None:
+def disable_cmd(obj, name: str, actor: str, reason: str) -> None:
     """Disable NAME: its sessions and tokens stop working at the next request."""
-    _set_disabled(obj, name, True)
+    _set_disabled(obj, name, True, actor, reason)
 
 
 @users_group.command("enable")
 @dsn_option
 @click.argument("name")
+@who_and_why("user_enable")
 @friendly_errors
 @click.pass_obj
-def enable_cmd(obj, name: str) -> None:
+def enable_cmd(obj, name: str, actor: str, reason: str) -> None:
     """Enable NAME again."""
-    _set_disabled(obj, name, False)
+    _set_disabled(obj, name, False, actor, reason)
 
 
 @users_group.command("token")
 @dsn_option
 @click.argument("name")
 @click.option("--label", default="", help="What the token is for (shown in the token list).")
+@who_and_why("token_create")
 @friendly_errors
 @click.pass_obj
-def token_cmd(obj, name: str, label: str) -> None:
+def token_cmd(obj, name: str, label: str, actor: str, reason: str) -> None:
     """Create an API token for NAME and print it (the only time it is shown)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             token = users_mod.create_token(conn, name, label)
-            audit.record(conn, actor=_actor(), action="token_create", target=f"user:{name}", detail={"label": label})
+            audit.record(conn, actor=actor, action="token_create", target=f"user:{name}", selection={"user": name},
+                         reason=reason, rows=1, detail={"label": label})
     click.echo(token)
 
 
 @users_group.command("revoke")
 @dsn_option
 @click.argument("token_id", type=int)
+@who_and_why("token_revoke")
 @friendly_errors
 @click.pass_obj
-def revoke_cmd(obj, token_id: int) -> None:
+def revoke_cmd(obj, token_id: int, actor: str, reason: str) -> None:
     """Revoke the API token with id TOKEN_ID (see `skiplock users tokens`)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             if not users_mod.revoke_token(conn, token_id):
                 raise click.UsageError(f"no live token with id {token_id}")
-            audit.record(conn, actor=_actor(), action="token_revoke", target=f"token:{token_id}")
+            audit.record(conn, actor=actor, action="token_revoke", target=f"token:{token_id}",
+                         selection={"token": token_id}, reason=reason, rows=1)
     click.echo(f"revoked token {token_id}")
 
 

@@ -458,7 +458,10 @@ class Demo:
             return
         password = self._secrets()["password"]
         env = {**self.child_env(), "SKIPLOCK_PASSWORD": password}
-        result = subprocess.run(self._skiplock("users", "add", DEMO_USER, "--role", "operator"), env=env,
+        # Recorded as "skiplock-demo (cli:<os user>@<host>)" with a reason, like any user change.
+        add = self._skiplock("users", "add", DEMO_USER, "--role", "operator", "--actor", "skiplock-demo",
+                             "--reason", "demo setup: the operator login printed by `skiplock demo`")
+        result = subprocess.run(add, env=env,
                                 capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if result.returncode == 0 or "exists" in (result.stderr + result.stdout):
             self.login = (DEMO_USER, password)
