@@ -144,13 +144,18 @@ def who_and_why(action: str | None = None):
     return decorate
 
 
+def interactive() -> bool:
+    """Is a person at a terminal to be asked (stdin is a TTY)?"""
+    return sys.stdin.isatty()
+
+
 def resolve_reason(action: str, reason: str | None) -> str | None:
     """The reason for `action`: as given; prompted for on a terminal when the table requires
     one and none was given; otherwise exit code 2 with a message naming --reason."""
     try:
         return require_reason(action, reason)
     except ReasonRequired:
-        if not sys.stdin.isatty():
+        if not interactive():
             raise click.UsageError(f"{ACTIONS[action].what.lower()} needs a reason for the audit log: "
                                    "pass --reason TEXT (or run it on a terminal to be asked)") from None
     except ValueError as exc:

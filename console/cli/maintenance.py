@@ -27,6 +27,7 @@ from console.cli.common import (
     DURATION,
     dsn_option,
     friendly_errors,
+    interactive,
     main_group,
     parse_duration,
     resolve_reason,
@@ -244,7 +245,7 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
     selection = _selection(ids, queue, kind, group, failed_since, failed_before, payload, select_all)
     # Which row of the table: one id is a single replay (reason optional), anything else needs one.
     kind_of = bulk_action(action, selection.to_dict())
-    if not dry_run and not sys.stdin.isatty():
+    if not dry_run and not interactive():
         reason = resolve_reason(kind_of, reason)  # refuse before connecting; a terminal is asked after the preview
     s = _settings(obj)
     batch_size = s.batch_size if batch_size is None else batch_size
