@@ -61,7 +61,7 @@ class Scenario:
     faces: dict[str, Callable[[dict[str, Any]], Call]]
 
 
-def post(url: str, **fields: Any):
+def post(url: str, /, **fields: Any):
     def send(client, ctx, reason, headers):
         data = {k: (v(ctx) if callable(v) else v) for k, v in fields.items()}
         if reason is not None:
@@ -71,7 +71,7 @@ def post(url: str, **fields: Any):
     return send
 
 
-def post_json(url: str, **fields: Any):
+def post_json(url: str, /, **fields: Any):
     def send(client, ctx, reason, headers):
         body = dict(fields)
         if reason is not None:
@@ -287,11 +287,14 @@ def audit_count(conn) -> int:
     return conn.execute("SELECT count(*) FROM skiplock.audit_log").fetchone()[0]
 
 
-def settle(conn) -> None:
+def settle(conn, key: str | None = None, reason: str | None = None) -> None:
     """Wait (bounded) for what the web started in the background: bulk operations and
-    maintenance runs, so their audit rows are written and no thread outlives the test."""
+    maintenance runs (and, with `key`, the action's audit row), so that no thread outlives the test."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
+        if key is not None and not audited(conn, key, reason):
+            time.sleep(0.05)
+            continue
         busy = conn.execute(
             "SELECT (SELECT count(*) FROM skiplock.bulk_operations WHERE state IN ('queued', 'running') AND actor <> 'seed')"
             " + (SELECT count(*) FROM skiplock.maintenance_runs WHERE outcome = 'running')").fetchone()[0]
@@ -367,7 +370,7 @@ def test_refused_without_a_reason_then_audited_with_one(conn, act, key, face):
 
     call, status, output = act(key, face, ctx, REASON)
     assert status == (0 if face == "cli" else call.ok), output[:400]
-    settle(conn)
+    settle(conn, key, REASON)
     assert conn.execute(scenario.probe).fetchall() != before, "the action changed nothing"
     rows = audited(conn, key, REASON)
     assert rows, f"no audit row for {ACTIONS[key].audit} with the reason"
@@ -384,7 +387,7 @@ def test_optional_reason_is_not_asked_for(conn, act, key, face):
     ctx = SCENARIOS[key].setup(conn)
     call, status, output = act(key, face, ctx, None)
     assert status == (0 if face == "cli" else call.ok), output[:400]
-    settle(conn)
+    settle(conn, key, None)
     rows = audited(conn, key, None)
     assert rows and all(row["actor"] == expected_actor(face) for row in rows), rows
 
