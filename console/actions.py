@@ -34,6 +34,7 @@ FACES = ("cli", "ui", "api")
 MAX_REASON = 500
 MAX_ACTOR = 100
 _ACTOR = re.compile(r"^[^\x00-\x1f\x7f()]{1,100}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # PostgreSQL text refuses NUL; the rest confuse a log
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ def clean_reason(reason: object) -> str | None:
     text = str(reason).strip() if reason is not None else ""
     if len(text) > MAX_REASON:
         raise ValueError(f"reason: at most {MAX_REASON} characters (got {len(text)})")
+    if _CONTROL.search(text):
+        raise ValueError("reason: control characters are not allowed (line breaks and tabs are)")
     return text or None
 
 
