@@ -5,8 +5,8 @@ for the fault cases."""
 from __future__ import annotations
 
 import getpass
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import time
