@@ -421,6 +421,9 @@ def test_one_job_replay_and_everything_else():
     assert require_reason("replay_one", "  ") is None
     with pytest.raises(ValueError, match="at most 500"):
         require_reason("pause", "x" * 501)
+    with pytest.raises(ValueError, match="control characters"):
+        require_reason("pause", "relay\x00down")  # PostgreSQL text refuses NUL: a 400, never a 500
+    assert require_reason("pause", "relay down\nsince 03:00") == "relay down\nsince 03:00"
     assert cli_actor() == ME
 
 
