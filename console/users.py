@@ -201,6 +201,17 @@ def user_for_token(conn: psycopg.Connection, token: str) -> User | None:
     return User(row["name"], row["role"], "token", read_only=row["read_only"])
 
 
+def token_label(conn: psycopg.Connection, token: str) -> str | None:
+    """How the audit log names a live token: its label, else `#<id>`; None when not live."""
+    if not token or len(token) > 200:
+        return None
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("users", "token_label"), {"token_sha256": _digest(token)}).fetchone()
+    if row is None:
+        return None
+    return (row["label"] or "").strip() or f"#{row['id']}"
+
+
 def revoke_token(conn: psycopg.Connection, token_id: int) -> bool:
     return conn.execute(query("users", "revoke_token"), {"id": token_id}).fetchone() is not None
 

@@ -181,6 +181,17 @@ WHERE id = %(id)s
   AND revoked_at IS NULL
 RETURNING id;
 
+-- name: token_label
+-- What the audit log calls a live token: its id and label (never the secret).
+SELECT
+    t.id,
+    t.label
+FROM skiplock.api_tokens AS t
+WHERE t.token_sha256 = %(token_sha256)s
+  AND t.revoked_at IS NULL
+ORDER BY t.id
+LIMIT 1;
+
 -- name: list_tokens
 SELECT
     t.id,

@@ -118,11 +118,12 @@ def test_the_ui_api_and_config_file_refuse_private_destinations(client_as, dsn, 
     from console.web import create_app
 
     admin = client_as("admin")
-    resp = admin.post("/api/v1/alerts/destinations", json={"name": "ops", "url": "http://192.168.0.10/hook"},
+    resp = admin.post("/api/v1/alerts/destinations", json={"name": "ops", "url": "http://192.168.0.10/hook", "reason": "ops hook"},
                       headers={"X-CSRF-Token": CSRF})
     assert resp.status_code == 400
     assert "webhook 'ops'" in resp.get_json()["error"] and "192.168.0.10" in resp.get_json()["error"]
-    page = admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "ops", "url": "http://169.254.169.254/"})
+    page = admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "ops", "url": "http://169.254.169.254/",
+                                                     "reason": "ops hook"})
     assert page.status_code == 400 and b"169.254.169.254" in page.data
     path = tmp_path / "skiplock.toml"
     path.write_text('[[webhooks]]\nname = "inside"\nurl = "http://127.0.0.1:8080/hook"\n')

@@ -109,7 +109,7 @@ def test_firing_alert_page_acknowledge_and_silence(client_as, conn):
     assert bad.status_code == 400 and "duration" in bad.get_data(as_text=True)
     no_reason = operator.post("/api/v1/alerts/silences", json={"rule": "queue_age", "duration": "1h", "reason": ""},
                               headers={"X-CSRF-Token": CSRF})
-    assert no_reason.status_code == 400 and "reason" in no_reason.get_json()["error"]
+    assert no_reason.status_code == 422 and "reason" in no_reason.get_json()["error"]
     ok = operator.post("/alerts/silences", data={"csrf_token": CSRF, "rule": "queue_age", "labels": "queue=mail",
                                                  "duration": "1h", "reason": "migrating mail"})
     assert ok.status_code == 302
@@ -127,24 +127,25 @@ def test_rule_validation_in_the_ui_and_api(client_as, conn):
     admin = client_as("admin")
     page = admin.post("/alerts/rules", data={"csrf_token": CSRF, "name": "mail_age", "metric": "queue_age_seconds",
                                              "op": ">", "threshold": "lots", "for": "1m", "enabled_present": "1",
-                                             "enabled": "on"})
+                                             "enabled": "on", "reason": "mail is slow"})
     assert page.status_code == 400 and "alert rule &#39;mail_age&#39; (from the UI): threshold &#39;lots&#39; is not a number" in page.get_data(as_text=True)
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "name": "x", "metric": "nope"}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "name": "x", "metric": "nope", "reason": "x"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "unknown metric 'nope'" in api.get_json()["error"]
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": "queue"}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": "queue", "reason": "x"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "not key=value" in api.get_json()["error"]
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": {"host": "a"}}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": {"host": "a"}, "reason": "x"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "has no label 'host'" in api.get_json()["error"]
     assert conn.execute("SELECT count(*) FROM skiplock.alert_rules").fetchone()[0] == 0
     ok = admin.post("/alerts/rules", data={"csrf_token": CSRF, "name": "mail_age", "metric": "queue_age_seconds",
                                            "labels": "queue=mail", "op": ">", "threshold": "60", "for": "2m",
-                                           "severity": "critical", "enabled_present": "1", "enabled": "on"})
+                                           "severity": "critical", "enabled_present": "1", "enabled": "on",
+                                           "reason": "mail is slow"})
     assert ok.status_code == 302
     rules = {r["name"]: r for r in admin.get("/api/v1/alerts/rules").get_json()["rules"]}
     assert rules["mail_age"]["source"] == "ui" and rules["mail_age"]["labels"] == {"queue": "mail"}
     assert rules["queue_age"]["source"] == "default"
-    assert admin.delete("/api/v1/alerts/rules/mail_age", headers={"X-CSRF-Token": CSRF}).status_code == 200
-    assert admin.delete("/api/v1/alerts/rules/mail_age", headers={"X-CSRF-Token": CSRF}).status_code == 404
+    assert admin.delete("/api/v1/alerts/rules/mail_age?reason=done", headers={"X-CSRF-Token": CSRF}).status_code == 200
+    assert admin.delete("/api/v1/alerts/rules/mail_age?reason=done", headers={"X-CSRF-Token": CSRF}).status_code == 404
 
 
 def test_file_rules_are_read_only_and_send_test_shows_the_real_answer(file_app, conn, password_hash):
@@ -152,7 +153,7 @@ def test_file_rules_are_read_only_and_send_test_shows_the_real_answer(file_app, 
     page = admin.get("/alerts/rules").get_data(as_text=True)
     assert 'data-rule="stuck_leases" data-source="file"' in page and "defined in config file" in page
     refused = admin.post("/api/v1/alerts/rules", json={"name": "stuck_leases", "metric": "stuck_leases", "op": ">",
-                                                       "threshold": 1}, headers={"X-CSRF-Token": CSRF})
+                                                       "threshold": 1, "reason": "x"}, headers={"X-CSRF-Token": CSRF})
     assert refused.status_code == 400 and "defined in the config file" in refused.get_json()["error"]
     dests = admin.get("/alerts/destinations").get_data(as_text=True)
     assert "oncall" in dests and "file-secret-123" not in dests and "saved (hidden)" in dests
@@ -169,12 +170,12 @@ def test_file_rules_are_read_only_and_send_test_shows_the_real_answer(file_app, 
 def test_ui_destination_secret_is_never_shown(client_as, conn):
     admin = client_as("admin")
     bad = admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "ops", "kind": "json",
-                                                   "url": "ftp://x", "secret": "ui-secret-456"})
+                                                   "url": "ftp://x", "secret": "ui-secret-456", "reason": "new team"})
     text = bad.get_data(as_text=True)
     assert bad.status_code == 400 and "http:// or https://" in text and "ui-secret-456" not in text
     ok = admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "ops", "kind": "json",
                                                   "url": "https://hooks.example/ops", "secret": "ui-secret-456",
-                                                  "headers": "X-Team: queue"})
+                                                  "headers": "X-Team: queue", "reason": "new team"})
     assert ok.status_code == 302
     for url in ("/alerts/destinations", "/alerts/destinations?edit=ops", "/api/v1/alerts/destinations"):
         assert "ui-secret-456" not in admin.get(url).get_data(as_text=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import getpass
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from console.cli import main
 from tests.maintenance_data import add_completed, add_failed, live_and_archived_ids, replay_entries
 from tests.workers import ROOT, cli, wait_for
 
-ACTOR = f"cli:{getpass.getuser()}"
+ACTOR = f"cli:{getpass.getuser()}@{socket.gethostname()}"
 
 
 @pytest.fixture
@@ -69,11 +70,11 @@ def test_replay_by_group_runs_to_the_end_and_is_audited(conn, skiplock):
 
 def test_purge_by_ids_and_to_the_archive(conn, skiplock):
     ids = add_failed(conn, 6)
-    result = skiplock("purge", "--id", str(ids[0]), "--id", f"{ids[1]},{ids[2]}", "--to-archive")
+    result = skiplock("purge", "--id", str(ids[0]), "--id", f"{ids[1]},{ids[2]}", "--to-archive", "--reason", "junk")
     assert result.exit_code == 0, result.output
     live, archived = live_and_archived_ids(conn)
     assert archived == sorted(ids[:3]) and live == sorted(ids[3:])
-    assert skiplock("purge", "--all").exit_code == 0
+    assert skiplock("purge", "--all", "--reason", "junk").exit_code == 0
     assert live_and_archived_ids(conn) == ([], sorted(ids[:3]))
 
 
@@ -101,7 +102,9 @@ def test_bad_input_exits_2_with_a_message_and_touches_nothing(conn, skiplock):
     add_failed(conn, 3)
     add_completed(conn, 3)
     for args, message in BAD_INPUT:
-        result = skiplock(*args)
+        # With a reason, so that each refusal is the bad input's own (a missing reason is refused
+        # first, tests/test_action_reasons.py).
+        result = skiplock(*args, "--reason", "bad input test")
         assert result.exit_code == 2, (args, result.output)
         assert message in result.output, (args, result.output)
         assert "Traceback" not in result.output
@@ -126,12 +129,12 @@ def test_archive_reap_retention_pause_resume_and_dead_letters(conn, skiplock):
     result = skiplock("reap")
     assert result.exit_code == 0 and "reaped 1 rows" in result.output
 
-    assert skiplock("retention", "--older-than", "1m").exit_code == 0
+    assert skiplock("retention", "--older-than", "1m", "--reason", "disk").exit_code == 0
     assert live_and_archived_ids(conn)[1] == []
 
     assert skiplock("pause", "mail", "--reason", "outage").exit_code == 0
     assert q.paused_queues(conn) == ["mail"]
-    assert skiplock("resume", "mail").exit_code == 0
+    assert skiplock("resume", "mail", "--reason", "outage over").exit_code == 0
     assert q.paused_queues(conn) == []
 
     add_failed(conn, 3, fingerprint="KeyError: <str>", queue="mail")
@@ -147,7 +150,8 @@ def test_kill_9_of_the_archiver_mid_run_loses_and_duplicates_nothing(conn, subpr
     enqueued = add_completed(conn, 3000, age=timedelta(hours=2))
     # 200 rows/s: 15 s in all, so the kill lands mid-run even when this test is slow to look.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console", "archive", "--older-than", "0s", "--batch-size", "50", "--rate", "200"],
+        [sys.executable, "-m", "console", "archive", "--older-than", "0s", "--batch-size", "50", "--rate", "200",
+         "--reason", "kill test"],
         env=subprocess_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs_archive").fetchone()[0] >= 300,
@@ -161,7 +165,7 @@ def test_kill_9_of_the_archiver_mid_run_loses_and_duplicates_nothing(conn, subpr
     assert 0 < len(archived) < 3000
     assert sorted(live + archived) == sorted(enqueued) and len(set(archived)) == len(archived)
 
-    result = cli(subprocess_env, "archive", "--older-than", "0s", "--batch-size", "500")
+    result = cli(subprocess_env, "archive", "--older-than", "0s", "--batch-size", "500", "--reason", "finish")
     assert result.returncode == 0, result.stderr
 
     live, archived = live_and_archived_ids(conn)
@@ -175,7 +179,8 @@ def test_kill_9_during_a_replay_then_resume_replays_each_job_once(conn, subproce
     ids = add_failed(conn, 3000)
     # 300 rows/s: 10 s in all, so the kill lands mid-run even when this test is slow to look.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console", "replay", "--all", "--batch-size", "100", "--rate", "300"],
+        [sys.executable, "-m", "console", "replay", "--all", "--batch-size", "100", "--rate", "300",
+         "--reason", "kill test"],
         env=subprocess_env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: conn.execute("SELECT coalesce(max(done), 0) FROM skiplock.bulk_operations").fetchone()[0] >= 500,

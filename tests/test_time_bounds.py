@@ -45,7 +45,8 @@ def test_absurd_silence_durations_answer_400(client_as):
 def test_absurd_rule_for_durations_answer_400(client_as):
     client = client_as("admin")
     for value in DURATIONS:
-        rule = {"name": "mail_age", "metric": "queue_age_seconds", "op": ">", "threshold": 60, "for": value}
+        rule = {"name": "mail_age", "metric": "queue_age_seconds", "op": ">", "threshold": 60, "for": value,
+                "reason": "bounds"}
         resp = client.post("/api/v1/alerts/rules", json=rule, headers={"X-CSRF-Token": CSRF})
         assert resp.status_code == 400, (value, resp.status_code, resp.get_data(as_text=True)[:300])
         assert "for" in resp.get_json()["error"], value

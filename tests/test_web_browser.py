@@ -95,9 +95,14 @@ def test_operator_finds_dead_letters_and_replays_one(page, live_server, personas
     page.goto(live_server + "/queues")
     assert page.title().endswith("Queues · Skiplock")
     shot(page, "queues")
-    page.locator("#queues-table tr", has_text="mail").locator("button", has_text="Pause").click()
+    row = page.locator("#queues-table tr", has_text="mail")
+    row.locator("button", has_text="Pause").click()  # the reason is required: the browser refuses to submit
+    assert row.locator("input[name=reason]").evaluate("e => e.validity.valueMissing") is True
+    row.locator("input[name=reason]").fill("SMTP relay down")
+    row.locator("button", has_text="Pause").click()
     page.locator("#queues-table tr", has_text="mail").locator("button", has_text="Resume").wait_for()
     assert conn.execute("SELECT paused FROM skiplock.queues WHERE name = 'mail'").fetchone()[0] is True
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE action = 'pause'").fetchone()[0] == "SMTP relay down"
     page.goto(live_server + "/workers")
     assert page.title() == "1 stale · Workers · Skiplock"
     shot(page, "workers")

@@ -150,7 +150,8 @@ def test_production_mode_refuses_to_start_without_a_secret_key(dsn):
 
 def test_api_token_authenticates_scripts(web_app, personas, conn):
     runner = CliRunner()
-    result = runner.invoke(main, ["--dsn", web_app.extensions["skiplock"].dsn, "users", "token", "viewer", "--label", "ci"])
+    result = runner.invoke(main, ["--dsn", web_app.extensions["skiplock"].dsn, "users", "token", "viewer", "--label", "ci",
+                                  "--reason", "nightly report"])
     assert result.exit_code == 0, result.output
     token = result.output.strip()
     client = web_app.test_client()
@@ -158,7 +159,8 @@ def test_api_token_authenticates_scripts(web_app, personas, conn):
     assert ok.status_code == 200 and ok.get_json()["openapi"].startswith("3.")
     assert client.get("/api/v1/openapi.json", headers={"Authorization": "Bearer nope"}).status_code == 401
     token_id = conn.execute("SELECT id FROM skiplock.api_tokens").fetchone()[0]
-    assert runner.invoke(main, ["--dsn", web_app.extensions["skiplock"].dsn, "users", "revoke", str(token_id)]).exit_code == 0
+    assert runner.invoke(main, ["--dsn", web_app.extensions["skiplock"].dsn, "users", "revoke", str(token_id),
+                                 "--reason", "report retired"]).exit_code == 0
     assert client.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {token}"}).status_code == 401
     # A token works only on the API, never as a page session.
     assert client.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == 302
@@ -183,7 +185,7 @@ def test_trusted_header_is_ignored_when_not_configured(web_app, personas):
 
 def test_cli_users_add_takes_the_password_from_the_environment(dsn, conn):
     runner = CliRunner()
-    result = runner.invoke(main, ["--dsn", dsn, "users", "add", "alice", "--role", "operator"],
+    result = runner.invoke(main, ["--dsn", dsn, "users", "add", "alice", "--role", "operator", "--reason", "on-call"],
                            env={"SKIPLOCK_PASSWORD": "s3cret-enough"})
     assert result.exit_code == 0, result.output
     assert "created user alice (operator)" in result.output
@@ -191,9 +193,9 @@ def test_cli_users_add_takes_the_password_from_the_environment(dsn, conn):
     assert authenticate(conn, "alice", "wrong-password") is None
     stored = conn.execute("SELECT password_hash FROM skiplock.users WHERE name = 'alice'").fetchone()[0]
     assert stored.startswith("$argon2id$")
-    bad = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "root"], env={"SKIPLOCK_PASSWORD": "x" * 10})
+    bad = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "root", "--reason", "x"], env={"SKIPLOCK_PASSWORD": "x" * 10})
     assert bad.exit_code == 2 and "root" in bad.output
-    short = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "viewer"], env={"SKIPLOCK_PASSWORD": "short"})
+    short = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "viewer", "--reason", "x"], env={"SKIPLOCK_PASSWORD": "short"})
     assert short.exit_code == 2 and "at least 8 characters" in short.output
     audit = conn.execute("SELECT action, target FROM skiplock.audit_log").fetchall()
     assert ("user_add", "user:alice") in audit

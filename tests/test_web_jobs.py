@@ -243,7 +243,7 @@ def test_operator_replays_and_purges_a_dead_letter(client_as, jobs, conn):
     # Replaying again: the job is no longer a dead letter.
     again = client.post(f"/api/v1/jobs/{replayed}/replay", headers={"X-CSRF-Token": CSRF})
     assert again.status_code == 409 and "pending" in again.get_json()["error"]
-    assert client.post(f"/jobs/{purged}/purge", data={"csrf_token": CSRF}).status_code == 302
+    assert client.post(f"/jobs/{purged}/purge", data={"csrf_token": CSRF, "reason": "junk"}).status_code == 302
     assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = %s", (purged,)).fetchone()[0] == 0
     audit = conn.execute("SELECT actor, action, reason, rows FROM skiplock.audit_log WHERE action IN ('replay', 'purge') ORDER BY id").fetchall()
     assert ("operator", "replay", "card service fixed", 1) in audit

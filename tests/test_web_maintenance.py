@@ -64,7 +64,7 @@ def test_run_archive_now_via_the_api(conn, client_as):
     job = q.claim(conn, "w", limit=1)[0]
     q.complete(conn, job)
     conn.execute("UPDATE skiplock.jobs SET finished_at = now() - interval '2 days' WHERE id = %s", (old,))
-    resp = client_as("operator").post("/api/v1/maintenance/run/archive", data={"csrf_token": CSRF})
+    resp = client_as("operator").post("/api/v1/maintenance/run/archive", data={"csrf_token": CSRF, "reason": "disk"})
     assert resp.status_code == 202
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
@@ -110,7 +110,8 @@ def test_run_now_refuses_a_second_run_while_one_holds_the_task_lock(dsn, conn, c
         api = operator.post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF})
         assert api.status_code == 409 and "already running" in api.get_json()["error"]
         # another task is not held up
-        assert operator.post("/api/v1/maintenance/run/archive", headers={"X-CSRF-Token": CSRF}).status_code == 202
+        assert operator.post("/api/v1/maintenance/run/archive", data={"reason": "disk"},
+                             headers={"X-CSRF-Token": CSRF}).status_code == 202
         runs.unlock(other, "reap")
     assert audit.search(conn, action="reap") == []
     # without it the run starts, and gives the lock back when it ends: a second run also starts

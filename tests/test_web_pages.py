@@ -73,14 +73,15 @@ def test_pause_and_resume_are_audited_posts(client_as, busy, conn):
     page = client.get("/queues/mail")
     assert b"paused" in page.data and b"Resume" in page.data
     # htmx: the table fragment comes back.
-    fragment = client.post("/queues/mail/resume", headers={"X-CSRF-Token": CSRF, "HX-Request": "true"})
+    fragment = client.post("/queues/mail/resume", data={"reason": "provider back"},
+                           headers={"X-CSRF-Token": CSRF, "HX-Request": "true"})
     assert fragment.status_code == 200 and b'id="queues-table"' in fragment.data and b"<html" not in fragment.data
     assert conn.execute("SELECT paused FROM skiplock.queues WHERE name = 'mail'").fetchone()[0] is False
-    api = client.post("/api/v1/queues/billing/pause", headers={"X-CSRF-Token": CSRF})
+    api = client.post("/api/v1/queues/billing/pause", data={"reason": "card outage"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 200 and api.get_json()["paused"] is True
     rows = conn.execute("SELECT actor, action, target, reason FROM skiplock.audit_log WHERE action IN ('pause', 'resume') ORDER BY id").fetchall()
-    assert rows == [("operator", "pause", "queue:mail", "mail provider down"), ("operator", "resume", "queue:mail", None),
-                    ("operator", "pause", "queue:billing", None)]
+    assert rows == [("operator", "pause", "queue:mail", "mail provider down"), ("operator", "resume", "queue:mail", "provider back"),
+                    ("operator", "pause", "queue:billing", "card outage")]
     assert client_as("viewer").post("/queues/mail/pause", data={"csrf_token": CSRF}).status_code == 403
     assert client_as("viewer").get("/queues").data.count(b">Pause<") == 0
 
@@ -164,11 +165,13 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
         token_id = conn.execute("INSERT INTO skiplock.api_tokens (user_name, token_sha256) VALUES ('viewer', md5(random()::text)) RETURNING id").fetchone()[0] if persona else 1
         action = "enable" if "/admin/" in rule else "run_now"
         url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id)
-        data = {"name": "newbie", "role": "viewer", "password": "long-enough-pw"} if rule == "/admin/users" else None
+        data = {"reason": "persona matrix"}  # the actions that need one (console.actions) get one
+        if rule == "/admin/users":
+            data.update(name="newbie", role="viewer", password="long-enough-pw")
         if rule == "/queues/{name}/enqueue":
-            data = {"kind": "send_mail", "reason": "matrix"}
+            data.update(kind="send_mail")
         body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
-        response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=data, json=body)
+        response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=None if body else data, json=body)
         response.get_data()  # consume streamed exports
         response.close()
         if persona is None:
@@ -200,18 +203,19 @@ def test_persona_matrix_covers_every_route(web_app):
 
 def test_admin_manages_users_and_tokens(client_as, conn):
     client = client_as("admin")
-    assert client.post("/admin/users", data={"csrf_token": CSRF, "name": "carol", "role": "operator", "password": "carol-password"}).status_code == 302
+    why = {"csrf_token": CSRF, "reason": "carol joins on-call"}
+    assert client.post("/admin/users", data={**why, "name": "carol", "role": "operator", "password": "carol-password"}).status_code == 302
     assert conn.execute("SELECT role FROM skiplock.users WHERE name = 'carol'").fetchone()[0] == "operator"
-    bad = client.post("/admin/users", data={"csrf_token": CSRF, "name": "dave", "role": "operator"})
+    bad = client.post("/admin/users", data={**why, "name": "dave", "role": "operator"})
     assert bad.status_code == 400 and b"needs a password" in bad.data
-    assert client.post("/admin/users", data={"csrf_token": CSRF, "name": "x y", "role": "viewer", "password": "whatever-pw"}).status_code == 400
-    page = client.post("/admin/users/carol/token", data={"csrf_token": CSRF, "label": "deploy"})
+    assert client.post("/admin/users", data={**why, "name": "x y", "role": "viewer", "password": "whatever-pw"}).status_code == 400
+    page = client.post("/admin/users/carol/token", data={**why, "label": "deploy"})
     assert page.status_code == 200 and b"skl_" in page.data
     token_id = conn.execute("SELECT id FROM skiplock.api_tokens WHERE user_name = 'carol'").fetchone()[0]
-    assert client.post(f"/admin/tokens/{token_id}/revoke", data={"csrf_token": CSRF}).status_code == 302
-    assert client.post(f"/admin/tokens/{token_id}/revoke", data={"csrf_token": CSRF}).status_code == 409
-    assert client.post("/admin/users/admin/disable", data={"csrf_token": CSRF}).status_code == 409
-    assert client.post("/admin/users/carol/disable", data={"csrf_token": CSRF}).status_code == 302
+    assert client.post(f"/admin/tokens/{token_id}/revoke", data=why).status_code == 302
+    assert client.post(f"/admin/tokens/{token_id}/revoke", data=why).status_code == 409
+    assert client.post("/admin/users/admin/disable", data=why).status_code == 409
+    assert client.post("/admin/users/carol/disable", data=why).status_code == 302
     assert conn.execute("SELECT disabled FROM skiplock.users WHERE name = 'carol'").fetchone()[0] is True
     actions = [r[0] for r in conn.execute("SELECT action FROM skiplock.audit_log ORDER BY id").fetchall()]
     assert actions == ["user_add", "token_create", "token_revoke", "user_disable"]

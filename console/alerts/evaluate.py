@@ -412,7 +412,8 @@ def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, 
             "reason": reason, "actor": actor,
         }).fetchone()
         audit.record(conn, actor=actor, action="alert_silence", target=f"rule:{rule or '*'}",
-                     selection={"rule": rule, "labels": labels, "until": row["ends_at"].isoformat()}, reason=reason)
+                     selection={"rule": rule, "labels": labels, "until": row["ends_at"].isoformat()}, reason=reason,
+                     rows=1)
     return row
 
 

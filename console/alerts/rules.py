@@ -182,7 +182,8 @@ def load(conn: psycopg.Connection | None, config, *, defaults: Iterable[Rule] | 
 # --- UI-managed rules and destinations ----------------------------------------------------------
 
 
-def save_rule(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str, config=None) -> Rule:
+def save_rule(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str, config=None,
+              reason: str | None = None) -> Rule:
     """Validate and upsert a UI rule (audited). RuleError when invalid or when the config file
     defines the same name (the file wins, so the UI may not edit it)."""
     from console import audit
@@ -202,21 +203,23 @@ def save_rule(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str
             "enabled": rule.enabled, "actor": actor,
         })
         audit.record(conn, actor=actor, action="alert_rule_save", target=f"rule:{rule.name}",
-                     detail=rule.as_record())
+                     selection={"rule": rule.name}, reason=reason, rows=1, detail=rule.as_record())
     return rule
 
 
-def delete_rule(conn: psycopg.Connection, name: str, *, actor: str) -> bool:
+def delete_rule(conn: psycopg.Connection, name: str, *, actor: str, reason: str | None = None) -> bool:
     from console import audit
 
     with conn.transaction():
         row = conn.execute(query("alerts", "delete_ui_rule"), {"name": name}).fetchone()
         if row:
-            audit.record(conn, actor=actor, action="alert_rule_delete", target=f"rule:{name}")
+            audit.record(conn, actor=actor, action="alert_rule_delete", target=f"rule:{name}",
+                         selection={"rule": name}, reason=reason, rows=1)
     return bool(row)
 
 
-def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str, config=None) -> Destination:
+def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str, config=None,
+                     reason: str | None = None) -> Destination:
     """Validate and upsert a UI destination (audited, without the secret). An empty secret keeps
     the one saved before, so the form never needs to show it."""
     from console import audit
@@ -236,17 +239,19 @@ def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, act
             "headers": Jsonb(dest.headers), "actor": actor,
         })
         audit.record(conn, actor=actor, action="alert_destination_save", target=f"webhook:{dest.name}",
+                     selection={"webhook": dest.name}, reason=reason, rows=1,
                      detail={"kind": dest.kind, "url": dest.display_url(), "headers": sorted(dest.headers)})
     return dest
 
 
-def delete_destination(conn: psycopg.Connection, name: str, *, actor: str) -> bool:
+def delete_destination(conn: psycopg.Connection, name: str, *, actor: str, reason: str | None = None) -> bool:
     from console import audit
 
     with conn.transaction():
         row = conn.execute(query("alerts", "delete_ui_destination"), {"name": name}).fetchone()
         if row:
-            audit.record(conn, actor=actor, action="alert_destination_delete", target=f"webhook:{name}")
+            audit.record(conn, actor=actor, action="alert_destination_delete", target=f"webhook:{name}",
+                         selection={"webhook": name}, reason=reason, rows=1)
     return bool(row)
 
 

@@ -3,7 +3,6 @@ acknowledge and silence. The same domain functions the scheduler and the web con
 
 from __future__ import annotations
 
-import getpass
 import json
 
 import click
@@ -12,15 +11,8 @@ from console import alerts
 from console.alerts import evaluate as ev
 from console.alerts import outbox
 from console.alerts.rules import format_value
-from console.cli.common import DURATION, dsn_option, friendly_errors, main_group
+from console.cli.common import DURATION, dsn_option, friendly_errors, main_group, who_and_why
 from console.db import connect, require_schema
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{getpass.getuser()}"
-    except Exception:  # noqa: BLE001 - no user name in some containers
-        return "cli"
 
 
 @main_group.group("alerts")
@@ -143,13 +135,14 @@ def deliveries_cmd(obj, limit: int, destination: str | None) -> None:
 @alerts_group.command("ack")
 @dsn_option
 @click.argument("alert_id", type=int)
-@click.option("--note", default=None, help="What you are doing about it.")
+@click.option("--note", default=None, help="What you are doing about it (kept in the audit log as the reason).")
+@who_and_why("alert_acknowledge")
 @friendly_errors
 @click.pass_obj
-def ack_cmd(obj, alert_id: int, note: str | None) -> None:
+def ack_cmd(obj, alert_id: int, note: str | None, actor: str, reason: str | None) -> None:
     """Acknowledge a firing alert: repeats stop, the console shows who is on it."""
     with _conn(obj) as conn:
-        ev.acknowledge(conn, alert_id, actor=_actor(), note=note)
+        ev.acknowledge(conn, alert_id, actor=actor, note=note or reason)
     click.echo(f"alert {alert_id} acknowledged")
 
 
@@ -158,10 +151,10 @@ def ack_cmd(obj, alert_id: int, note: str | None) -> None:
 @click.option("--rule", default=None, help="Rule name (default: every rule).")
 @click.option("--label", "labels", multiple=True, help="key=value the alert's labels must include (repeatable).")
 @click.option("--for", "duration", type=DURATION, required=True, help="How long, e.g. 30m, 2h.")
-@click.option("--reason", required=True, help="Why (kept in the audit log).")
+@who_and_why("alert_silence")
 @friendly_errors
 @click.pass_obj
-def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, reason: str) -> None:
+def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, actor: str, reason: str) -> None:
     """Hold notifications of matching alerts for a while (audited)."""
     selector = {}
     for item in labels:
@@ -170,7 +163,7 @@ def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, reason
             raise click.UsageError(f"--label {item!r} is not key=value")
         selector[key] = value
     with _conn(obj) as conn:
-        row = ev.silence(conn, rule=rule, labels=selector, duration=duration, reason=reason, actor=_actor(),
+        row = ev.silence(conn, rule=rule, labels=selector, duration=duration, reason=reason, actor=actor,
                          ruleset=alerts.load(conn, obj.config))
     click.echo(f"silence {row['id']} until {row['ends_at']:%Y-%m-%d %H:%M:%S %Z}")
 

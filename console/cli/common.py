@@ -1,4 +1,5 @@
-"""What every command shares: the `skiplock` group, --dsn/--config, and error reporting."""
+"""What every command shares: the `skiplock` group, --dsn/--config, error reporting, and
+`--reason`/`--actor` (`who_and_why`) for every command that acts."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 import click
 
+from console.actions import ACTIONS, ReasonRequired, cli_actor, require_reason
 from console.config import Config, ConfigError, load_config
 from console.db import DatabaseError, resolve_dsn
 from console.timefmt import MAX_SPAN_DAYS
@@ -108,3 +110,62 @@ class DurationType(click.ParamType):
 
 
 DURATION = DurationType()
+
+
+# --- who and why ----------------------------------------------------------------------------
+# Every command that acts takes `--reason` and `--actor` through `who_and_why(action)`; the
+# table of which actions need a reason is console.actions.ACTIONS.
+
+
+def who_and_why(action: str | None = None):
+    """Add `--reason TEXT` and `--actor NAME` to a command; the command receives `actor` (see
+    console.actions.cli_actor) and `reason`. With `action`, a reason the table requires is
+    asked for when stdin is a terminal, else the command ends with exit code 2 naming
+    --reason before touching anything. Without `action` (the command decides, e.g. replay by
+    its selection), it calls `resolve_reason(action, reason)` itself."""
+
+    def decorate(func):
+        @click.option("--reason", default=None, metavar="TEXT",
+                      help="Why (kept in the audit log)." + (" Required." if action and ACTIONS[action].reason else ""))
+        @click.option("--actor", "actor_override", default=None, metavar="NAME",
+                      help="Who, for automation (recorded as 'NAME (cli:<os user>@<host>)').")
+        @functools.wraps(func)
+        def wrapper(*args, reason=None, actor_override=None, **kwargs):
+            try:
+                actor = cli_actor(actor_override)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+            if action is not None:
+                reason = resolve_reason(action, reason)
+            return func(*args, actor=actor, reason=reason, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def interactive() -> bool:
+    """Is a person at a terminal to be asked (stdin is a TTY)?"""
+    return sys.stdin.isatty()
+
+
+def resolve_reason(action: str, reason: str | None) -> str | None:
+    """The reason for `action`: as given; prompted for on a terminal when the table requires
+    one and none was given; otherwise exit code 2 with a message naming --reason."""
+    try:
+        return require_reason(action, reason)
+    except ReasonRequired:
+        if not interactive():
+            raise click.UsageError(f"{ACTIONS[action].what.lower()} needs a reason for the audit log: "
+                                   "pass --reason TEXT (or run it on a terminal to be asked)") from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    while True:
+        answer = click.prompt(f"Reason ({ACTIONS[action].what.lower()}; kept in the audit log)", default="",
+                              show_default=False)
+        try:
+            return require_reason(action, answer)
+        except ReasonRequired:
+            click.echo("a reason is required here", err=True)
+        except ValueError as exc:
+            click.echo(str(exc), err=True)

@@ -2,7 +2,10 @@
 operations.
 
 Every command is a thin face over `console.maintenance`: the same functions the scheduler and
-the web console call. Operator actions are audited with the actor `cli:<os user>`.
+the web console call. Operator actions are audited with the actor `cli:<os user>@<host>` (or
+`NAME (cli:<os user>@<host>)` with `--actor NAME`) and the `--reason`; the actions that need a
+reason (console.actions.ACTIONS: replay of more than one job, purge, pause, resume, archive,
+retention) ask for one on a terminal and otherwise stop with exit code 2 before touching anything.
 `replay` and `purge` refuse to run without a filter or `--all`; `--dry-run` prints the preview
 (exact count, a sample, the filter as understood) and changes nothing.
 Exit codes: 0 done; 1 the operation failed or was cancelled; 2 bad input (nothing touched).
@@ -10,7 +13,6 @@ Exit codes: 0 done; 1 the operation failed or was cancelled; 2 bad input (nothin
 
 from __future__ import annotations
 
-import getpass
 import json
 import signal
 import sys
@@ -20,18 +22,20 @@ from datetime import UTC, datetime
 import click
 
 from console import maintenance as m
-from console.cli.common import DURATION, dsn_option, friendly_errors, main_group, parse_duration
+from console.actions import bulk_action
+from console.cli.common import (
+    DURATION,
+    dsn_option,
+    friendly_errors,
+    interactive,
+    main_group,
+    parse_duration,
+    resolve_reason,
+    who_and_why,
+)
 from console.db import connect, require_schema
 from console.maintenance import bulk
 from console.maintenance.archive import check_batching
-
-
-def cli_actor() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # no login name (a container without passwd entry)
-        user = "unknown"
-    return f"cli:{user}"
 
 
 def _settings(obj) -> m.MaintenanceSettings:
@@ -77,15 +81,15 @@ def _check_rate(rate: float | None) -> None:
 @main_group.command("reap")
 @dsn_option
 @click.option("--batch-size", type=int, default=None, help="Most jobs per transaction [config: maintenance.batch_size].")
-@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@who_and_why("reap")
 @friendly_errors
 @click.pass_obj
-def reap_cmd(obj, batch_size: int | None, reason: str | None) -> None:
+def reap_cmd(obj, batch_size: int | None, actor: str, reason: str | None) -> None:
     """Rescue running jobs whose lease expired, now (back to pending, or failed when out of attempts)."""
     s = _settings(obj)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        result = m.reap(conn, actor=cli_actor(), reason=reason, batch_size=s.batch_size if batch_size is None else batch_size,
+        result = m.reap(conn, actor=actor, reason=reason, batch_size=s.batch_size if batch_size is None else batch_size,
                         backoff_base=obj.config.queue.backoff_base, backoff_cap=obj.config.queue.backoff_cap,
                         history=s.error_history)
     _report(result, "reaped")
@@ -99,10 +103,10 @@ def reap_cmd(obj, batch_size: int | None, reason: str | None) -> None:
 @click.option("--batch-size", type=int, default=None, help="Most jobs per transaction [config: maintenance.batch_size].")
 @_rate_option("Most rows per second [config: maintenance.rate].")
 @click.option("--max-batches", type=int, default=None, help="Stop after this many batches.")
-@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@who_and_why("archive")
 @friendly_errors
 @click.pass_obj
-def archive_cmd(obj, older_than, mode, batch_size, rate, max_batches, reason) -> None:
+def archive_cmd(obj, older_than, mode, batch_size, rate, max_batches, actor, reason) -> None:
     """Move completed jobs out of the hot table in bounded batches (Ctrl-C stops between batches)."""
     _check_rate(rate)
     s = _settings(obj)
@@ -112,7 +116,7 @@ def archive_cmd(obj, older_than, mode, batch_size, rate, max_batches, reason) ->
     stop = _stop_on_signals()
     with connect(obj.dsn, application_name="skiplock-archive") as conn:
         require_schema(conn)
-        result = m.archive_completed(conn, **kwargs, max_batches=max_batches, actor=cli_actor(), reason=reason, stop=stop)
+        result = m.archive_completed(conn, **kwargs, max_batches=max_batches, actor=actor, reason=reason, stop=stop)
     _report(result, "archived" if kwargs["mode"] == "archive" else "deleted")
     if result.outcome != "ok":
         sys.exit(1)
@@ -122,10 +126,10 @@ def archive_cmd(obj, older_than, mode, batch_size, rate, max_batches, reason) ->
 @dsn_option
 @click.option("--older-than", type=DURATION, default=None, help="Archived jobs finished longer ago than this [config: maintenance.archive_retention].")
 @click.option("--batch-size", type=int, default=None, help="Most rows per transaction [config: maintenance.batch_size].")
-@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@who_and_why("retention")
 @friendly_errors
 @click.pass_obj
-def retention_cmd(obj, older_than, batch_size, reason) -> None:
+def retention_cmd(obj, older_than, batch_size, actor, reason) -> None:
     """Remove old archived jobs (drop whole day partitions, batch-delete the rest)."""
     s = _settings(obj)
     kwargs = s.retention_kwargs()
@@ -135,7 +139,7 @@ def retention_cmd(obj, older_than, batch_size, reason) -> None:
         kwargs["batch_size"] = batch_size
     with connect(obj.dsn, application_name="skiplock-retention") as conn:
         require_schema(conn)
-        result = m.apply_retention(conn, **kwargs, actor=cli_actor(), reason=reason, stop=_stop_on_signals())
+        result = m.apply_retention(conn, **kwargs, actor=actor, reason=reason, stop=_stop_on_signals())
     _report(result, "deleted")
     dropped = result.detail.get("partitions_dropped") or []
     if dropped:
@@ -145,28 +149,28 @@ def retention_cmd(obj, older_than, batch_size, reason) -> None:
 @main_group.command("pause")
 @dsn_option
 @click.argument("queue")
-@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@who_and_why("pause")
 @friendly_errors
 @click.pass_obj
-def pause_cmd(obj, queue: str, reason: str | None) -> None:
+def pause_cmd(obj, queue: str, actor: str, reason: str | None) -> None:
     """Stop workers claiming from QUEUE (its jobs wait; running ones finish)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.pause_queue(conn, queue, actor=cli_actor(), reason=reason)
+        m.pause_queue(conn, queue, actor=actor, reason=reason)
     click.echo(f"queue {queue!r} paused")
 
 
 @main_group.command("resume")
 @dsn_option
 @click.argument("queue")
-@click.option("--reason", default=None, help="Why (kept in the audit log).")
+@who_and_why("resume")
 @friendly_errors
 @click.pass_obj
-def resume_cmd(obj, queue: str, reason: str | None) -> None:
+def resume_cmd(obj, queue: str, actor: str, reason: str | None) -> None:
     """Let workers claim from QUEUE again."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.resume_queue(conn, queue, actor=cli_actor(), reason=reason)
+        m.resume_queue(conn, queue, actor=actor, reason=reason)
     click.echo(f"queue {queue!r} resumed")
 
 
@@ -216,7 +220,6 @@ def _selection_options(func):
         click.option("--payload", default=None, metavar="JSON", help="Payload contains this JSON object (@>)."),
         click.option("--all", "select_all", is_flag=True, help="Every dead letter (required when no filter is given)."),
         click.option("--dry-run", is_flag=True, help="Print the preview (count, sample, filter) and change nothing."),
-        click.option("--reason", default=None, help="Why (kept in the audit log)."),
         click.option("--batch-size", type=int, default=None, help="Jobs per transaction [config: maintenance.batch_size]."),
         _rate_option("Most jobs per second [config: maintenance.bulk_rate]."),
         click.option("--sample", type=click.IntRange(0, 100), default=5, show_default=True, help="Rows shown by the preview."),
@@ -237,9 +240,13 @@ def _print_preview(preview: m.Preview, action: str) -> None:
 
 
 def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_since, failed_before, payload,
-          select_all, dry_run, reason, batch_size, rate, sample) -> None:
+          select_all, dry_run, actor, reason, batch_size, rate, sample) -> None:
     _check_rate(rate)
     selection = _selection(ids, queue, kind, group, failed_since, failed_before, payload, select_all)
+    # Which row of the table: one id is a single replay (reason optional), anything else needs one.
+    kind_of = bulk_action(action, selection.to_dict())
+    if not dry_run and not interactive():
+        reason = resolve_reason(kind_of, reason)  # refuse before connecting; a terminal is asked after the preview
     s = _settings(obj)
     batch_size = s.batch_size if batch_size is None else batch_size
     rate = s.bulk_rate if rate is None else rate
@@ -252,15 +259,16 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
         if dry_run:
             click.echo("dry run: nothing changed")
             return
+        reason = resolve_reason(kind_of, reason)
         # Bound to what was just printed: no job that failed after the preview is touched, and
         # a selection that changed in between is refused (exit 2: preview again).
-        op_id = m.start(conn, action, selection, actor=cli_actor(), reason=reason, rate=rate,
+        op_id = m.start(conn, action, selection, actor=actor, reason=reason, rate=rate,
                         batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound())
         click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
-        _follow(conn, dsn, op_id, s.error_history)
+        _follow(conn, dsn, op_id, s.error_history, actor)
 
 
-def _follow(conn, dsn: str, op_id: int, history: int) -> None:
+def _follow(conn, dsn: str, op_id: int, history: int, actor: str) -> None:
     """Run the operation in a thread, print its progress; Ctrl-C/SIGTERM cancels it."""
     stop = _stop_on_signals()
     errors: list[BaseException] = []
@@ -280,7 +288,7 @@ def _follow(conn, dsn: str, op_id: int, history: int) -> None:
         if stop.is_set() and not cancelled:
             cancelled = True
             click.echo("cancelling (stops after the current batch) ...")
-            m.cancel(conn, op_id, actor=cli_actor(), reason="interrupted from the command line")
+            m.cancel(conn, op_id, actor=actor, reason="interrupted from the command line")
         p = m.progress(conn, op_id)
         if p["done"] != last:
             last = p["done"]
@@ -295,6 +303,7 @@ def _follow(conn, dsn: str, op_id: int, history: int) -> None:
 @main_group.command("replay")
 @dsn_option
 @_selection_options
+@who_and_why()
 @friendly_errors
 @click.pass_obj
 def replay_cmd(obj, **options) -> None:
@@ -306,6 +315,7 @@ def replay_cmd(obj, **options) -> None:
 @dsn_option
 @_selection_options
 @click.option("--to-archive", is_flag=True, help="Move them to the archive marked purged instead of deleting them.")
+@who_and_why()
 @friendly_errors
 @click.pass_obj
 def purge_cmd(obj, to_archive: bool, **options) -> None:
@@ -342,20 +352,21 @@ def dead_letters_cmd(obj, queue, kind, limit, as_json) -> None:
 @click.option("--resume", "resume_id", type=int, default=None, help="Resume cancelled/failed operation ID and run it here.")
 @click.option("--resume-abandoned", is_flag=True, help="Finish operations whose process died.")
 @click.option("--limit", type=click.IntRange(1, 500), default=10, show_default=True)
+@who_and_why("operation_cancel")
 @friendly_errors
 @click.pass_obj
-def operations_cmd(obj, cancel_id, resume_id, resume_abandoned, limit) -> None:
+def operations_cmd(obj, cancel_id, resume_id, resume_abandoned, limit, actor, reason) -> None:
     """List recent bulk replays and purges; cancel or resume one."""
     s = _settings(obj)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         if cancel_id is not None:
-            p = m.cancel(conn, cancel_id, actor=cli_actor())
+            p = m.cancel(conn, cancel_id, actor=actor, reason=reason)
             click.echo(f"operation #{cancel_id}: {'cancelled' if p['state'] == 'cancelled' else 'cancel requested'}")
             return
         if resume_id is not None:
-            m.resume(conn, resume_id, actor=cli_actor())
-            _follow(conn, obj.dsn, resume_id, s.error_history)
+            m.resume(conn, resume_id, actor=actor, reason=reason)
+            _follow(conn, obj.dsn, resume_id, s.error_history, actor)
             return
         if resume_abandoned:
             done = m.resume_abandoned(obj.dsn, history=s.error_history)

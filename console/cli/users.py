@@ -1,4 +1,7 @@
-"""User commands: `skiplock users add|list|disable|enable|token|revoke|tokens|sessions`."""
+"""User commands: `skiplock users add|list|disable|enable|token|revoke|tokens|sessions`.
+
+Every change needs `--reason` (console.actions.ACTIONS: it changes who may act) and is audited
+with the actor `cli:<os user>@<host>` (or `NAME (cli:<os user>@<host>)` with `--actor NAME`)."""
 
 from __future__ import annotations
 
@@ -9,15 +12,8 @@ import click
 
 from console import audit
 from console import users as users_mod
-from console.cli.common import dsn_option, friendly_errors, main_group
+from console.cli.common import dsn_option, friendly_errors, main_group, resolve_reason, who_and_why
 from console.db import connect, require_schema
-
-
-def _actor() -> str:
-    try:
-        return f"cli:{os.getlogin()}"
-    except OSError:
-        return f"cli:{os.environ.get('USER', 'unknown')}"
 
 
 def _utc(ts) -> str:
@@ -34,9 +30,10 @@ def users_group() -> None:
 @click.argument("name")
 @click.option("--role", type=click.Choice(users_mod.ROLES), required=True, help="viewer reads, operator acts, admin manages.")
 @click.option("--no-password", is_flag=True, help="Create without a password (sign-in only through the SSO header).")
+@who_and_why("user_add")
 @friendly_errors
 @click.pass_obj
-def add_cmd(obj, name: str, role: str, no_password: bool) -> None:
+def add_cmd(obj, name: str, role: str, no_password: bool, actor: str, reason: str) -> None:
     """Create user NAME, or change its role (and password) if it exists.
 
     The password comes from $SKIPLOCK_PASSWORD, else it is prompted for (twice). A new password
@@ -52,8 +49,9 @@ def add_cmd(obj, name: str, role: str, no_password: bool) -> None:
         require_schema(conn)
         with conn.transaction():
             created = users_mod.add_user(conn, name, role, password)
-            audit.record(conn, actor=_actor(), action="user_add" if created else "user_update",
-                         target=f"user:{name}", detail={"role": role})
+            audit.record(conn, actor=actor, action="user_add" if created else "user_update", target=f"user:{name}",
+                         selection={"user": name}, reason=reason, rows=1,
+                         detail={"role": role, "password_changed": password is not None})
     click.echo(f"{'created' if created else 'updated'} user {name} ({role})")
 
 
@@ -73,33 +71,36 @@ def list_cmd(obj) -> None:
         click.echo(f"{row['name']:<24} {row['role']:<9} {state:<9} tokens={row['tokens']}")
 
 
-def _set_disabled(obj, name: str, disabled: bool) -> None:
+def _set_disabled(obj, name: str, disabled: bool, actor: str, reason: str) -> None:
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             users_mod.set_disabled(conn, name, disabled)
-            audit.record(conn, actor=_actor(), action="user_disable" if disabled else "user_enable", target=f"user:{name}")
+            audit.record(conn, actor=actor, action="user_disable" if disabled else "user_enable", target=f"user:{name}",
+                         selection={"user": name}, reason=reason, rows=1)
     click.echo(f"{'disabled' if disabled else 'enabled'} {name}")
 
 
 @users_group.command("disable")
 @dsn_option
 @click.argument("name")
+@who_and_why("user_disable")
 @friendly_errors
 @click.pass_obj
-def disable_cmd(obj, name: str) -> None:
+def disable_cmd(obj, name: str, actor: str, reason: str) -> None:
     """Disable NAME: its web sessions end and its tokens stop working at the next request."""
-    _set_disabled(obj, name, True)
+    _set_disabled(obj, name, True, actor, reason)
 
 
 @users_group.command("enable")
 @dsn_option
 @click.argument("name")
+@who_and_why("user_enable")
 @friendly_errors
 @click.pass_obj
-def enable_cmd(obj, name: str) -> None:
+def enable_cmd(obj, name: str, actor: str, reason: str) -> None:
     """Enable NAME again."""
-    _set_disabled(obj, name, False)
+    _set_disabled(obj, name, False, actor, reason)
 
 
 @users_group.command("token")
@@ -109,33 +110,36 @@ def enable_cmd(obj, name: str) -> None:
 @click.option("--read-only", is_flag=True, help="The token may only read: every POST/PUT/PATCH/DELETE gets 403.")
 @click.option("--expires", default=None, metavar="DURATION",
               help="The token stops working this long from now (e.g. 90d, 12h); default: never.")
+@who_and_why("token_create")
 @friendly_errors
 @click.pass_obj
-def token_cmd(obj, name: str, label: str, read_only: bool, expires: str | None) -> None:
+def token_cmd(obj, name: str, label: str, read_only: bool, expires: str | None, actor: str, reason: str) -> None:
     """Create an API token for NAME and print it (the only time it is shown)."""
     expires_in = users_mod.parse_expiry(expires)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
-            audit.record(conn, actor=_actor(), action="token_create", target=f"user:{name}",
-                         detail={"label": label, "read_only": read_only, "expires": expires})
+            audit.record(conn, actor=actor, action="token_create", target=f"user:{name}", selection={"user": name},
+                         reason=reason, rows=1, detail={"label": label, "read_only": read_only, "expires": expires})
     click.echo(token)
 
 
 @users_group.command("revoke")
 @dsn_option
 @click.argument("token_id", type=int)
+@who_and_why("token_revoke")
 @friendly_errors
 @click.pass_obj
-def revoke_cmd(obj, token_id: int) -> None:
+def revoke_cmd(obj, token_id: int, actor: str, reason: str) -> None:
     """Revoke the API token with id TOKEN_ID (see `skiplock users tokens`)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
             if not users_mod.revoke_token(conn, token_id):
                 raise click.UsageError(f"no live token with id {token_id}")
-            audit.record(conn, actor=_actor(), action="token_revoke", target=f"token:{token_id}")
+            audit.record(conn, actor=actor, action="token_revoke", target=f"token:{token_id}",
+                         selection={"token": token_id}, reason=reason, rows=1)
     click.echo(f"revoked token {token_id}")
 
 
@@ -171,9 +175,10 @@ def _session_limits(obj) -> users_mod.SessionLimits:
 @click.argument("name")
 @click.option("--revoke", "revoke", is_flag=False, flag_value="all", default=None, metavar="[ID_PREFIX]",
               help="End NAME's live sessions: all of them, or the one whose id starts with ID_PREFIX.")
+@who_and_why()
 @friendly_errors
 @click.pass_obj
-def sessions_cmd(obj, name: str, revoke: str | None) -> None:
+def sessions_cmd(obj, name: str, revoke: str | None, actor: str, reason: str | None) -> None:
     """List NAME's web sessions (newest first), or end them with --revoke.
 
     Ids are the first 12 hex digits of the session's SHA-256 (the cookie's token is never stored).
@@ -181,12 +186,14 @@ def sessions_cmd(obj, name: str, revoke: str | None) -> None:
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         if revoke is not None:
+            reason = resolve_reason("sessions_revoke", reason)
             with conn.transaction():
                 ended = users_mod.end_user_sessions(conn, name, None if revoke == "all" else revoke)
                 if revoke != "all" and not ended:
                     raise click.UsageError(f"no live session of {name} has an id starting with {revoke}")
-                audit.record(conn, actor=_actor(), action="sessions_revoke", target=f"user:{name}",
-                             detail={"sessions": [sid[:12] for sid in ended]})
+                audit.record(conn, actor=actor, action="sessions_revoke", target=f"user:{name}",
+                             selection={"user": name, "session": None if revoke == "all" else revoke},
+                             reason=reason, rows=len(ended), detail={"sessions": [sid[:12] for sid in ended]})
             click.echo(f"ended {len(ended)} session{'s' if len(ended) != 1 else ''} of {name}")
             return
         rows = users_mod.list_sessions(conn, name, _session_limits(obj))

@@ -337,13 +337,16 @@ class Demo:
             self.not_running["login"] = "`skiplock users` is not in this installation yet: no demo login"
             return
         from console import audit, users
+        from console.actions import cli_actor
 
         password = self._secrets()["password"]
         try:
             with connect(self.dsn, application_name="skiplock-demo") as conn, conn.transaction():
                 created = users.add_user(conn, DEMO_USER, "operator", password)
-                audit.record(conn, actor="demo", action="user_add" if created else "user_update",
-                             target=f"user:{DEMO_USER}", detail={"role": "operator"})
+                audit.record(conn, actor=cli_actor("skiplock-demo"), action="user_add" if created else "user_update",
+                             target=f"user:{DEMO_USER}", selection={"user": DEMO_USER}, rows=1,
+                             reason="demo setup: the operator login printed by `skiplock demo`",
+                             detail={"role": "operator"})
         except (psycopg.Error, DatabaseError, ValueError) as exc:
             self.not_running["login"] = f"creating the demo login failed: {str(exc).strip()[-300:]}"
             return

@@ -74,7 +74,7 @@ def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason
     with conn.transaction():
         q.pause(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="pause", target=f"queue:{queue_name}",
-                     selection={"queue": queue_name}, reason=reason, outcome="ok")
+                     selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok")
 
 
 def resume_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
@@ -83,4 +83,4 @@ def resume_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reaso
     with conn.transaction():
         q.resume(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="resume", target=f"queue:{queue_name}",
-                     selection={"queue": queue_name}, reason=reason, outcome="ok")
+                     selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok")

@@ -22,8 +22,10 @@ How to add a page
 4. **CSRF.** Every state change is a POST. Forms include `{{ csrf_field() }}`; htmx requests
    send the `X-CSRF-Token` header by themselves (hx-headers on <body>). A POST without a valid
    token gets 403 before the view runs. Requests authenticated by an API token skip CSRF.
-   Every state change also writes `console.audit.record(conn, actor=g.user.name, ...)` in the
-   same transaction as the change.
+   Every state change also writes `console.audit.record(conn, actor=actor(), reason=..., ...)`
+   in the same transaction as the change: `actor()` and `reason_for(action)` come from
+   console.web.actor (an API token is named with its label; an action console.actions.ACTIONS
+   says needs a reason gets 422 without one).
 5. **Database and panels.** `get_conn()` (console.web.database) gives the request's pooled
    connection (autocommit). Read through `run_panel(fn, *args)`: it runs `fn(conn, *args)`
    under `console.db.time_limited` and returns a `Panel` whose `.ok`, `.data`, `.error` the

@@ -1,5 +1,6 @@
 """Users and API tokens (admin only): add or change a user, disable/enable, create and revoke
-tokens. Every change is audited. The CLI (`skiplock users ...`) does the same.
+tokens. Every change needs a reason and is audited (422 without; console.actions.ACTIONS). The
+CLI (`skiplock users ...`) does the same.
 
 GET  /admin/users                       list users and tokens
 POST /admin/users                       name, role, password (empty keeps the current one)
@@ -26,6 +27,7 @@ from flask import (
 
 from console import audit
 from console import users as users_mod
+from console.web.actor import actor, reason_for
 from console.web.api import INT, STR, api_doc, arr, obj
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited
@@ -58,13 +60,15 @@ def save_user():
     name = (request.form.get("name") or "").strip()
     role = request.form.get("role") or ""
     password = request.form.get("password") or None
+    reason = reason_for("user_add")
     conn = get_conn()
     with conn.transaction():
         exists = users_mod.get_user(conn, users_mod.check_name(name)) is not None
         if not exists and password is None:
             raise users_mod.UserError("a new user needs a password")
         users_mod.add_user(conn, name, role, password)
-        audit.record(conn, actor=g.user.name, action="user_update" if exists else "user_add", target=f"user:{name}",
+        audit.record(conn, actor=actor(), action="user_update" if exists else "user_add", target=f"user:{name}",
+                     selection={"user": name}, reason=reason, rows=1,
                      detail={"role": role, "password_changed": password is not None})
     flash(f"{'updated' if exists else 'created'} {name} ({role})", "good")
     return redirect(url_for("admin.users"))
@@ -77,9 +81,11 @@ def user_action(name: str, action: str):
     if action in ("disable", "enable"):
         if action == "disable" and name == g.user.name:
             abort(409, "you cannot disable yourself")
+        reason = reason_for(f"user_{action}")
         with conn.transaction():
             users_mod.set_disabled(conn, name, action == "disable")
-            audit.record(conn, actor=g.user.name, action=f"user_{action}", target=f"user:{name}")
+            audit.record(conn, actor=actor(), action=f"user_{action}", target=f"user:{name}",
+                         selection={"user": name}, reason=reason, rows=1)
         flash(f"{action}d {name}", "good")
         return redirect(url_for("admin.users"))
     if action == "token":
@@ -87,10 +93,11 @@ def user_action(name: str, action: str):
         expires = (request.form.get("expires") or "").strip() or None
         read_only = request.form.get("read_only") in ("1", "on", "true")
         expires_in = users_mod.parse_expiry(expires)
+        reason = reason_for("token_create")
         with conn.transaction():
             token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
-            audit.record(conn, actor=g.user.name, action="token_create", target=f"user:{name}",
-                         detail={"label": label, "read_only": read_only, "expires": expires})
+            audit.record(conn, actor=actor(), action="token_create", target=f"user:{name}", selection={"user": name},
+                         reason=reason, rows=1, detail={"label": label, "read_only": read_only, "expires": expires})
         return render_template("admin/token.html", name=name, token=token, label=label)
     abort(404, f"no action {action!r}")
 
@@ -98,10 +105,12 @@ def user_action(name: str, action: str):
 @bp.post("/admin/tokens/<int:token_id>/revoke")
 @requires("admin")
 def revoke(token_id: int):
+    reason = reason_for("token_revoke")
     conn = get_conn()
     with conn.transaction():
         if not users_mod.revoke_token(conn, token_id):
             abort(409, f"token {token_id} does not exist or is already revoked")
-        audit.record(conn, actor=g.user.name, action="token_revoke", target=f"token:{token_id}")
+        audit.record(conn, actor=actor(), action="token_revoke", target=f"token:{token_id}",
+                     selection={"token": token_id}, reason=reason, rows=1)
     flash(f"revoked token {token_id}", "good")
     return redirect(url_for("admin.users"))

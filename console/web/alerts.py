@@ -7,6 +7,7 @@ POST /alerts/silences                 silence a rule + labels for a duration (op
 POST /alerts/silences/<id>/expire     end a silence early (operator; audited)
 GET  /alerts/rules                    rules in force and where each comes from
 POST /alerts/rules                    save a UI rule (admin; audited; 400 with the reason when invalid)
+                                      (every change here needs a `reason` for the audit log: 422 without)
 POST /alerts/rules/<name>/delete      (admin)
 GET  /alerts/destinations             webhooks (secrets never shown), "send test"
 POST /alerts/destinations             save a UI destination (admin)
@@ -32,12 +33,14 @@ from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
+from console.actions import MAX_REASON, ReasonRequired
 from console.alerts import context, outbox
 from console.alerts import evaluate as ev
 from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
 from console.alerts.links import as_dicts, look_here, new_error_group
 from console.catalog import METRICS
+from console.web.actor import actor, reason_for
 from console.web.api import (
     BOOL,
     INT,
@@ -58,6 +61,10 @@ from console.web.database import get_conn, run_panel
 
 log = logging.getLogger(__name__)
 bp = Blueprint("alerts", __name__)
+
+# Rule and destination changes and silences need a reason (console.actions.ACTIONS): 422 without.
+REASON = {**STR, "maxLength": MAX_REASON, "description": "why (kept in the audit log)"}
+REASON_PARAM = Param("reason", where="form", required=True, max_length=MAX_REASON, description="why (kept in the audit log)")
 
 
 def _config():
@@ -282,7 +289,7 @@ def _ack(alert_id: int):
         raise ValueError("note: must be a string")
     note = note.strip()
     try:
-        row = ev.acknowledge(get_conn(), alert_id, actor=g.user.name, note=note or None)
+        row = ev.acknowledge(get_conn(), alert_id, actor=actor(), note=note or None)
     except ev.AlertNotFound as exc:
         abort(404, str(exc))
     except ev.AlertNotFiring as exc:
@@ -305,7 +312,7 @@ def ack(alert_id: int):
     body=obj({"note": STR}, optional=("note",)), response=obj({"acknowledged": INT, "by": STR}))
 def api_ack(alert_id: int):
     row = _ack(alert_id)
-    return jsonify({"acknowledged": row["id"], "by": g.user.name})
+    return jsonify({"acknowledged": row["id"], "by": actor()})
 
 
 def _form() -> dict[str, Any]:
@@ -328,9 +335,10 @@ def _silence():
         seconds = r.parse_duration(form.get("duration") or "")
     except ValueError as exc:
         raise ValueError(f"duration: {exc}") from None
+    reason = reason_for("alert_silence", form)
     conn = get_conn()
     return ev.silence(conn, rule=rule, labels=labels, duration=timedelta(seconds=seconds),
-                      reason=str(form.get("reason") or ""), actor=g.user.name, ruleset=_ruleset(conn))
+                      reason=reason, actor=actor(), ruleset=_ruleset(conn))
 
 
 @bp.post("/alerts/silences")
@@ -346,10 +354,10 @@ def silence():
     Param("rule", where="form", description="rule name; empty = every rule (then labels are required)"),
     Param("labels", where="form", description="key=value[,key=value] the alert's labels must include"),
     Param("duration", where="form", required=True, description="e.g. 30m, 2h (at most 30 days)"),
-    Param("reason", where="form", required=True, description="why; kept in the audit log"),
+    Param("reason", where="form", required=True, max_length=MAX_REASON, description="why; kept in the audit log"),
 ], body=obj({"rule": opt(STR), "labels": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]},
-             "duration": {"type": ["string", "number"]}, "reason": STR}, optional=("rule", "labels")),
-   status=201, responses={"201": "silenced"}, response=obj({"silence": ref("Silence")}))
+             "duration": {"type": ["string", "number"]}, "reason": REASON}, optional=("rule", "labels")),
+   status=201, responses={"201": "silenced", "422": "no reason"}, response=obj({"silence": ref("Silence")}))
 def api_silence():
     return jsonify({"silence": _silence()}), 201
 
@@ -363,7 +371,7 @@ def api_silences():
 
 def _expire(silence_id: int):
     try:
-        return ev.expire_silence(get_conn(), silence_id, actor=g.user.name)
+        return ev.expire_silence(get_conn(), silence_id, actor=actor())
     except ev.AlertNotFound as exc:
         abort(404, str(exc))
 
@@ -447,6 +455,7 @@ RULE_FIELDS = obj({
     "threshold": {"type": ["number", "string"]}, "clear": {"type": ["number", "string"]},
     "for": {"type": ["string", "number"]}, "severity": {"enum": list(r.SEVERITIES)}, "summary": STR, "runbook": STR,
     "webhooks": {"anyOf": [STR, arr(STR)]}, "enabled": {"type": ["boolean", "string"]}, "when": OBJ,
+    "reason": REASON,
 }, optional=("labels", "clear", "for", "severity", "summary", "runbook", "webhooks", "enabled", "when"))
 
 
@@ -472,11 +481,12 @@ def _rule_record(form: dict[str, Any]) -> dict[str, Any]:
 def save_rule():
     form = _form()
     try:
-        r.save_rule(get_conn(), _rule_record(form), actor=g.user.name, config=_config())
-    except r.RuleError as exc:
+        reason = reason_for("alert_rule_save", form)
+        r.save_rule(get_conn(), _rule_record(form), actor=actor(), config=_config(), reason=reason)
+    except (r.RuleError, ReasonRequired) as exc:
         data = run_panel(_rules_data)
         return render_template("alerts/rules.html", data=data, form=form, metrics=_metrics(), ops=r.OPS,
-                               severities=r.SEVERITIES, error=str(exc)), 400
+                               severities=r.SEVERITIES, error=str(exc)), 422 if isinstance(exc, ReasonRequired) else 400
     return redirect(url_for("alerts.rules_page"))
 
 
@@ -485,29 +495,38 @@ def save_rule():
 @api_doc("Create or replace a UI rule (same fields as [[alerts.rules]]); 400 names the problem",
          description="A rule the config file defines cannot be saved here (the file wins). Send JSON, or the "
                      "same fields form-encoded.",
-         body=RULE_FIELDS, params=[Param(k, where="form", required=k in ("name", "metric", "op", "threshold"))
-                                   for k in ("name", "metric", "labels", "op", "threshold", "clear", "for",
-                                             "severity", "summary", "runbook", "webhooks", "enabled")],
-         status=201, responses={"201": "saved"}, response=obj({"rule": obj({"name": STR, "metric": STR})}))
+         body=RULE_FIELDS, params=[*(Param(k, where="form", required=k in ("name", "metric", "op", "threshold"))
+                                     for k in ("name", "metric", "labels", "op", "threshold", "clear", "for",
+                                               "severity", "summary", "runbook", "webhooks", "enabled")),
+                                   REASON_PARAM],
+         status=201, responses={"201": "saved", "422": "no reason"},
+         response=obj({"rule": obj({"name": STR, "metric": STR})}))
 def api_save_rule():
-    rule = r.save_rule(get_conn(), _rule_record(_form()), actor=g.user.name, config=_config())
+    form = _form()
+    reason = reason_for("alert_rule_save", form)
+    rule = r.save_rule(get_conn(), _rule_record(form), actor=actor(), config=_config(), reason=reason)
     return jsonify({"rule": rule.as_record()}), 201
 
 
 @bp.post("/alerts/rules/<name>/delete")
 @requires("admin")
 def delete_rule(name: str):
-    if not r.delete_rule(get_conn(), name, actor=g.user.name):
+    reason = reason_for("alert_rule_delete")
+    if not r.delete_rule(get_conn(), name, actor=actor(), reason=reason):
         abort(404, f"no rule named {name!r} was saved in the UI")
     return redirect(url_for("alerts.rules_page"))
 
 
 @bp.delete("/api/v1/alerts/rules/<name>")
 @requires("admin")
-@api_doc("Delete a UI rule (a default it overrode comes back)", params=[Param("name", where="path")],
-         responses={"404": "no such UI rule"}, response=obj({"deleted": STR}))
+@api_doc("Delete a UI rule (a default it overrode comes back)",
+         params=[Param("name", where="path"),
+                 Param("reason", where="query", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         responses={"404": "no such UI rule", "422": "no reason"}, response=obj({"deleted": STR}))
 def api_delete_rule(name: str):
-    if not r.delete_rule(get_conn(), name, actor=g.user.name):
+    reason = reason_for("alert_rule_delete")
+    if not r.delete_rule(get_conn(), name, actor=actor(), reason=reason):
         abort(404, f"no rule named {name!r} was saved in the UI")
     return jsonify({"deleted": name})
 
@@ -569,11 +588,13 @@ def _destination_record(form: dict[str, Any]) -> dict[str, Any]:
 def save_destination():
     form = _form()
     try:
-        r.save_destination(get_conn(), _destination_record(form), actor=g.user.name, config=_config())
-    except r.RuleError as exc:
+        reason = reason_for("alert_destination_save", form)
+        r.save_destination(get_conn(), _destination_record(form), actor=actor(), config=_config(), reason=reason)
+    except (r.RuleError, ReasonRequired) as exc:
         form.pop("secret", None)  # never echo a secret back into the page
         data = run_panel(_destinations_data)
-        return render_template("alerts/destinations.html", data=data, form=form, kinds=r.KINDS, error=str(exc)), 400
+        return (render_template("alerts/destinations.html", data=data, form=form, kinds=r.KINDS, error=str(exc)),
+                422 if isinstance(exc, ReasonRequired) else 400)
     return redirect(url_for("alerts.destinations_page"))
 
 
@@ -583,21 +604,26 @@ def save_destination():
          description="Send JSON, or the same fields form-encoded (`headers` then one `Name: value` a line).",
          body=obj({"name": {**STR, "pattern": "^[a-z][a-z0-9_.-]{0,62}$"}, "kind": {"enum": list(r.KINDS)},
                    "url": {**STR, "format": "uri"}, "secret": STR,
-                   "headers": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]}},
+                   "headers": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]},
+                   "reason": REASON},
                   optional=("kind", "secret", "headers")),
          params=[Param("name", where="form", required=True), Param("kind", where="form", enum=r.KINDS),
                  Param("url", where="form", required=True, format="uri"), Param("secret", where="form"),
-                 Param("headers", where="form", description="one `Name: value` a line")],
-         status=201, responses={"201": "saved"}, response=obj({"destination": obj({"name": STR, "url": STR})}))
+                 Param("headers", where="form", description="one `Name: value` a line"), REASON_PARAM],
+         status=201, responses={"201": "saved", "422": "no reason"},
+         response=obj({"destination": obj({"name": STR, "url": STR})}))
 def api_save_destination():
-    dest = r.save_destination(get_conn(), _destination_record(_form()), actor=g.user.name, config=_config())
+    form = _form()
+    reason = reason_for("alert_destination_save", form)
+    dest = r.save_destination(get_conn(), _destination_record(form), actor=actor(), config=_config(), reason=reason)
     return jsonify({"destination": dest.public()}), 201
 
 
 @bp.post("/alerts/destinations/<name>/delete")
 @requires("admin")
 def delete_destination(name: str):
-    if not r.delete_destination(get_conn(), name, actor=g.user.name):
+    reason = reason_for("alert_destination_delete")
+    if not r.delete_destination(get_conn(), name, actor=actor(), reason=reason):
         abort(404, f"no destination named {name!r} was saved in the UI")
     return redirect(url_for("alerts.destinations_page"))
 

@@ -11,6 +11,9 @@ POST /deadletters/operations/<id>/cancel     stop it between two batches (operat
 POST /deadletters/jobs/<id>/<replay|purge>   one job, one click (operator)
 and the same under /api/v1/deadletters.
 
+Reasons follow console.actions.ACTIONS: a purge (of any number of jobs) and a replay of more
+than one job need one (422 without), a one-job replay and a cancel may leave it empty.
+
 The work is `console.maintenance`'s: groups/preview read `jobs_failed_idx`, start() fixes the
 exact count at a snapshot and writes the 'started' audit row, run() works in batches and
 writes the final audit row. This module only translates requests, so the CLI and the API
@@ -36,9 +39,11 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 
 from console import browse
 from console import maintenance as m
+from console.actions import MAX_REASON, bulk_action
 from console.maintenance import bulk
 from console.maintenance.deadletters import count as count_matching
 from console.timefmt import bounded
+from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
@@ -48,7 +53,6 @@ bp = Blueprint("deadletters", __name__)
 
 PAGE = 100
 SAMPLE = 10
-MAX_REASON = 500
 SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_before", "payload")
 
 SELECTION_PARAMS = [
@@ -225,15 +229,6 @@ def _action() -> str:
     return action
 
 
-def _reason(required: bool) -> str | None:
-    reason = (request.form.get("reason") or "").strip()
-    if len(reason) > MAX_REASON:
-        abort(400, f"reason: at most {MAX_REASON} characters")
-    if required and not reason:
-        abort(400, "reason: say why (it goes in the audit log), e.g. 'SMTP password fixed in deploy 412'")
-    return reason or None
-
-
 def preview_data() -> dict[str, Any]:
     action = _action()
     sel = _selection_from_form()
@@ -281,13 +276,13 @@ def _previewed(action: str) -> m.Previewed | None:
 def start_operation() -> dict[str, Any]:
     action = _action()
     sel = _selection_from_form()
-    reason = _reason(required=True)
+    reason = reason_for(bulk_action(action, sel.to_dict()))
     previewed = _previewed(action)
     settings = _settings()
     conn = get_conn()
     try:
         # The check against the preview and the operation's insert are one transaction.
-        op_id = m.start(conn, action, sel, actor=g.user.name, reason=reason, rate=settings.bulk_rate,
+        op_id = m.start(conn, action, sel, actor=actor(), reason=reason, rate=settings.bulk_rate,
                         batch_size=settings.batch_size, purge_mode="delete", preview=previewed)
     except m.PreviewMismatch as exc:
         abort(409, str(exc))
@@ -310,8 +305,9 @@ def start():
     *SELECTION_PARAMS,
     Param("reason", where="form", required=True, max_length=MAX_REASON, description="why (kept in the audit log)"),
     *PREVIEW_PARAMS,
-], status=201, responses={"400": "bad selection, no reason, or a purge without its preview's fields",
+], status=201, responses={"400": "bad selection, a reason too long, or a purge without its preview's fields",
                           "409": "the selection no longer matches exactly the previewed jobs: preview again",
+                          "422": "no reason (every purge, and a replay of more than one job, needs one)",
                           "201": "started"}, response=ref("Operation"))
 def api_start():
     return jsonify(start_operation()), 201
@@ -357,7 +353,7 @@ def api_operations():
 
 def _cancel(op_id: int) -> dict[str, Any]:
     try:
-        return m.cancel(get_conn(), op_id, actor=g.user.name, reason=_reason(required=False))
+        return m.cancel(get_conn(), op_id, actor=actor(), reason=reason_for("operation_cancel"))
     except m.OperationState as exc:
         status = 404 if "there is no" in str(exc) else 409
         abort(status, str(exc))
@@ -387,8 +383,8 @@ def _one(job_id: int, action: str) -> dict[str, Any]:
     if action not in bulk.ACTIONS:
         abort(404, f"no action {action!r}; actions: {', '.join(bulk.ACTIONS)}")
     try:
-        return browse.act_on_job(get_conn(), job_id, action, actor=g.user.name,
-                                 reason=_reason(required=False), dsn=_state().dsn)
+        reason = reason_for("purge" if action == "purge" else "replay_one")
+        return browse.act_on_job(get_conn(), job_id, action, actor=actor(), reason=reason, dsn=_state().dsn)
     except browse.JobNotFound as exc:
         abort(404, str(exc))
     except browse.JobStateConflict as exc:
@@ -408,8 +404,11 @@ def one(job_id: int, action: str):
 @bp.post("/api/v1/deadletters/jobs/<int:job_id>/<action>")
 @requires("operator")
 @api_doc("Replay or purge one dead letter now (audited)",
-         params=[Param("action", where="path", enum=bulk.ACTIONS), Param("reason", where="form", max_length=MAX_REASON)],
+         params=[Param("action", where="path", enum=bulk.ACTIONS),
+                 Param("reason", where="form", max_length=MAX_REASON,
+                       description="why (kept in the audit log); required for a purge, optional for a replay")],
          response=obj({"ok": BOOL, "action": STR}),
-         responses={"404": "no such job or action", "409": "the job is not a dead letter (any more)"})
+         responses={"404": "no such job or action", "409": "the job is not a dead letter (any more)",
+                    "422": "a purge without a reason"})
 def api_one(job_id: int, action: str):
     return jsonify({"ok": True, "action": action, **_one(job_id, action)})

@@ -1,4 +1,4 @@
-"""Errors as messages: 400/401/403/404/405/409/429 with a message page, JSON for the API, text
+"""Errors as messages: 400/401/403/404/405/409/422/429 with a message page, JSON for the API, text
 for htmx; an unreachable database as a 503 page that says so. Bad input never becomes a 500."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from flask import Flask, jsonify, render_template, request
 from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
+from console.actions import ReasonRequired
 from console.db import DatabaseError, _redact
 from console.web.database import DatabaseUnreachable, QueryTooSlow
 
@@ -53,6 +54,11 @@ def install(app: Flask) -> None:
     @app.errorhandler(ValueError)
     def bad_value(exc: ValueError):
         return respond(400, "Bad Request", str(exc) or "bad input")
+
+    @app.errorhandler(ReasonRequired)
+    def reason_required(exc: ReasonRequired):
+        # 422: the request is well-formed, but this action needs a why (console.actions.ACTIONS).
+        return respond(422, "Reason required", str(exc))
 
     @app.errorhandler(QueryTooSlow)
     def too_slow(exc: QueryTooSlow):

@@ -32,7 +32,9 @@ from flask import (
 
 from console import browse
 from console import queue as q
+from console.actions import MAX_REASON
 from console.db import time_limited
+from console.web.actor import actor, reason_for
 from console.web.api import ANY, BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import may_act, requires
 from console.web.database import get_conn, run_limited, run_panel, timeout_ms
@@ -314,8 +316,9 @@ def _act(job_id: int, action: str) -> dict[str, Any]:
     if action not in browse.ACTIONS:
         abort(404, f"no action {action!r}; actions: {', '.join(browse.ACTIONS)}")
     try:
-        return browse.act_on_job(get_conn(), job_id, action, actor=g.user.name,
-                                 reason=request.form.get("reason"), dsn=_state().dsn)
+        # The table's name for it: every purge needs a reason; one job's replay, run_now, cancel may not.
+        reason = reason_for({"purge": "purge", "replay": "replay_one", "cancel": "cancel_job"}.get(action, action))
+        return browse.act_on_job(get_conn(), job_id, action, actor=actor(), reason=reason, dsn=_state().dsn)
     except browse.JobNotFound as exc:
         abort(404, str(exc))
     except browse.JobStateConflict as exc:
@@ -336,9 +339,11 @@ def act(job_id: int, action: str):
 @api_doc("Act on one job: replay (failed), run_now (pending, due later), cancel (pending), "
          "request_cancel (running), purge (failed)",
          params=[Param("action", where="path", enum=tuple(browse.ACTIONS)),
-                 Param("reason", where="form", description="why (kept in the audit log; first 500 characters)")],
+                 Param("reason", where="form", max_length=MAX_REASON,
+                       description="why (kept in the audit log); required for purge, optional for the others")],
          response=obj({"ok": BOOL, "action": STR}),
-         responses={"404": "no such job or action", "409": "the job's state does not allow the action"})
+         responses={"404": "no such job or action", "409": "the job's state does not allow the action",
+                    "422": "a purge without a reason"})
 def api_act(job_id: int, action: str):
     result = _act(job_id, action)
     return jsonify({"ok": True, "action": action, **result})

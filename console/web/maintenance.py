@@ -3,7 +3,7 @@ bulk replays/purges, "run now" buttons, the current settings (secrets masked) an
 scheduler records itself, its health.
 
 GET  /maintenance                 the page
-POST /maintenance/run/<task>      reap | archive now (operator; audited by console.maintenance)
+POST /maintenance/run/<task>      reap | archive now (operator; archive needs a reason, 422 without; audited)
 and the same under /api/v1/maintenance.
 
 A "run now" takes a connection from the pool and the task's advisory lock on it (409 when the
@@ -22,13 +22,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
-from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+from flask import Blueprint, abort, jsonify, redirect, render_template, url_for
 from psycopg_pool import PoolTimeout
 
 from console import maintenance as m
+from console.actions import MAX_REASON
 from console.config import SETTINGS
 from console.maintenance import runs
 from console.timefmt import duration
+from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import DatabaseUnreachable, run_panel
@@ -183,9 +185,7 @@ def run_now(task: str) -> dict[str, Any]:
     it is already going (this console's, another web worker's, the scheduler's or the CLI's)."""
     if task not in RUN_NOW:
         abort(404, f"no task {task!r} to run now; tasks: {', '.join(RUN_NOW)}")
-    reason = (request.form.get("reason") or "").strip()
-    if len(reason) > 500:
-        abort(400, "reason: at most 500 characters")
+    reason = reason_for(task)  # archive by hand needs one (422); reap may leave it empty
     st = _state()
     try:
         conn = st.pool.getconn(timeout=st.config.web.db_wait)
@@ -203,7 +203,7 @@ def run_now(task: str) -> dict[str, Any]:
         _give_back(conn, task)
         abort(409, f"{task} is already running (run {live['id']} by {live['actor']}, started "
                    f"{live['started_at']:%H:%M:%S} UTC); wait for it to finish")
-    thread = _run_in_background(task, conn, g.user.name, reason or None)
+    thread = _run_in_background(task, conn, actor(), reason)
     return {"task": task, "started": True, "thread": thread.name}
 
 
@@ -217,8 +217,11 @@ def run(task: str):
 @bp.post("/api/v1/maintenance/run/<task>")
 @requires("operator")
 @api_doc("Run reap or archive now, in the background (the run shows in the maintenance runs; audited)",
-         params=[Param("task", where="path", enum=RUN_NOW), Param("reason", where="form", max_length=500)],
-         status=202, responses={"202": "started", "404": "no such task", "409": "a run of the task is in progress"},
+         params=[Param("task", where="path", enum=RUN_NOW),
+                 Param("reason", where="form", max_length=MAX_REASON,
+                       description="why (kept in the audit log); required for archive, optional for reap")],
+         status=202, responses={"202": "started", "404": "no such task", "409": "a run of the task is in progress",
+                                "422": "archive without a reason"},
          response=obj({"task": {"enum": list(RUN_NOW)}, "started": BOOL}))
 def api_run(task: str):
     out = run_now(task)

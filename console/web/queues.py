@@ -2,8 +2,8 @@
 dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a backlog drain estimate from the collectors' samples, and pause/resume.
 
 GET  /queues, /queues/_table (the polled fragment), /queues/<name>
-POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; audited by console.maintenance)
-and the same under /api/v1/queues.
+POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; a reason required, 422 without;
+audited by console.maintenance) and the same under /api/v1/queues.
 POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; CSRF; audited with
                               its reason); the API twin is POST /api/v1/jobs (console.web.jobs).
 """
@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
+from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
 from console import browse, samples
+from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
+from console.web.actor import actor, reason_for
 from console.web.api import BOOL, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
@@ -142,8 +144,8 @@ def api_detail(name: str):
 
 
 def _set(name: str, action: str) -> None:
-    reason = (request.form.get("reason") or "").strip()[:500] or None
-    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=g.user.name, reason=reason)
+    reason = reason_for(action)
+    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason)
 
 
 def _back(name: str):
@@ -174,8 +176,9 @@ def resume(name: str):
 @bp.post("/api/v1/queues/<name>/pause")
 @requires("operator")
 @api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
-         params=[Param("reason", where="form", description="why (kept in the audit log; first 500 characters)")],
-         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+         params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
     return jsonify({"ok": True, "queue": name, "paused": True})
@@ -183,8 +186,10 @@ def api_pause(name: str):
 
 @bp.post("/api/v1/queues/<name>/resume")
 @requires("operator")
-@api_doc("Resume a paused queue (audited)", params=[Param("reason", where="form", description="why")],
-         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+@api_doc("Resume a paused queue (audited)",
+         params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_resume(name: str):
     _set(name, "resume")
     return jsonify({"ok": True, "queue": name, "paused": False})

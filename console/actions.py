@@ -1,0 +1,181 @@
+"""Which operator actions need a reason, from every face, and who the actor is.
+
+`ACTIONS` is the one table: each operator action, the audit action name(s) it writes, whether
+a reason is required, the faces that offer it (cli, ui, api), and why. The faces check against
+it with `require_reason(action, reason)` before changing anything:
+
+    reason = require_reason("pause", request.form.get("reason"))   # ReasonRequired if missing
+
+`ReasonRequired` is a ValueError: the web maps it to 422 (API and pages alike), the CLI to exit
+code 2 naming `--reason` (after prompting when stdin is a terminal). docs/maintenance.md's table
+"Which actions need a reason" is `markdown_table()`; tests/test_action_reasons.py checks they
+match and drives every (action, face) pair of the table.
+
+The rule (issue 18): bulk and destructive actions, and changes to who may act or who is told,
+need a reason, because an incident review reads the audit log and an entry without a why is
+a question nobody can answer later. One-job replays, retries and acknowledgements stay one
+click: the job's own error (or the alert) is the context, and they are easy to undo.
+
+Actors (`cli_actor()` here; the web's is console.web.actor): a console user's name, an API
+token's owner and label ("alice (token deploy-bot)"), or `cli:<os user>@<host>`; an
+automation's `--actor NAME` is recorded as given, beside the OS user: "NAME (cli:root@host)".
+
+This module does not touch the database or know about HTTP or click.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import socket
+from dataclasses import dataclass
+
+FACES = ("cli", "ui", "api")
+MAX_REASON = 500
+MAX_ACTOR = 100
+_ACTOR = re.compile(r"^[^\x00-\x1f\x7f()]{1,100}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # PostgreSQL text refuses NUL; the rest confuse a log
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One operator action: what it is called in the audit log, whether it needs a reason,
+    which faces offer it, and why (shown in docs/maintenance.md)."""
+
+    audit: tuple[str, ...]
+    reason: bool
+    faces: tuple[str, ...]
+    what: str
+    why: str
+
+
+def _r(audit: str | tuple[str, ...], reason: bool, faces: str, what: str, why: str) -> Requirement:
+    return Requirement(audit if isinstance(audit, tuple) else (audit,), reason, tuple(faces.split()), what, why)
+
+
+ACTIONS: dict[str, Requirement] = {
+    "replay_many": _r("replay", True, "cli ui api", "Replay dead letters matching a filter or several ids",
+                      "Puts many jobs back to work at once; the review needs to know what was fixed first."),
+    "replay_one": _r("replay", False, "cli ui api", "Replay one dead letter (by its id)",
+                     "One job, and its own error is the context; a retry at 3 a.m. stays one click."),
+    "run_now": _r("run_now", False, "ui api", "Run one pending job now",
+                  "One job, moved earlier; nothing is lost."),
+    "cancel_job": _r("cancel", False, "ui api", "Cancel one pending job",
+                     "One job; the reason, if given, is also written into the job's error."),
+    "purge": _r("purge", True, "cli ui api", "Purge dead letters (one or many)",
+                "Destroys jobs (or moves them out of reach): it cannot be undone."),
+    "operation_cancel": _r("cancel", False, "cli ui api", "Cancel a running bulk replay or purge",
+                           "Stops an action that was itself audited with a reason."),
+    "pause": _r("pause", True, "cli ui api", "Pause a queue",
+                "Stops a whole queue's work; whoever finds it paused must learn why."),
+    "resume": _r("resume", True, "cli ui api", "Resume a paused queue",
+                 "Restarts a queue someone stopped on purpose; say what changed."),
+    "archive": _r("archive", True, "cli ui api", "Archive (or delete) completed jobs by hand",
+                  "Moves or deletes many rows outside the schedule; the scheduler's own runs need none."),
+    "retention": _r("retention", True, "cli", "Apply archive retention by hand",
+                    "Deletes archived jobs for good."),
+    "reap": _r("reap", False, "cli ui api", "Reap expired leases now",
+               "The same rescue the scheduler runs every minute, only sooner."),
+    "limit_change": _r("limit_change", True, "", "Change a queue's limits",
+                       "Changes how fast a queue may run for everyone (no face offers it yet)."),
+    "alert_silence": _r("alert_silence", True, "cli ui api", "Silence alerts",
+                        "Nobody is told while it lasts."),
+    "alert_acknowledge": _r("alert_acknowledge", False, "cli ui api", "Acknowledge an alert (the note is the reason)",
+                            "Says who is on it; it silences nothing beyond repeats."),
+    "alert_rule_save": _r("alert_rule_save", True, "ui api", "Create or change an alert rule",
+                          "Changes what wakes someone up."),
+    "alert_rule_delete": _r("alert_rule_delete", True, "ui api", "Delete an alert rule",
+                            "Stops an alert for good."),
+    "alert_destination_save": _r("alert_destination_save", True, "ui api", "Create or change a webhook destination",
+                                 "Changes who is told."),
+    "alert_destination_delete": _r("alert_destination_delete", True, "ui", "Delete a webhook destination",
+                                   "Stops telling someone."),
+    "user_add": _r(("user_add", "user_update"), True, "cli ui", "Add a user, or change a user's role or password",
+                   "Changes who may act."),
+    "user_disable": _r("user_disable", True, "cli ui", "Disable a user",
+                       "Locks someone out (their tokens too)."),
+    "user_enable": _r("user_enable", True, "cli ui", "Enable a user",
+                      "Lets someone back in."),
+    "token_create": _r("token_create", True, "cli ui", "Create an API token",
+                       "A new credential that acts as its owner."),
+    "token_revoke": _r("token_revoke", True, "cli ui", "Revoke an API token",
+                       "Breaks whatever script used it."),
+    "sessions_revoke": _r("sessions_revoke", True, "cli", "End a user's web sessions",
+                          "Signs someone out everywhere; the review needs to know whether it answered a stolen cookie."),
+}
+
+
+class ReasonRequired(ValueError):
+    """The action needs a reason and none was given (HTTP 422, CLI exit 2)."""
+
+    def __init__(self, action: str, message: str | None = None):
+        self.action = action
+        req = ACTIONS[action]
+        super().__init__(message or f"reason: required to {req.what[0].lower()}{req.what[1:]} (it goes in the "
+                         "audit log); say why, e.g. 'SMTP password fixed in deploy 412'")
+
+
+def clean_reason(reason: object) -> str | None:
+    """The reason as recorded: stripped, None when empty; ValueError when too long."""
+    text = str(reason).strip() if reason is not None else ""
+    if len(text) > MAX_REASON:
+        raise ValueError(f"reason: at most {MAX_REASON} characters (got {len(text)})")
+    if _CONTROL.search(text):
+        raise ValueError("reason: control characters are not allowed (line breaks and tabs are)")
+    return text or None
+
+
+def require_reason(action: str, reason: object) -> str | None:
+    """The cleaned reason; ReasonRequired when `action` needs one and it is empty."""
+    if action not in ACTIONS:
+        raise KeyError(f"{action!r} is not in console.actions.ACTIONS")
+    text = clean_reason(reason)
+    if text is None and ACTIONS[action].reason:
+        raise ReasonRequired(action)
+    return text
+
+
+def bulk_action(action: str, selection: dict | None) -> str:
+    """The table's name for a dead-letter replay or purge of `selection` (a Selection's dict):
+    a replay naming exactly one id and nothing else is `replay_one`, any other replay
+    `replay_many` (a filter may match more tomorrow than today); every purge is `purge`."""
+    if action == "purge":
+        return "purge"
+    given = {k: v for k, v in (selection or {}).items() if v not in (None, [], False)}
+    if set(given) == {"ids"} and len(given["ids"]) == 1:
+        return "replay_one"
+    return "replay_many"
+
+
+def os_identity() -> str:
+    """`cli:<os user>@<host>`: the login name from the environment or the password database,
+    and the host name (a container without either still says which machine)."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no LOGNAME/USER and no passwd entry for the uid
+        import os
+
+        user = f"uid{os.getuid()}"
+    host = socket.gethostname() or "localhost"
+    return f"cli:{user}@{host}"
+
+
+def cli_actor(override: str | None = None) -> str:
+    """The CLI's actor: `cli:<os user>@<host>`, or `NAME (cli:<os user>@<host>)` with --actor NAME."""
+    me = os_identity()
+    if override is None:
+        return me
+    name = override.strip()
+    if not _ACTOR.match(name):
+        raise ValueError(f"--actor: {override!r} must be 1-{MAX_ACTOR} characters without control characters or parentheses")
+    return f"{name} ({me})"
+
+
+def markdown_table() -> str:
+    """docs/maintenance.md's table, generated from ACTIONS (a test keeps the page in step)."""
+    lines = ["| Action | Audit log `action` | Reason | Faces | Why |", "|---|---|---|---|---|"]
+    for key, req in ACTIONS.items():
+        faces = ", ".join(req.faces) or "none yet"
+        audit = ", ".join(f"`{a}`" for a in req.audit)
+        lines.append(f"| {req.what} (`{key}`) | {audit} | {'required' if req.reason else 'optional'} | {faces} | {req.why} |")
+    return "\n".join(lines)

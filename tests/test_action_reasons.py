@@ -1,0 +1,439 @@
+"""Every operator action in console.actions.ACTIONS, on every face the table names (CLI, UI,
+API): without a reason an action that needs one is refused (CLI exit code 2 naming --reason,
+UI and API 422 naming `reason`) and nothing changes; with one it is audited with the actor,
+the reason, the selection and the count. Optional ones are accepted without a reason.
+
+The cases are generated from the table: a row added to ACTIONS without a scenario here fails
+`test_every_face_of_the_table_has_a_scenario`. docs/maintenance.md's table is the table's
+`markdown_table()` (test_the_docs_table_is_the_data).
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from console import maintenance as m
+from console import queue as q
+from console import samples
+from console import users as users_mod
+from console.actions import ACTIONS, bulk_action, cli_actor, markdown_table, require_reason
+from console.alerts import evaluate as ev
+from console.alerts import rules as r
+from console.cli import main
+from console.samples import Sample
+from tests.maintenance_data import add_completed, add_failed
+from tests.web_fixtures import CSRF
+
+ROOT = Path(__file__).resolve().parent.parent
+REASON = "INC-1042: SMTP relay fixed in deploy 412"
+TOKEN_LABEL = "ci-bot"
+ME = f"cli:{getpass.getuser()}@{socket.gethostname()}"
+RULE = {"name": "mail_age", "metric": "queue_age_seconds", "op": ">", "threshold": 60, "for": "0s"}
+DEST = {"name": "ops", "url": "https://hooks.example/ops"}
+
+
+@dataclass
+class Call:
+    """How one face performs the action. cli: the arguments (after --dsn); web: a function
+    (client, ctx, reason or None, headers) -> response, `ok` its success status."""
+
+    cli: list[str] | None = None
+    web: Callable[..., Any] | None = None
+    ok: int = 200
+    rows: int | None = None  # the audit row's count, when the face's selection fixes it
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Scenario:
+    setup: Callable[[Any], dict[str, Any]]
+    probe: str  # SQL whose answer must not change when the action is refused
+    faces: dict[str, Callable[[dict[str, Any]], Call]]
+
+
+def post(url: str, /, **fields: Any):
+    def send(client, ctx, reason, headers):
+        data = {k: (v(ctx) if callable(v) else v) for k, v in fields.items()}
+        if reason is not None:
+            data["reason"] = reason
+        return client.post(url.format(**ctx), data=data, headers=headers)
+
+    return send
+
+
+def post_json(url: str, /, **fields: Any):
+    def send(client, ctx, reason, headers):
+        body = dict(fields)
+        if reason is not None:
+            body["reason"] = reason
+        return client.post(url.format(**ctx), json=body, headers=headers)
+
+    return send
+
+
+def delete(url: str):
+    def send(client, ctx, reason, headers):
+        return client.delete(url.format(**ctx), query_string={"reason": reason} if reason else None, headers=headers)
+
+    return send
+
+
+def bulk_purge_api(client, ctx, reason, headers):
+    """The API's purge: preview, then start bound to the preview (docs/maintenance.md)."""
+    selection = {"action": "purge", "ids": [str(i) for i in ctx["ids"]]}
+    confirm = client.post("/api/v1/deadletters/preview", data=selection, headers=headers).get_json()["confirm"]
+    data = {**selection, **{k: str(v) for k, v in confirm.items()}}
+    if reason is not None:
+        data["reason"] = reason
+    return client.post("/api/v1/deadletters/operations", data=data, headers=headers)
+
+
+# --- set-ups --------------------------------------------------------------------------------
+
+def dead(n: int):
+    def setup(conn):
+        ids = add_failed(conn, n, fingerprint="SMTPError: timeout")
+        return {"ids": ids, "id": ids[0], "id_list": ",".join(map(str, ids))}
+
+    return setup
+
+
+def later_job(conn):
+    return {"id": q.enqueue(conn, "report", {}, queue="mail", run_at=datetime.now(UTC) + timedelta(hours=1))}
+
+
+def queued_operation(conn):
+    ids = add_failed(conn, 2)
+    return {"op": m.start(conn, "replay", {"ids": ids}, actor="seed", reason="seed")}
+
+
+def a_queue(paused: bool):
+    def setup(conn):
+        q.enqueue(conn, "send", {}, queue="mail")
+        if paused:
+            q.pause(conn, "mail", actor="seed")
+        return {}
+
+    return setup
+
+
+def completed(conn):
+    add_completed(conn, 5, age=timedelta(hours=3))
+    return {}
+
+
+def archived(conn):
+    add_completed(conn, 4, age=timedelta(hours=3))
+    m.archive_completed(conn, older_than=timedelta(hours=1), actor="scheduler")
+    return {}
+
+
+def firing(conn):
+    now = conn.execute("SELECT now()").fetchone()[0]
+    samples.store(conn, [Sample("queue_age_seconds", {"queue": "mail"}, 500, now)])
+    rules = r.RuleSet(rules={"queue_age": r.parse_rule({"name": "queue_age", "metric": "queue_age_seconds",
+                                                         "op": ">", "threshold": 100, "for": "0s"})}, destinations={})
+    ev.evaluate(conn, rules, ev.AlertSettings(), now=now)
+    return {"alert": conn.execute("SELECT id FROM skiplock.alerts").fetchone()[0]}
+
+
+def ui_rule(conn):
+    r.save_rule(conn, RULE, actor="seed")
+    return {}
+
+
+def ui_destination(conn):
+    conn.execute("INSERT INTO skiplock.alert_destinations (name, kind, url, headers, updated_by) "
+                 "VALUES ('ops', 'json', 'https://hooks.example/ops', '{}', 'seed')")
+    return {}
+
+
+def carol(disabled: bool = False, token: bool = False, session: bool = False):
+    def setup(conn):
+        users_mod.add_user(conn, "carol", "operator", "carol-password")
+        if session:
+            users_mod.start_session(conn, "carol", "127.0.0.1", "pytest")
+        if disabled:
+            users_mod.set_disabled(conn, "carol", True)
+        ctx: dict[str, Any] = {}
+        if token:
+            users_mod.create_token(conn, "carol", "deploy")
+            ctx["token"] = conn.execute("SELECT max(id) FROM skiplock.api_tokens WHERE user_name = 'carol'").fetchone()[0]
+        return ctx
+
+    return setup
+
+
+JOBS = "SELECT status, count(*) FROM skiplock.jobs GROUP BY status ORDER BY status"
+SESSIONS = "SELECT user_name, revoked_at IS NULL FROM skiplock.web_sessions ORDER BY id"
+USERS = "SELECT name, role, disabled, (SELECT count(*) FROM skiplock.api_tokens WHERE revoked_at IS NULL) FROM skiplock.users ORDER BY name"
+
+SCENARIOS: dict[str, Scenario] = {
+    "replay_many": Scenario(dead(3), JOBS, {
+        "cli": lambda c: Call(cli=["replay", "--group", "SMTPError: timeout"], rows=3),
+        "ui": lambda c: Call(web=post("/deadletters/operations", action="replay", fingerprint="SMTPError: timeout"), ok=303, rows=3),
+        "api": lambda c: Call(web=post("/api/v1/deadletters/operations", action="replay", ids=c["ids"]), ok=201, rows=3),
+    }),
+    "replay_one": Scenario(dead(1), JOBS, {
+        "cli": lambda c: Call(cli=["replay", "--id", str(c["id"])], rows=1),
+        "ui": lambda c: Call(web=post("/deadletters/jobs/{id}/replay"), ok=303, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/jobs/{id}/replay"), rows=1),
+    }),
+    "run_now": Scenario(later_job, "SELECT run_at > now() FROM skiplock.jobs", {
+        "ui": lambda c: Call(web=post("/jobs/{id}/run_now"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/jobs/{id}/run_now"), rows=1),
+    }),
+    "cancel_job": Scenario(later_job, JOBS, {
+        "ui": lambda c: Call(web=post("/jobs/{id}/cancel"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/jobs/{id}/cancel"), rows=1),
+    }),
+    "purge": Scenario(dead(2), JOBS, {
+        "cli": lambda c: Call(cli=["purge", "--id", c["id_list"]], rows=2),
+        "ui": lambda c: Call(web=post("/deadletters/jobs/{id}/purge"), ok=303, rows=1),
+        "api": lambda c: Call(web=bulk_purge_api, ok=201, rows=2),
+    }),
+    "operation_cancel": Scenario(queued_operation, "SELECT state FROM skiplock.bulk_operations", {
+        "cli": lambda c: Call(cli=["operations", "--cancel", str(c["op"])]),
+        "ui": lambda c: Call(web=post("/deadletters/operations/{op}/cancel"), ok=303),
+        "api": lambda c: Call(web=post("/api/v1/deadletters/operations/{op}/cancel")),
+    }),
+    "pause": Scenario(a_queue(False), "SELECT name, paused FROM skiplock.queues", {
+        "cli": lambda c: Call(cli=["pause", "mail"], rows=1),
+        "ui": lambda c: Call(web=post("/queues/mail/pause"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/queues/mail/pause"), rows=1),
+    }),
+    "resume": Scenario(a_queue(True), "SELECT name, paused FROM skiplock.queues", {
+        "cli": lambda c: Call(cli=["resume", "mail"], rows=1),
+        "ui": lambda c: Call(web=post("/queues/mail/resume"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/queues/mail/resume"), rows=1),
+    }),
+    "archive": Scenario(completed, "SELECT (SELECT count(*) FROM skiplock.jobs), (SELECT count(*) FROM skiplock.jobs_archive)", {
+        "cli": lambda c: Call(cli=["archive"], rows=5),
+        "ui": lambda c: Call(web=post("/maintenance/run/archive"), ok=303, rows=5),
+        "api": lambda c: Call(web=post("/api/v1/maintenance/run/archive"), ok=202, rows=5),
+    }),
+    "retention": Scenario(archived, "SELECT count(*) FROM skiplock.jobs_archive", {
+        "cli": lambda c: Call(cli=["retention", "--older-than", "1m"]),
+    }),
+    "reap": Scenario(lambda conn: {}, JOBS, {
+        "cli": lambda c: Call(cli=["reap"], rows=0),
+        "ui": lambda c: Call(web=post("/maintenance/run/reap"), ok=303, rows=0),
+        "api": lambda c: Call(web=post("/api/v1/maintenance/run/reap"), ok=202, rows=0),
+    }),
+    "alert_silence": Scenario(lambda conn: {}, "SELECT count(*) FROM skiplock.alert_silences", {
+        "cli": lambda c: Call(cli=["alerts", "silence", "--rule", "queue_age", "--label", "queue=mail", "--for", "1h"], rows=1),
+        "ui": lambda c: Call(web=post("/alerts/silences", rule="queue_age", labels="queue=mail", duration="1h"), ok=302, rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/alerts/silences", rule="queue_age", labels="queue=mail", duration="1h"),
+                              ok=201, rows=1),
+    }),
+    "alert_acknowledge": Scenario(firing, "SELECT acknowledged_by FROM skiplock.alerts", {
+        "cli": lambda c: Call(cli=["alerts", "ack", str(c["alert"])], rows=1),
+        "ui": lambda c: Call(web=post("/alerts/{alert}/ack"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/alerts/{alert}/ack"), rows=1),
+    }),
+    "alert_rule_save": Scenario(lambda conn: {}, "SELECT count(*) FROM skiplock.alert_rules", {
+        "ui": lambda c: Call(web=post("/alerts/rules", **RULE), ok=302, rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/alerts/rules", **RULE), ok=201, rows=1),
+    }),
+    "alert_rule_delete": Scenario(ui_rule, "SELECT count(*) FROM skiplock.alert_rules", {
+        "ui": lambda c: Call(web=post("/alerts/rules/mail_age/delete"), ok=302, rows=1),
+        "api": lambda c: Call(web=delete("/api/v1/alerts/rules/mail_age"), rows=1),
+    }),
+    "alert_destination_save": Scenario(lambda conn: {}, "SELECT count(*) FROM skiplock.alert_destinations", {
+        "ui": lambda c: Call(web=post("/alerts/destinations", **DEST), ok=302, rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/alerts/destinations", **DEST), ok=201, rows=1),
+    }),
+    "alert_destination_delete": Scenario(ui_destination, "SELECT count(*) FROM skiplock.alert_destinations", {
+        "ui": lambda c: Call(web=post("/alerts/destinations/ops/delete"), ok=302, rows=1),
+    }),
+    "user_add": Scenario(lambda conn: {}, USERS, {
+        "cli": lambda c: Call(cli=["users", "add", "carol", "--role", "viewer"], rows=1,
+                              env={"SKIPLOCK_PASSWORD": "carol-password"}),
+        "ui": lambda c: Call(web=post("/admin/users", name="carol", role="viewer", password="carol-password"), ok=302, rows=1),
+    }),
+    "user_disable": Scenario(carol(), USERS, {
+        "cli": lambda c: Call(cli=["users", "disable", "carol"], rows=1),
+        "ui": lambda c: Call(web=post("/admin/users/carol/disable"), ok=302, rows=1),
+    }),
+    "user_enable": Scenario(carol(disabled=True), USERS, {
+        "cli": lambda c: Call(cli=["users", "enable", "carol"], rows=1),
+        "ui": lambda c: Call(web=post("/admin/users/carol/enable"), ok=302, rows=1),
+    }),
+    "token_create": Scenario(carol(), USERS, {
+        "cli": lambda c: Call(cli=["users", "token", "carol", "--label", "deploy"], rows=1),
+        "ui": lambda c: Call(web=post("/admin/users/carol/token", label="deploy"), ok=200, rows=1),
+    }),
+    "token_revoke": Scenario(carol(token=True), USERS, {
+        "cli": lambda c: Call(cli=["users", "revoke", str(c["token"])], rows=1),
+        "ui": lambda c: Call(web=post("/admin/tokens/{token}/revoke"), ok=302, rows=1),
+    }),
+    "sessions_revoke": Scenario(carol(session=True), SESSIONS, {
+        "cli": lambda c: Call(cli=["users", "sessions", "carol", "--revoke"], rows=1),
+    }),
+}
+
+CASES = [(key, face) for key, req in ACTIONS.items() for face in req.faces]
+REQUIRED = [(k, f) for k, f in CASES if ACTIONS[k].reason]
+OPTIONAL = [(k, f) for k, f in CASES if not ACTIONS[k].reason]
+
+
+# --- running one face ---------------------------------------------------------------------
+
+def audit_count(conn) -> int:
+    return conn.execute("SELECT count(*) FROM skiplock.audit_log").fetchone()[0]
+
+
+def settle(conn, key: str | None = None, reason: str | None = None) -> None:
+    """Wait (bounded) for what the web started in the background: bulk operations and
+    maintenance runs (and, with `key`, the action's audit row), so that no thread outlives the test."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if key is not None and not audited(conn, key, reason):
+            time.sleep(0.05)
+            continue
+        busy = conn.execute(
+            "SELECT (SELECT count(*) FROM skiplock.bulk_operations WHERE state IN ('queued', 'running') AND actor <> 'seed')"
+            " + (SELECT count(*) FROM skiplock.maintenance_runs WHERE outcome = 'running')").fetchone()[0]
+        if not busy:
+            return
+        time.sleep(0.05)
+    raise AssertionError("background work did not finish within 30 s")
+
+
+@pytest.fixture
+def act(conn, dsn, web_app, personas):
+    """act(key, face, ctx, reason, actor=None) -> (call, status or exit code, output)."""
+    token = users_mod.create_token(conn, "admin", TOKEN_LABEL)
+    runner = CliRunner()  # its stdin is not a terminal: a missing reason is refused, not asked for
+
+    def run(key: str, face: str, ctx: dict[str, Any], reason: str | None, *, actor: str | None = None):
+        call = SCENARIOS[key].faces[face](ctx)
+        if face == "cli":
+            args = ["--dsn", dsn, *call.cli] + (["--reason", reason] if reason else []) + (["--actor", actor] if actor else [])
+            result = runner.invoke(main, args, env=call.env, catch_exceptions=False)
+            return call, result.exit_code, result.output
+        client = web_app.test_client()
+        if face == "ui":
+            with client.session_transaction() as session:
+                session["csrf"], session["user"] = CSRF, "admin"
+            headers = {"X-CSRF-Token": CSRF}
+        else:
+            headers = {"Authorization": f"Bearer {token}"}
+        response = call.web(client, ctx, reason, headers)
+        return call, response.status_code, response.get_data(as_text=True)
+
+    return run
+
+
+def expected_actor(face: str) -> str:
+    return {"cli": ME, "ui": "admin", "api": f"admin (token {TOKEN_LABEL})"}[face]
+
+
+def audited(conn, key: str, reason: str | None) -> list[dict[str, Any]]:
+    from psycopg.rows import dict_row
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            "SELECT actor, action, reason, selection, rows, outcome FROM skiplock.audit_log "
+            "WHERE action = ANY(%s) AND actor <> 'seed' AND reason IS NOT DISTINCT FROM %s ORDER BY id",
+            (list(ACTIONS[key].audit), reason)).fetchall()
+
+
+# --- the tests ---------------------------------------------------------------------------------
+
+def test_every_face_of_the_table_has_a_scenario():
+    missing = [(k, f) for k, f in CASES if k not in SCENARIOS or f not in SCENARIOS[k].faces]
+    extra = [(k, f) for k, s in SCENARIOS.items() for f in s.faces if (k, f) not in CASES]
+    assert missing == [] and extra == [], f"scenarios missing for {missing}; not in the table: {extra}"
+
+
+@pytest.mark.parametrize(("key", "face"), REQUIRED, ids=[f"{k}-{f}" for k, f in REQUIRED])
+def test_refused_without_a_reason_then_audited_with_one(conn, act, key, face):
+    scenario = SCENARIOS[key]
+    ctx = scenario.setup(conn)
+    before, before_audit = conn.execute(scenario.probe).fetchall(), audit_count(conn)
+
+    _, status, output = act(key, face, ctx, None)
+    if face == "cli":
+        assert status == 2, output
+        assert "--reason" in output and "Traceback" not in output, output
+    else:
+        assert status == 422, output[:400]
+        assert "reason" in output, output[:400]
+    settle(conn)
+    assert conn.execute(scenario.probe).fetchall() == before, "a refused action changed something"
+    assert audit_count(conn) == before_audit, "a refused action wrote to the audit log"
+
+    call, status, output = act(key, face, ctx, REASON)
+    assert status == (0 if face == "cli" else call.ok), output[:400]
+    settle(conn, key, REASON)
+    assert conn.execute(scenario.probe).fetchall() != before, "the action changed nothing"
+    rows = audited(conn, key, REASON)
+    assert rows, f"no audit row for {ACTIONS[key].audit} with the reason"
+    for row in rows:
+        assert row["actor"] == expected_actor(face), row
+        assert row["selection"], row
+        assert row["rows"] is not None, row
+        if call.rows is not None:
+            assert row["rows"] == call.rows, row
+
+
+@pytest.mark.parametrize(("key", "face"), OPTIONAL, ids=[f"{k}-{f}" for k, f in OPTIONAL])
+def test_optional_reason_is_not_asked_for(conn, act, key, face):
+    ctx = SCENARIOS[key].setup(conn)
+    call, status, output = act(key, face, ctx, None)
+    assert status == (0 if face == "cli" else call.ok), output[:400]
+    settle(conn, key, None)
+    rows = audited(conn, key, None)
+    assert rows and all(row["actor"] == expected_actor(face) for row in rows), rows
+
+
+def test_cli_actor_override_is_recorded_beside_the_os_user(conn, act):
+    ctx = SCENARIOS["pause"].setup(conn)
+    _, status, output = act("pause", "cli", ctx, "nightly deploy", actor="deploy-bot")
+    assert status == 0, output
+    actor = conn.execute("SELECT actor FROM skiplock.audit_log WHERE action = 'pause'").fetchone()[0]
+    assert actor == f"deploy-bot ({ME})"
+    _, status, output = act("pause", "cli", ctx, "x", actor="bad\nname")
+    assert status == 2 and "--actor" in output
+
+
+def test_the_cli_asks_for_a_reason_on_a_terminal(conn, dsn, monkeypatch):
+    """On a terminal the CLI asks instead of refusing; an empty answer is asked again."""
+    SCENARIOS["pause"].setup(conn)
+    monkeypatch.setattr("console.cli.common.interactive", lambda: True)
+    result = CliRunner().invoke(main, ["--dsn", dsn, "pause", "mail"], input="\nrelay down\n", catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "a reason is required" in result.output
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE action = 'pause'").fetchone()[0] == "relay down"
+
+
+def test_one_job_replay_and_everything_else():
+    assert bulk_action("replay", {"ids": [7]}) == "replay_one"
+    assert bulk_action("replay", {"ids": [7, 8]}) == "replay_many"
+    assert bulk_action("replay", {"ids": [7], "queue": "mail"}) == "replay_many"
+    assert bulk_action("replay", {"fingerprint": "x"}) == "replay_many"
+    assert bulk_action("purge", {"ids": [7]}) == "purge"
+    assert require_reason("replay_one", "  ") is None
+    with pytest.raises(ValueError, match="at most 500"):
+        require_reason("pause", "x" * 501)
+    with pytest.raises(ValueError, match="control characters"):
+        require_reason("pause", "relay\x00down")  # PostgreSQL text refuses NUL: a 400, never a 500
+    assert require_reason("pause", "relay down\nsince 03:00") == "relay down\nsince 03:00"
+    assert cli_actor() == ME
+
+
+def test_the_docs_table_is_the_data():
+    text = (ROOT / "docs" / "maintenance.md").read_text(encoding="utf-8")
+    assert markdown_table() in text, ("docs/maintenance.md's table differs from console.actions.ACTIONS; paste "
+                                      "`python -c 'from console.actions import markdown_table; print(markdown_table())'`")
