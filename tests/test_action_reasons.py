@@ -325,7 +325,8 @@ def act(conn, dsn, web_app, personas):
         client = web_app.test_client()
         if face == "ui":
             with client.session_transaction() as session:
-                session["csrf"], session["user"] = CSRF, "admin"
+                session["csrf"] = CSRF
+                session["sid"] = users_mod.start_session(conn, "admin", "127.0.0.1", "pytest")
             headers = {"X-CSRF-Token": CSRF}
         else:
             headers = {"Authorization": f"Bearer {token}"}

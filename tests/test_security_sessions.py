@@ -72,7 +72,8 @@ def test_a_role_change_ends_the_users_sessions_but_the_same_role_does_not(client
 
 def test_the_admin_page_changing_a_role_ends_that_users_sessions(client_as):
     operator, admin = client_as("operator"), client_as("admin")
-    saved = admin.post("/admin/users", data={"name": "operator", "role": "viewer", "csrf_token": CSRF})
+    saved = admin.post("/admin/users", data={"name": "operator", "role": "viewer", "csrf_token": CSRF,
+                                               "reason": "demoted"})
     assert saved.status_code == 302
     assert operator.get(PAGE).status_code == 401
     assert admin.get(PAGE).status_code == 200
@@ -80,10 +81,10 @@ def test_the_admin_page_changing_a_role_ends_that_users_sessions(client_as):
 
 def test_users_disable_ends_the_sessions_in_the_same_statement(client_as, conn, dsn):
     client = client_as("operator")
-    result = _cli(dsn, "disable", "operator")
+    result = _cli(dsn, "disable", "operator", "--reason", "left the team")
     assert result.exit_code == 0, result.output
     assert all(row[3] is not None for row in _sessions(conn, "operator"))  # revoked, not merely refused
-    _cli(dsn, "enable", "operator")
+    _cli(dsn, "enable", "operator", "--reason", "back")
     assert client.get(PAGE).status_code == 401  # enabling again does not revive them
 
 
@@ -164,15 +165,17 @@ def test_cli_lists_sessions_and_revokes_one_by_prefix_or_all(client_as, conn, ds
 
     one = ids[[c.session_token for c in (first, second, third)].index(second.session_token)]
     assert users_mod._digest(second.session_token) == one
-    ended = _cli(dsn, "sessions", "operator", "--revoke", one[:8])
+    ended = _cli(dsn, "sessions", "operator", "--revoke", one[:8], "--reason", "lost laptop")
     assert ended.exit_code == 0 and "ended 1 session" in ended.output
     assert [c.get(PAGE).status_code for c in (first, second, third)] == [200, 401, 200]
     assert "revoked" in _cli(dsn, "sessions", "operator").output
 
-    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke", "xyz"])
+    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke", "xyz", "--reason", "x"])
     assert bad.exit_code != 0 and "hex digits" in bad.output
 
-    everything = _cli(dsn, "sessions", "operator", "--revoke")
+    unexplained = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke"])
+    assert unexplained.exit_code == 2 and "--reason" in unexplained.output  # nothing ended without a why
+    everything = _cli(dsn, "sessions", "operator", "--revoke", "--reason", "stolen cookie")
     assert everything.exit_code == 0 and "ended 2 sessions" in everything.output
     assert [c.get(PAGE).status_code for c in (first, second, third)] == [401, 401, 401]
     audit = conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE action = 'sessions_revoke'").fetchone()[0]
