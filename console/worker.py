@@ -47,9 +47,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb  # noqa: F401  (re-exported for handlers' convenience)
 
-from console import limits
+from console import limits, tasks
 from console import queue as q
-from console import tasks
 from console.db import DatabaseError, connect, require_schema
 from console.histogram import Histogram
 from console.sqlfiles import query

@@ -15,6 +15,7 @@ import threading
 import time
 
 import pytest
+from psycopg import sql
 
 from console import limits
 from console import queue as q
@@ -50,11 +51,13 @@ def workers(subprocess_env):
 
 
 class Sampler(threading.Thread):
-    """Counts running rows matching `where` every few milliseconds; keeps the largest count."""
+    """Counts running rows whose `column` (queue or kind) is `value` every few milliseconds;
+    keeps the largest count."""
 
-    def __init__(self, dsn: str, where: str, params: tuple, *, deadline: float = 120):
+    def __init__(self, dsn: str, column: str, value: str, *, deadline: float = 120):
         super().__init__(daemon=True)
-        self.dsn, self.sql, self.params = dsn, f"SELECT count(*) FROM skiplock.jobs WHERE status = 'running' AND {where}", params
+        self.dsn, self.params = dsn, (value,)
+        self.sql = sql.SQL("SELECT count(*) FROM skiplock.jobs WHERE status = 'running' AND {} = %s").format(sql.Identifier(column))
         self.most = 0
         self.samples = 0
         self._halt = threading.Event()
@@ -96,7 +99,7 @@ def test_two_workers_racing_a_concurrency_limit_of_two(db, dsn, workers):
     limits.set_limits(db, "lim", concurrency=2, actor="test")
     enqueue(db, 30, queue="lim")
     enqueue(db, 10, queue="free", payload={"sleep": 0.05})  # unlimited work beside it
-    sampler = Sampler(dsn, "queue = %s", ("lim",))
+    sampler = Sampler(dsn, "queue", "lim")
     sampler.start()
     a = workers.start("--concurrency", "4")
     b = workers.start("--concurrency", "4")
@@ -132,7 +135,7 @@ def test_a_limit_held_across_a_worker_sigkill(db, dsn, workers):
     limits.set_limits(db, "lim", concurrency=2, actor="test")
     slow = enqueue(db, 2, queue="lim", kind="slow_first", payload={"first_sleep": 120})
     quick = enqueue(db, 4, queue="lim", kind="record", payload={"sleep": 0.1})
-    sampler = Sampler(dsn, "queue = %s", ("lim",))
+    sampler = Sampler(dsn, "queue", "lim")
     sampler.start()
     a = workers.start("--concurrency", "4", "--lease", "1")
     wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'running' AND id = ANY(%s)",
@@ -159,7 +162,7 @@ def test_a_limit_held_across_a_worker_sigkill(db, dsn, workers):
 def test_a_kind_concurrency_declared_in_code(db, dsn, workers):
     with db.transaction():
         q.enqueue_many(db, [q.NewJob("scarce", {"sleep": 0.1}, queue=name) for name in ("a", "b") for _ in range(5)])
-    sampler = Sampler(dsn, "kind = %s", ("scarce",))
+    sampler = Sampler(dsn, "kind", "scarce")
     sampler.start()
     workers.start("--concurrency", "4")
     workers.start("--concurrency", "4")

@@ -147,6 +147,8 @@ ROUTES = [
     ("POST", "/queues/{name}/resume", "operator", 302),
     ("POST", "/api/v1/queues/{name}/pause", "operator", 200),
     ("POST", "/api/v1/queues/{name}/resume", "operator", 200),
+    ("POST", "/queues/{name}/limits", "operator", 302),
+    ("PUT", "/api/v1/queues/{name}/limits", "operator", 200),
     ("POST", "/logout", "viewer", 302),
     ("POST", "/admin/users", "admin", 302),
     ("POST", "/admin/users/{name}/{action}", "admin", 302),
@@ -163,6 +165,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
         action = "enable" if "/admin/" in rule else "run_now"
         url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id)
         data = {"name": "newbie", "role": "viewer", "password": "long-enough-pw"} if rule == "/admin/users" else None
+        if rule.endswith("/limits"):
+            data = {"concurrency": "2"}
         response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=data)
         response.get_data()  # consume streamed exports
         response.close()
