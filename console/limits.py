@@ -279,32 +279,58 @@ def claim_kind(conn: psycopg.Connection, kind: str, worker: str, *, limit: int, 
 
 class LimitedClaimer:
     """The worker's limited path: each round, tries every limited unit it serves, starting
-    one further along each time so that no queue or kind is always served last."""
+    one further along each time so that no queue or kind is always served last.
 
-    def __init__(self, worker: str, queues: Sequence[str] | None, lease: float):
+    A unit that had nothing to give (full, out of tokens, or empty) rests until the next poll
+    (`rest` seconds) unless `poke`d: a NOTIFY of new jobs in its queue, or one of its jobs
+    finishing here. So a limited queue costs the fleet's other queues at most one try per poll
+    interval while it is full or idle, not one per claim round."""
+
+    def __init__(self, worker: str, queues: Sequence[str] | None, lease: float, *, rest: float = 1.0):
         self.worker = worker
         self.queues = list(queues) if queues else None
         self.lease = lease
+        self.rest = rest
         self.units = Limited()
         self._turn = 0
+        self._resting: dict[tuple[str, str], float] = {}
 
     def refresh(self, conn: psycopg.Connection) -> Limited:
         self.units = limited(conn, self.queues)
         return self.units
 
-    def claim(self, conn: psycopg.Connection, limit: int) -> list[q.Job]:
+    def poke(self, *, queue: str | None = None, kind: str | None = None) -> None:
+        """Something changed for this queue (or kind): try it in the next round. A queue's
+        new jobs may also be a limited kind's, so a queue poke wakes the kinds too."""
+        if queue is not None:
+            self._resting.pop(("queue", queue), None)
+            for name in self.units.kinds:
+                self._resting.pop(("kind", name), None)
+        if kind is not None:
+            self._resting.pop(("kind", kind), None)
+
+    def poke_all(self) -> None:
+        self._resting.clear()
+
+    def claim(self, conn: psycopg.Connection, limit: int, *, now: float) -> list[q.Job]:
         units = [("queue", n) for n in self.units.queues] + [("kind", n) for n in self.units.kinds]
         if not units or limit < 1:
             return []
         self._turn = (self._turn + 1) % len(units)
         claimed: list[q.Job] = []
-        for unit, name in units[self._turn:] + units[:self._turn]:
+        for unit in units[self._turn:] + units[:self._turn]:
             left = limit - len(claimed)
             if left <= 0:
                 break
-            if unit == "queue":
-                claimed += claim_from_queue(conn, name, self.worker, limit=left, lease=self.lease)
+            if self._resting.get(unit, 0.0) > now:
+                continue
+            kind, name = unit
+            if kind == "queue":
+                got = claim_from_queue(conn, name, self.worker, limit=left, lease=self.lease)
             else:
-                claimed += claim_kind(conn, name, self.worker, limit=left, queues=self.queues,
-                                      limited_queues=self.units.queues, lease=self.lease)
+                got = claim_kind(conn, name, self.worker, limit=left, queues=self.queues,
+                                 limited_queues=self.units.queues, lease=self.lease)
+            if len(got) < left:
+                self._resting[unit] = now + self.rest
+            claimed += got
         return claimed

@@ -144,7 +144,7 @@ class Worker:
         self._lock = threading.Lock()
         self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
         self._conn: psycopg.Connection | None = None
-        self._limits = limits.LimitedClaimer(self.id, self.queues, lease)
+        self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
         self._limits_stale = threading.Event()
         self._limits_read_at = float("-inf")
 
@@ -199,6 +199,9 @@ class Worker:
                         for note in conn.notifies(timeout=1.0):
                             if note.channel == limits.LIMITS_CHANNEL:
                                 self._limits_stale.set()
+                                self._wake.set()
+                            elif note.channel == "skiplock_jobs" and note.payload in self._limits.units.queues:
+                                self._limits.poke(queue=note.payload)
                                 self._wake.set()
                             elif note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
                                 self._wake.set()
@@ -276,9 +279,12 @@ class Worker:
         self._connection().execute(query("queue", "flush_worker"), params)
 
     def _refresh_limits(self, conn: psycopg.Connection) -> None:
-        if self._limits_stale.is_set() or time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+        stale = self._limits_stale.is_set()
+        if stale or time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
             self._limits_stale.clear()
             self._limits.refresh(conn)
+            if stale:  # a limit changed: try every unit at once
+                self._limits.poke_all()
             self._limits_read_at = time.monotonic()
 
     def _record_failures(self, conn: psycopg.Connection, failures: list[Outcome]) -> None:
@@ -347,6 +353,8 @@ class Worker:
                 except queue_module.Empty:
                     break
                 self.counters.runtime_histogram.observe(outcome.seconds)
+                if self._limits.units:  # a slot of its queue (kind) is free now: try it
+                    self._limits.poke(queue=outcome.job.queue, kind=outcome.job.kind)
                 with self._lock:
                     self._in_flight.pop(outcome.job.id, None)
                 if outcome.error is None:
@@ -380,7 +388,7 @@ class Worker:
                             self.counters.completed += len(completed)
                             self.counters.lost += len(done) - len(completed)
                             done = []
-                        claimed = self._limits.claim(conn, limit)
+                        claimed = self._limits.claim(conn, limit, now=started)
                     if len(claimed) < limit:
                         completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
                                                                limit=limit - len(claimed), lease=self.lease)
