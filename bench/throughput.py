@@ -436,7 +436,7 @@ def describe(mode: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) + ("" if MODES[mode] else ", fsync/synchronous_commit/full_page_writes on")
 
 
-def prepare_database(cluster: PrivateCluster) -> str:
+def prepare_database(cluster: PrivateCluster, *, pgqueuer: bool = True) -> str:
     with connect(cluster.dsn) as conn:
         conn.execute("CREATE DATABASE bench")
     dsn = cluster.dsn_for("bench")
@@ -453,7 +453,8 @@ def prepare_database(cluster: PrivateCluster) -> str:
         await queries.optimize_autovacuum()  # PGQueuer's recommended per-table settings (`pgq autovac`)
         await aconn.close()
 
-    asyncio.run(install_pgqueuer())
+    if pgqueuer:  # PGQueuer (the bench extra) is needed only when it is benchmarked
+        asyncio.run(install_pgqueuer())
     return dsn
 
 
@@ -510,7 +511,8 @@ def main(argv=None) -> None:
         modes.append(args.sustained_mode)
     for mode in modes:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
-            dsn = prepare_database(cluster)
+            dsn = prepare_database(cluster, pgqueuer="pgqueuer" in args.contenders
+                                   or (args.sustained and "pgqueuer" in args.sustained_contenders))
             if args.with_limits:
                 add_limits(dsn)
             with connect(dsn) as conn:
