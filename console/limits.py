@@ -300,14 +300,23 @@ class LimitedClaimer:
         return self.units
 
     def poke(self, *, queue: str | None = None, kind: str | None = None) -> None:
-        """Something changed for this queue (or kind): try it in the next round. A queue's
-        new jobs may also be a limited kind's, so a queue poke wakes the kinds too."""
+        """A job of this queue (or kind) finished here: its slot is free, try it next round.
+        Only those units: a finished job of an unlimited queue wakes nothing."""
         if queue is not None:
             self._resting.pop(("queue", queue), None)
-            for name in self.units.kinds:
-                self._resting.pop(("kind", name), None)
         if kind is not None:
             self._resting.pop(("kind", kind), None)
+
+    def poke_new_jobs(self, queue: str) -> None:
+        """New jobs arrived in a limited queue (NOTIFY): try it, and the limited kinds, whose
+        jobs may be among them."""
+        self._resting.pop(("queue", queue), None)
+        for name in self.units.kinds:
+            self._resting.pop(("kind", name), None)
+
+    def resting(self, now: float) -> set[tuple[str, str]]:
+        """The units that will be skipped if a round starts at `now`."""
+        return {unit for unit, until in self._resting.items() if until > now}
 
     def poke_all(self) -> None:
         self._resting.clear()

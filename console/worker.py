@@ -201,7 +201,7 @@ class Worker:
                                 self._limits_stale.set()
                                 self._wake.set()
                             elif note.channel == "skiplock_jobs" and note.payload in self._limits.units.queues:
-                                self._limits.poke(queue=note.payload)
+                                self._limits.poke_new_jobs(note.payload)
                                 self._wake.set()
                             elif note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
                                 self._wake.set()

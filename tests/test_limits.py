@@ -180,3 +180,24 @@ def test_fast_claim_still_walks_the_claim_index(conn):
         # The candidates walk the claim index; the limits are two hashed subplans beside it.
         assert "Index Scan using jobs_claim_idx" in plan, plan
         assert plan.count("hashed SubPlan") == 2, plan
+
+
+def test_a_unit_that_gave_nothing_rests_until_poked(conn):
+    """A full or empty limited queue (kind) is not retried every claim round: the limited
+    claim scans the eligible backlog, so retrying it after each finished job of an unlimited
+    queue would cost those queues a scan per round."""
+    fill(conn, 3, queue="lim")
+    limits.set_limits(conn, "lim", concurrency=1, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    claimer = limits.LimitedClaimer("w1", None, 60.0, rest=1.0)
+    claimer.refresh(conn)
+    assert len(claimer.claim(conn, 10, now=100.0)) == 1  # the queue's one slot; the kind has no jobs
+    assert claimer.resting(100.5) == {("queue", "lim"), ("kind", "scarce")}
+    claimer.poke(queue="default", kind="noop")  # an unlimited queue's job finished: nothing wakes
+    assert claimer.resting(100.5) == {("queue", "lim"), ("kind", "scarce")}
+    assert claimer.claim(conn, 10, now=100.5) == []
+    claimer.poke(queue="lim", kind="noop")  # one of its jobs finished here
+    assert claimer.resting(100.5) == {("kind", "scarce")}
+    claimer.poke_new_jobs("lim")
+    assert claimer.resting(100.5) == set()
+    assert claimer.resting(101.5) == set()  # rests one poll interval at most
