@@ -123,3 +123,30 @@ def test_queue_page_form_sets_limits_and_pages_show_usage(client_as, conn):
     viewer = client_as("viewer")
     assert b'id="limits-form"' not in viewer.get("/queues/mail").data
     assert viewer.post("/queues/mail/limits", data={"csrf_token": CSRF, "concurrency": "5"}).status_code == 403
+
+
+@pytest.mark.browser
+def test_operator_sets_and_clears_limits_in_the_browser(page, live_server, personas, conn):
+    """Chromium: the queue page's form sets a concurrency and a rate, then clears them; the end
+    state and the audit rows are checked in the database."""
+    from tests.test_web_browser import sign_in
+
+    with conn.transaction():
+        q.enqueue(conn, "noop", {}, queue="mail")
+    sign_in(page, live_server, "operator", "/queues/mail")
+    form = page.locator("#limits-form")
+    form.locator("input[name=concurrency]").fill("2")
+    form.locator("input[name=rate]").fill("30/m")
+    form.locator("input[name=reason]").fill("provider quota")
+    form.locator("button[type=submit]").click()
+    page.wait_for_load_state()
+    assert "0/2 running" in page.locator("#queue-limits").inner_text()
+    assert limits.limits_of(conn, "mail") == {"concurrency": 2, "rate": "30/m", "burst": 1.0}
+    form = page.locator("#limits-form")
+    form.locator("input[name=clear]").check()
+    form.locator("input[name=reason]").fill("quota lifted")
+    form.locator("button[type=submit]").click()
+    page.wait_for_load_state()
+    assert "No limits" in page.locator("#queue-limits").inner_text()
+    assert limits.queue_limits(conn) == []
+    assert [(r[1], r[3]) for r in audit_rows(conn)] == [("set limits", "provider quota"), ("clear limits", "quota lifted")]
