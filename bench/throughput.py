@@ -19,7 +19,14 @@ process for every contender:
             `FOR UPDATE` instead of `FOR UPDATE SKIP LOCKED` (the convoy);
 - pgqueuer: PGQueuer's QueueManager on its psycopg driver, batch 10, same database;
 - bare:     a bare psycopg loop running exactly Skiplock's complete-and-claim SQL (the ceiling
-            for Python on this database).
+            for Python on this database);
+- bare-prelimits: the same loop running the statement as it was before queue limits (without
+            the two look-ups that leave limited queues and kinds to console.limits): what the
+            limits cost a queue that has none.
+
+`--with-limits` gives another queue a concurrency and a rate and another kind a concurrency
+before the grid, so the benchmarked (unlimited) queue shares the database and the workers with
+limited ones: the workers then also run their limited path (console.limits).
 
 jobs/s is the rise in completed rows (counted in the database) over a fixed window after a
 warm-up; claim latency is the round trip of the claim statement (for Skiplock and the loops
@@ -64,11 +71,14 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare")
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
 NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
 assert NAIVE_SQL != CLAIM_SQL
+PRELIMITS_SQL = "\n".join(line for line in CLAIM_SQL.replace(" OR q.limited)", ")").splitlines()
+                          if "skiplock.kind_limits" not in line)
+assert PRELIMITS_SQL.count("NOT IN") == 1 and "limited" not in PRELIMITS_SQL
 
 
 # --- filling -----------------------------------------------------------------------------------
@@ -111,6 +121,15 @@ def completed_skiplock(conn) -> int:
 
 def remaining_pgqueuer(conn) -> int:
     return conn.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
+
+
+def add_limits(dsn: str) -> None:
+    """Limits on a queue and a kind the benchmark's jobs do not use ('default' queue, 'noop')."""
+    from console import limits
+
+    with connect(dsn) as conn:
+        limits.set_limits(conn, "limited", concurrency=2, rate="50/s", actor="bench", reason="bench/throughput.py --with-limits")
+        limits.declare_kinds(conn, {"scarce": 1}, worker="bench")
 
 
 # --- the contenders' worker processes ------------------------------------------------------------
@@ -268,7 +287,8 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
             if contender == "pgqueuer":
                 target, extra = pgqueuer_worker, (args.batch,)
             else:
-                target, extra = loop_worker, (NAIVE_SQL if contender == "naive" else CLAIM_SQL, args.batch)
+                sql_text = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL}.get(contender, CLAIM_SQL)
+                target, extra = loop_worker, (sql_text, args.batch)
             procs = [ctx.Process(target=target, args=(dsn, *extra, t0_planned, t1_planned, stop_at, None, out))
                      for _ in range(workers)]
             for p in procs:
@@ -416,7 +436,7 @@ def describe(mode: str) -> str:
     return ", ".join(f"{k}={v}" for k, v in settings.items()) + ("" if MODES[mode] else ", fsync/synchronous_commit/full_page_writes on")
 
 
-def prepare_database(cluster: PrivateCluster) -> str:
+def prepare_database(cluster: PrivateCluster, *, pgqueuer: bool = True) -> str:
     with connect(cluster.dsn) as conn:
         conn.execute("CREATE DATABASE bench")
     dsn = cluster.dsn_for("bench")
@@ -433,7 +453,8 @@ def prepare_database(cluster: PrivateCluster) -> str:
         await queries.optimize_autovacuum()  # PGQueuer's recommended per-table settings (`pgq autovac`)
         await aconn.close()
 
-    asyncio.run(install_pgqueuer())
+    if pgqueuer:  # PGQueuer (the bench extra) is needed only when it is benchmarked
+        asyncio.run(install_pgqueuer())
     return dsn
 
 
@@ -456,6 +477,8 @@ def parse_args(argv=None):
     parser.add_argument("--backlog", type=int, default=2_000_000)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--with-limits", action="store_true",
+                        help="give another queue and another kind limits first (the benchmarked queue has none)")
     parser.add_argument("--quick", action="store_true",
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     args = parser.parse_args(argv)
@@ -488,7 +511,10 @@ def main(argv=None) -> None:
         modes.append(args.sustained_mode)
     for mode in modes:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
-            dsn = prepare_database(cluster)
+            dsn = prepare_database(cluster, pgqueuer="pgqueuer" in args.contenders
+                                   or (args.sustained and "pgqueuer" in args.sustained_contenders))
+            if args.with_limits:
+                add_limits(dsn)
             with connect(dsn) as conn:
                 print(f"\nPostgreSQL {conn.info.server_version}, {mode}: {describe(mode)}", flush=True)
             if args.grid and mode in args.modes:

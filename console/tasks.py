@@ -3,6 +3,9 @@
 A handler is called as `handler(job)` with a `console.queue.Job` (id, attempt, payload,
 side_effect_key, ...). Returning normally completes the job; raising fails the attempt
 (retried with backoff); raising `console.DoNotRetry` sends it straight to the dead letters.
+
+`@console.task("kind", concurrency=N)` also caps how many jobs of that kind run at once across
+the whole fleet (console.limits; each worker writes its kinds' limits when it starts).
 """
 
 from __future__ import annotations
@@ -14,21 +17,26 @@ from typing import Any
 Handler = Callable[[Any], Any]
 
 _registry: dict[str, Handler] = {}
+_concurrency: dict[str, int | None] = {}
 
 
 class UnknownTask(LookupError):
     """A job's kind has no handler in this worker."""
 
 
-def task(kind: str) -> Callable[[Handler], Handler]:
+def task(kind: str, *, concurrency: int | None = None) -> Callable[[Handler], Handler]:
+    """Bind `kind` to the decorated function; `concurrency` caps its running jobs fleet-wide."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("a task kind must be a non-empty string")
+    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
+        raise ValueError(f"task {kind!r}: concurrency must be a positive whole number (got {concurrency!r})")
 
     def register(func: Handler) -> Handler:
         existing = _registry.get(kind)
         if existing is not None and existing is not func and getattr(existing, "__qualname__", None) != func.__qualname__:
             raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
         _registry[kind] = func
+        _concurrency[kind] = concurrency
         return func
 
     return register
@@ -43,6 +51,11 @@ def handler_for(kind: str) -> Handler:
 
 def registered() -> dict[str, Handler]:
     return dict(_registry)
+
+
+def concurrency_limits() -> dict[str, int | None]:
+    """Every registered kind with its declared concurrency (None: no limit)."""
+    return {kind: _concurrency.get(kind) for kind in _registry}
 
 
 def load_modules(names: str | list[str]) -> list[str]:

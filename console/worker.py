@@ -5,8 +5,8 @@ One process runs:
   completes what finished and claims the next batch in one statement (`complete_and_claim`),
   records failures, and writes the worker's counters every `flush_interval` seconds;
 - `concurrency` handler threads that run the user's functions and report back;
-- a listener thread (LISTEN skiplock_jobs/skiplock_control) that only wakes the main loop:
-  NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
+- a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
+  main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
 - a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
   learns which of them an operator asked to stop (`job.cancel_requested()`);
 - a vacuum thread: every `vacuum_interval` seconds, if this worker claimed jobs since its last
@@ -23,6 +23,11 @@ Lost connections are retried with backoff; work finished meanwhile is completed 
 reconnect (fenced, so a job rescued in the meantime is left alone). SIGTERM stops claiming,
 lets in-flight jobs finish for `shutdown_grace` seconds, releases what is left (attempt not
 counted) and exits 0. After SIGKILL, the reaper rescues the jobs when their leases expire.
+
+Queues and kinds with limits (console.limits) are claimed through the limited path, each under
+its own fleet-wide lock, before the fast claim fills the remaining slots; the worker re-reads
+which ones are limited every LIMITS_REFRESH seconds and when skiplock_limits rings. With no
+limits anywhere the loop is the same as without the feature (one more query per refresh).
 
 It does not reap, archive or collect: the scheduler does.
 """
@@ -43,8 +48,8 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb  # noqa: F401  (re-exported for handlers' convenience)
 
+from console import limits, tasks
 from console import queue as q
-from console import tasks
 from console.db import DatabaseError, connect, require_schema
 from console.histogram import Histogram
 from console.sqlfiles import query
@@ -53,6 +58,9 @@ log = logging.getLogger("skiplock.worker")
 
 # Longest a finished job waits for its completion to ride along with the next batch claim.
 BATCH_WAIT = 0.05
+# How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
+# meanwhile the fast claim already leaves a newly limited queue alone, in the database).
+LIMITS_REFRESH = 2.0
 
 
 @dataclass
@@ -137,6 +145,9 @@ class Worker:
         self._lock = threading.Lock()
         self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
         self._conn: psycopg.Connection | None = None
+        self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
+        self._limits_stale = threading.Event()
+        self._limits_read_at = float("-inf")
 
     # --- control -------------------------------------------------------------------------
 
@@ -181,11 +192,19 @@ class Worker:
                 with connect(self.dsn, application_name="skiplock-worker-listen") as conn:
                     conn.execute("LISTEN skiplock_jobs")
                     conn.execute("LISTEN skiplock_control")
+                    conn.execute(f"LISTEN {limits.LIMITS_CHANNEL}")
+                    self._limits_stale.set()
                     delay = 0.5
                     self._wake.set()  # a (re)connect may have missed notifications: look now
                     while not self._stopping.is_set():
                         for note in conn.notifies(timeout=1.0):
-                            if note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
+                            if note.channel == limits.LIMITS_CHANNEL:
+                                self._limits_stale.set()
+                                self._wake.set()
+                            elif note.channel == "skiplock_jobs" and note.payload in self._limits.units.queues:
+                                self._limits.poke_new_jobs(note.payload)
+                                self._wake.set()
+                            elif note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
                                 self._wake.set()
             except (psycopg.Error, DatabaseError) as exc:
                 log.warning("listener lost its connection (%s); retrying in %.1fs", exc.__class__.__name__, delay)
@@ -260,6 +279,15 @@ class Worker:
         params.update(id=self.id, in_flight=len(self._in_flight), stopping=stopping)
         self._connection().execute(query("queue", "flush_worker"), params)
 
+    def _refresh_limits(self, conn: psycopg.Connection) -> None:
+        stale = self._limits_stale.is_set()
+        if stale or time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+            self._limits_stale.clear()
+            self._limits.refresh(conn)
+            if stale:  # a limit changed: try every unit at once
+                self._limits.poke_all()
+            self._limits_read_at = time.monotonic()
+
     def _record_failures(self, conn: psycopg.Connection, failures: list[Outcome]) -> None:
         while failures:
             outcome = failures[0]
@@ -298,7 +326,7 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
-        self._connection()
+        limits.declare_kinds(self._connection(), tasks.concurrency_limits(), worker=self.id)
         threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
         threads += [
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),
@@ -327,6 +355,8 @@ class Worker:
                 except queue_module.Empty:
                     break
                 self.counters.runtime_histogram.observe(outcome.seconds)
+                if self._limits.units:  # a slot of its queue (kind) is free now: try it
+                    self._limits.poke(queue=outcome.job.queue, kind=outcome.job.kind)
                 with self._lock:
                     self._in_flight.pop(outcome.job.id, None)
                 if outcome.error is None:
@@ -351,8 +381,20 @@ class Worker:
                 claimed: list[q.Job] = []
                 completed: list[int] | None = None
                 if limit > 0:
+                    self._refresh_limits(conn)
                     started = time.monotonic()
-                    completed, claimed = q.complete_and_claim(conn, self.id, done, queues=self.queues, limit=limit, lease=self.lease)
+                    if self._limits.units:
+                        # Limited first, each under its lock; completing first frees our slots.
+                        if done:
+                            completed = q.complete_many(conn, done)
+                            self.counters.completed += len(completed)
+                            self.counters.lost += len(done) - len(completed)
+                            done = []
+                        claimed = self._limits.claim(conn, limit, now=started)
+                    if len(claimed) < limit:
+                        completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
+                                                               limit=limit - len(claimed), lease=self.lease)
+                        claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
                 elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)

@@ -159,15 +159,17 @@ ORDER BY j.id;
 
 -- name: claim
 -- Claim up to %(limit)s eligible jobs in one statement. The inner SELECT walks the partial
--- claim index in its own order and skips rows other workers hold; paused queues are left
--- alone (a hashed subplan, evaluated once per statement).
+-- claim index in its own order and skips rows other workers hold; paused queues, queues with
+-- limits and kinds with limits are left alone (hashed subplans, evaluated once per statement:
+-- console/limits.py claims limited queues and kinds under their own lock).
 WITH candidates AS (
     SELECT j.id
     FROM skiplock.jobs AS j
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -205,7 +207,8 @@ candidates AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

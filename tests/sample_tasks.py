@@ -66,3 +66,21 @@ def cancellable(job):
             if job.payload.get("crash_on_cancel"):
                 raise RuntimeError("cleanup failed while stopping")
             raise console.Cancelled(f"job {job.id} stopped at the operator's request")
+
+
+@console.task("span")
+def span(job):
+    """Writes when it started and when it ended (public.spans), so tests can see overlaps."""
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO public.spans (job_id, attempt, queue, worker_pid, started) VALUES (%s, %s, %s, %s, clock_timestamp())",
+            (job.id, job.attempt, job.queue, os.getpid()),
+        )
+        time.sleep(float(job.payload.get("sleep", 0.1)) if isinstance(job.payload, dict) else 0.1)
+        conn.execute("UPDATE public.spans SET ended = clock_timestamp() WHERE job_id = %s AND attempt = %s", (job.id, job.attempt))
+
+
+@console.task("scarce", concurrency=1)
+def scarce(job):
+    """A kind with a fleet-wide concurrency of 1, declared in code."""
+    span(job)

@@ -81,6 +81,16 @@ def post_json(url: str, /, **fields: Any):
     return send
 
 
+def put_json(url: str, /, **fields: Any):
+    def send(client, ctx, reason, headers):
+        body = dict(fields)
+        if reason is not None:
+            body["reason"] = reason
+        return client.put(url.format(**ctx), json=body, headers=headers)
+
+    return send
+
+
 def delete(url: str):
     def send(client, ctx, reason, headers):
         return client.delete(url.format(**ctx), query_string={"reason": reason} if reason else None, headers=headers)
@@ -211,6 +221,11 @@ SCENARIOS: dict[str, Scenario] = {
         "cli": lambda c: Call(cli=["pause", "mail"], rows=1),
         "ui": lambda c: Call(web=post("/queues/mail/pause"), ok=302, rows=1),
         "api": lambda c: Call(web=post("/api/v1/queues/mail/pause"), rows=1),
+    }),
+    "limit_change": Scenario(a_queue(False), "SELECT name, concurrency, rate_count, rate_period FROM skiplock.queues", {
+        "cli": lambda c: Call(cli=["queues", "set", "mail", "--concurrency", "2"]),
+        "ui": lambda c: Call(web=post("/queues/mail/limits", concurrency="2"), ok=302),
+        "api": lambda c: Call(web=put_json("/api/v1/queues/mail/limits", rate="30/m")),
     }),
     "resume": Scenario(a_queue(True), "SELECT name, paused FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["resume", "mail"], rows=1),

@@ -150,6 +150,8 @@ ROUTES = [
     ("POST", "/queues/{name}/resume", "operator", 302),
     ("POST", "/api/v1/queues/{name}/pause", "operator", 200),
     ("POST", "/api/v1/queues/{name}/resume", "operator", 200),
+    ("POST", "/queues/{name}/limits", "operator", 302),
+    ("PUT", "/api/v1/queues/{name}/limits", "operator", 200),
     ("POST", "/logout", "viewer", 302),
     ("POST", "/admin/users", "admin", 302),
     ("POST", "/admin/users/{name}/{action}", "admin", 302),
@@ -170,6 +172,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(name="newbie", role="viewer", password="long-enough-pw")
         if rule == "/queues/{name}/enqueue":
             data.update(kind="send_mail")
+        if rule.endswith("/limits"):
+            data.update(concurrency="2")
         body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
         response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=None if body else data, json=body)
         response.get_data()  # consume streamed exports

@@ -1,9 +1,13 @@
 """Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
-dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a backlog drain estimate from the collectors' samples, and pause/resume.
+dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a
+backlog drain estimate from the collectors' samples, pause/resume, and the queue's concurrency and
+rate limits with their usage (console.limits).
 
 GET  /queues, /queues/_table (the polled fragment), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; a reason required, 422 without;
 audited by console.maintenance) and the same under /api/v1/queues.
+POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.limits), and
+PUT /api/v1/queues/<name>/limits.
 POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; CSRF; audited with
                               its reason); the API twin is POST /api/v1/jobs (console.web.jobs).
 """
@@ -14,20 +18,23 @@ from typing import Any
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
-from console import browse, samples
+from console import browse, limits, samples
 from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
 from console.web.actor import actor, reason_for
-from console.web.api import BOOL, NUM, STR, TIME, Param, api_doc, arr, obj, opt
+from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
 
 bp = Blueprint("queues", __name__)
 
+LIMITS = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM)})
+USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "running": INT, "tokens": opt(NUM)},
+            optional=("running", "tokens"))
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
-                 "idle": BOOL, "idle_since": opt(TIME),
+                 "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE),
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
-                optional=("eligible", "running", "failed", "paused"))
+                optional=("eligible", "running", "failed", "paused", "limits"))
 
 
 def _from_samples(conn) -> list[dict[str, Any]]:
@@ -77,6 +84,11 @@ def queues_data() -> dict[str, Any]:
             estimate = browse.Drain("empty", "nothing waiting", 0.0)
         row["drain"] = {"state": estimate.state, "text": estimate.text, "seconds": estimate.seconds,
                         "net_per_second": estimate.net_per_second}
+    limited = run_panel(limits.queue_limits)
+    by_queue = {r["queue"]: r for r in limited.data} if limited.ok else {}
+    for row in rows:
+        lim = by_queue.get(row["queue"])
+        row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
     stuck = sum(r.get("stuck") or 0 for r in rows)
     paused = sum(1 for r in rows if r.get("paused"))
     state_bits = ([f"{stuck} stuck"] if stuck else []) + ([f"{paused} paused"] if paused else [])
@@ -193,3 +205,73 @@ def api_pause(name: str):
 def api_resume(name: str):
     _set(name, "resume")
     return jsonify({"ok": True, "queue": name, "paused": False})
+
+
+# --- limits -------------------------------------------------------------------------------
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("", "0", "false", "off", "no")
+
+
+def _limits_input() -> dict[str, Any]:
+    """The request's {concurrency, rate, clear, reason}, from a JSON body or a form."""
+    if request.is_json:
+        body = request.get_json(silent=True)
+        if not isinstance(body, dict):
+            raise ValueError("the body must be a JSON object: {concurrency, rate, clear, reason}")
+    else:
+        body = {k: v for k, v in request.form.items() if k not in ("csrf_token", "back")}
+    clear = body.get("clear", False)
+    if isinstance(clear, str) and clear.strip().lower() in _TRUE + _FALSE:
+        clear = clear.strip().lower() in _TRUE
+    if clear is None:
+        clear = False
+    if not isinstance(clear, bool):
+        raise ValueError("clear: must be true or false")
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise ValueError("reason: must be a string")
+    rate = body.get("rate")
+    if rate is not None and not isinstance(rate, str):
+        raise ValueError("rate: must be a string like 10/s or 30/m")
+    return {"concurrency": body.get("concurrency"), "rate": rate, "clear": clear,
+            "reason": (reason or "").strip()[:500] or None}
+
+
+def _set_limits(name: str) -> dict[str, Any]:
+    data = _limits_input()
+    reason = reason_for("limit_change")
+    return limits.set_limits(get_conn(), name, concurrency=data["concurrency"], rate=data["rate"],
+                             clear=data["clear"], actor=actor(), reason=reason)
+
+
+@bp.post("/queues/<name>/limits")
+@requires("operator")
+def set_limits(name: str):
+    _set_limits(name)
+    return redirect(url_for("queues.detail", name=name))
+
+
+@bp.put("/api/v1/queues/<name>/limits")
+@requires("operator")
+@api_doc("Set, change or clear a queue's concurrency and rate limits (audited)",
+         description="A limit not given keeps its value; `clear` removes both first, then sets the ones given. "
+                     "`concurrency`: at most that many of the queue's jobs run at once across all workers. "
+                     "`rate`: `N/s` or `N/m`, claims per second or minute, with a burst of a second's worth "
+                     "(at least 1). Workers apply it within a poll interval.",
+         params=[Param("concurrency", where="form", type="integer", minimum=1, maximum=limits.MAX_CONCURRENCY,
+                       description="most jobs of this queue running at once, fleet-wide"),
+                 Param("rate", where="form", pattern=r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$",
+                       description="most claims per second (N/s) or minute (N/m)"),
+                 Param("clear", where="form", type="boolean", description="remove both limits first"),
+                 Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         body=obj({"concurrency": opt({**INT, "minimum": 1, "maximum": limits.MAX_CONCURRENCY}),
+                   "rate": opt({**STR, "pattern": r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$"}),
+                   "clear": BOOL, "reason": STR},
+                  optional=("concurrency", "rate", "clear")),
+         responses={"422": "no reason"},
+         response=obj({"ok": BOOL, "queue": STR, "before": LIMITS, "after": LIMITS}))
+def api_set_limits(name: str):
+    result = _set_limits(name)
+    return jsonify({"ok": True, **result})

@@ -1,0 +1,82 @@
+"""`skiplock queues show` and `skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--clear]`.
+
+A thin face over console.limits: the same function the web console and the API call, audited
+with the actor `cli:<os user>@<host>` and the required `--reason`. Exit codes: 0 done; 2 bad input (nothing changed).
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from console import limits
+from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
+from console.db import connect, require_schema
+
+
+@main_group.group("queues")
+def queues_group() -> None:
+    """Concurrency and rate limits per queue (docs/queue.md)."""
+
+
+def _describe(row: dict) -> str:
+    bits = []
+    if row.get("concurrency") is not None:
+        bits.append(f"concurrency {row['concurrency']}")
+    if row.get("rate") is not None:
+        bits.append(f"rate {row['rate']} (burst {row['burst']:g})")
+    return ", ".join(bits) or "no limits"
+
+
+@queues_group.command("set")
+@dsn_option
+@click.argument("name")
+@click.option("--concurrency", default=None, metavar="N", help="At most N jobs of the queue run at once, fleet-wide.")
+@click.option("--rate", default=None, metavar="N/s|N/m", help="At most N claims per second or minute (burst: a second's worth, at least 1).")
+@click.option("--clear", is_flag=True, help="Remove the queue's limits (then set the ones given, if any).")
+@who_and_why("limit_change")
+@friendly_errors
+@click.pass_obj
+def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, clear: bool, actor: str, reason: str) -> None:
+    """Set, change or clear the limits of queue NAME (a limit not given keeps its value)."""
+    # Validate before connecting: a typo is a usage error even with the database down.
+    limits.parse_concurrency(concurrency)
+    limits.parse_rate(rate)
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        result = limits.set_limits(conn, name, concurrency=concurrency, rate=rate, clear=clear,
+                                   actor=actor, reason=reason)
+    click.echo(f"queue {name!r}: {_describe(result['after'])} (was: {_describe(result['before'])})")
+
+
+@queues_group.command("show")
+@dsn_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@friendly_errors
+@click.pass_obj
+def show_cmd(obj, as_json: bool) -> None:
+    """The limited queues and kinds, with their running jobs and tokens now."""
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        queues = limits.queue_limits(conn)
+        kinds = limits.kind_limits(conn)
+    if as_json:
+        click.echo(json.dumps({"queues": queues, "kinds": kinds}, default=str, indent=2))
+        return
+    if not queues and not kinds:
+        click.echo("no limits: every queue and kind is claimed without one")
+        return
+    if queues:
+        click.echo(f"{'QUEUE':<24} {'CONCURRENCY':>11} {'RUNNING':>8} {'RATE':>8} {'BURST':>6} {'TOKENS':>7}  SET BY")
+        for r in queues:
+            click.echo(f"{r['queue']:<24} {r['concurrency'] if r['concurrency'] is not None else '-':>11} {r['running']:>8} "
+                       f"{r['rate'] or '-':>8} {format(r['burst'], 'g') if r['burst'] else '-':>6} "
+                       f"{format(r['tokens'], '.2f') if r['tokens'] is not None else '-':>7}  "
+                       f"{r['set_by'] or '?'}{' (paused)' if r['paused'] else ''}")
+    if kinds:
+        if queues:
+            click.echo("")
+        click.echo(f"{'KIND':<24} {'CONCURRENCY':>11} {'RUNNING':>8}  DECLARED BY")
+        for k in kinds:
+            click.echo(f"{k['kind']:<24} {k['concurrency']:>11} {k['running']:>8}  {k['declared_by'] or '?'}")

@@ -1,0 +1,218 @@
+-- Concurrency and rate limits per queue, concurrency per job kind (console/limits.py).
+-- The limited claim is one short transaction: `lock_queue` (or `lock_kind`) first, then the
+-- claim statement, whose snapshot is taken after the lock is granted, so it sees every claim
+-- that the previous holder committed. Claims of a limited queue (kind) happen only here.
+
+-- name: lock_queue
+-- Serializes the limited claimers of one queue across the fleet; released at commit.
+SELECT pg_advisory_xact_lock(hashtext('skiplock.queue:' || %(queue)s));
+
+-- name: lock_kind
+SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));
+
+-- name: claim_queue
+-- Claim from one limited queue at most min(%(limit)s, concurrency - running, floor(tokens))
+-- jobs, and take the tokens spent out of its bucket. With %(kind)s NULL it claims jobs of
+-- unlimited kinds only (limited kinds go through `claim_kind`, which comes here with %(kind)s
+-- set, holding that kind's lock). The bucket is refilled by clock time (not now(): the
+-- transaction may have started before the lock was granted). Running jobs are counted through
+-- jobs_lease_idx: they are at most the fleet's handler threads.
+WITH clock AS (
+    SELECT clock_timestamp() AS at
+),
+bucket AS (
+    SELECT
+        q.name,
+        q.paused,
+        q.concurrency,
+        clock.at,
+        CASE WHEN q.rate_count IS NOT NULL THEN
+            least(q.burst,
+                  coalesce(q.tokens, q.burst)
+                  + greatest(0, extract(epoch FROM clock.at - coalesce(q.refilled_at, clock.at)))
+                    * q.rate_count::double precision / q.rate_period)
+        END AS tokens
+    FROM skiplock.queues AS q
+    CROSS JOIN clock
+    WHERE q.name = %(queue)s
+),
+room AS (
+    SELECT
+        b.name,
+        b.at,
+        b.tokens,
+        CASE WHEN b.paused THEN 0
+             ELSE greatest(0, least(
+                 %(limit)s,
+                 b.concurrency - (SELECT count(*)
+                                  FROM skiplock.jobs AS r
+                                  WHERE r.status = 'running'
+                                    AND r.queue = b.name)::integer,
+                 floor(b.tokens)::integer))
+        END AS n
+    FROM bucket AS b
+),
+candidates AS (
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+      AND j.queue = %(queue)s
+      AND ((%(kind)s::text IS NULL AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k))
+           OR j.kind = %(kind)s::text)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT coalesce((SELECT room.n FROM room), 0)
+    FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    -- Clock time (when the slot was granted), so the jobs' locked_at show the rate kept.
+    UPDATE skiplock.jobs AS j
+    SET status = 'running',
+        locked_by = %(worker)s,
+        locked_at = clock.at,
+        lease_until = clock.at + make_interval(secs => %(lease)s),
+        attempts = j.attempts + 1
+    FROM candidates AS c
+    CROSS JOIN clock
+    WHERE j.id = c.id
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at
+),
+spent AS (
+    UPDATE skiplock.queues AS q
+    SET tokens = room.tokens - (SELECT count(*) FROM claimed),
+        refilled_at = room.at
+    FROM room
+    WHERE q.name = room.name
+      AND room.tokens IS NOT NULL
+    RETURNING q.tokens
+)
+SELECT
+    claimed.*,
+    (SELECT count(*) FROM spent) AS buckets_updated
+FROM claimed
+ORDER BY claimed.priority DESC, claimed.run_at, claimed.id;
+
+-- name: kind_room
+-- How many more jobs of a limited kind may start now (fleet-wide; under `lock_kind`).
+SELECT k.concurrency - (SELECT count(*)
+                        FROM skiplock.jobs AS r
+                        WHERE r.status = 'running'
+                          AND r.kind = k.kind)::integer AS room
+FROM skiplock.kind_limits AS k
+WHERE k.kind = %(kind)s;
+
+-- name: claim_kind
+-- Claim up to %(limit)s jobs of one limited kind from the queues that have no limits of their
+-- own (and are not paused). The caller computed %(limit)s from `kind_room` under the kind's
+-- lock; the kind's jobs in limited queues are claimed with `claim_queue`.
+WITH candidates AS (
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND j.run_at <= now()
+      AND j.kind = %(kind)s
+      AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE skiplock.jobs AS j
+SET status = 'running',
+    locked_by = %(worker)s,
+    locked_at = now(),
+    lease_until = now() + make_interval(secs => %(lease)s),
+    attempts = j.attempts + 1
+FROM candidates AS c
+WHERE j.id = c.id
+RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at;
+
+-- name: limited
+-- What a worker claims through the limited path: limited queues (all of them; the worker
+-- keeps those it serves) and limited kinds.
+SELECT 'queue' AS unit, q.name
+FROM skiplock.queues AS q
+WHERE q.limited
+UNION ALL
+SELECT 'kind' AS unit, k.kind
+FROM skiplock.kind_limits AS k
+ORDER BY 1, 2;
+
+-- name: set_limits
+-- Set (or, with both NULL, remove) a queue's limits. A new or changed rate starts with a full
+-- bucket; an unchanged rate keeps its tokens.
+INSERT INTO skiplock.queues AS q (name, concurrency, rate_count, rate_period, burst, tokens, refilled_at,
+                                  limits_set_at, limits_set_by, updated_at)
+VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(burst)s, %(burst)s,
+        CASE WHEN %(rate_count)s::integer IS NOT NULL THEN clock_timestamp() END, now(), %(actor)s, now())
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency,
+    tokens = CASE WHEN q.rate_count IS NOT DISTINCT FROM excluded.rate_count
+                   AND q.rate_period IS NOT DISTINCT FROM excluded.rate_period
+                  THEN q.tokens ELSE excluded.tokens END,
+    refilled_at = CASE WHEN q.rate_count IS NOT DISTINCT FROM excluded.rate_count
+                        AND q.rate_period IS NOT DISTINCT FROM excluded.rate_period
+                       THEN q.refilled_at ELSE excluded.refilled_at END,
+    rate_count = excluded.rate_count,
+    rate_period = excluded.rate_period,
+    burst = excluded.burst,
+    limits_set_at = excluded.limits_set_at,
+    limits_set_by = excluded.limits_set_by,
+    updated_at = now()
+RETURNING q.name;
+
+-- name: get_limits
+SELECT q.name, q.concurrency, q.rate_count, q.rate_period, q.burst
+FROM skiplock.queues AS q
+WHERE q.name = %(queue)s;
+
+-- name: notify_limits
+SELECT pg_notify('skiplock_limits', %(queue)s);
+
+-- name: queue_limits
+-- The limited queues with their usage now: running jobs and the bucket's tokens as of now.
+SELECT
+    q.name AS queue,
+    q.concurrency,
+    q.rate_count,
+    q.rate_period,
+    q.burst,
+    CASE WHEN q.rate_count IS NOT NULL THEN
+        least(q.burst, coalesce(q.tokens, q.burst)
+              + greatest(0, extract(epoch FROM clock_timestamp() - coalesce(q.refilled_at, clock_timestamp())))
+                * q.rate_count::double precision / q.rate_period)
+    END AS tokens,
+    (SELECT count(*) FROM skiplock.jobs AS r WHERE r.status = 'running' AND r.queue = q.name) AS running,
+    q.paused,
+    q.limits_set_at,
+    q.limits_set_by
+FROM skiplock.queues AS q
+WHERE q.limited
+ORDER BY q.name;
+
+-- name: kind_limits
+SELECT
+    k.kind,
+    k.concurrency,
+    (SELECT count(*) FROM skiplock.jobs AS r WHERE r.status = 'running' AND r.kind = k.kind) AS running,
+    k.declared_by,
+    k.updated_at
+FROM skiplock.kind_limits AS k
+ORDER BY k.kind;
+
+-- name: declare_kind
+INSERT INTO skiplock.kind_limits AS k (kind, concurrency, declared_by, updated_at)
+VALUES (%(kind)s, %(concurrency)s, %(worker)s, now())
+ON CONFLICT (kind) DO UPDATE
+SET concurrency = excluded.concurrency,
+    declared_by = excluded.declared_by,
+    updated_at = now()
+WHERE k.concurrency IS DISTINCT FROM excluded.concurrency;
+
+-- name: undeclare_kinds
+-- Kinds this worker registers without a limit lose the limit an older deployment declared.
+DELETE FROM skiplock.kind_limits AS k
+WHERE k.kind = ANY(%(kinds)s::text[])
+RETURNING k.kind;

@@ -1,0 +1,203 @@
+"""Queue and kind limits in one process against a real PostgreSQL: validation, set/show/clear
+(audited), the fast claim leaving limited queues and kinds alone, the limited claim keeping
+concurrency and the token bucket, and the fast claim's plan still walking the claim index.
+
+The fleet-wide behaviour with real worker processes is in tests/test_limits_workers.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from console import limits
+from console import queue as q
+from console.sqlfiles import query
+
+
+def fill(conn, n: int, *, queue: str, kind: str = "noop") -> list[int]:
+    with conn.transaction():
+        return q.enqueue_many(conn, [q.NewJob(kind, {}, queue=queue) for _ in range(n)])
+
+
+def running(conn, queue: str) -> int:
+    return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'running' AND queue = %s", (queue,)).fetchone()[0]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("10", "is not a rate"),
+    ("10/h", "is not a rate"),
+    ("-1/s", "is not a rate"),
+    ("1.5/s", "is not a rate"),
+    ("0/s", "at least 1"),
+])
+def test_bad_rates_are_refused_with_the_reason(text, message):
+    with pytest.raises(limits.InvalidLimit, match=message):
+        limits.parse_rate(text)
+
+
+@pytest.mark.parametrize(("value", "message"), [(0, "at least 1"), (-2, "at least 1"), ("x", "not a whole number"),
+                                                 ("2.5", "not a whole number"), (True, "whole number")])
+def test_bad_concurrency_is_refused_with_the_reason(value, message):
+    with pytest.raises(limits.InvalidLimit, match=message):
+        limits.parse_concurrency(value)
+
+
+def test_rates_parse_per_second_and_per_minute():
+    assert limits.parse_rate("10/s") == limits.Rate(10, 1)
+    assert limits.parse_rate(" 30 / m ") == limits.Rate(30, 60)
+    assert limits.parse_rate("30/m").burst == 1.0
+    assert limits.parse_rate("50/s").burst == 50.0
+    assert str(limits.parse_rate("30/min")) == "30/m"
+
+
+def test_set_show_clear_is_audited(conn):
+    result = limits.set_limits(conn, "mail", concurrency=3, rate="20/m", actor="alice", reason="provider quota")
+    assert result["before"] == {"concurrency": None, "rate": None, "burst": None}
+    assert result["after"] == {"concurrency": 3, "rate": "20/m", "burst": 1.0}
+    # A limit not given keeps its value.
+    assert limits.set_limits(conn, "mail", concurrency=5, actor="alice")["after"]["rate"] == "20/m"
+    shown = limits.queue_limits(conn)
+    assert [(r["queue"], r["concurrency"], r["rate"], r["running"]) for r in shown] == [("mail", 5, "20/m", 0)]
+    limits.set_limits(conn, "mail", clear=True, actor="bob", reason="quota lifted")
+    assert limits.queue_limits(conn) == []
+    audit = conn.execute("SELECT actor, action, target, reason, detail FROM skiplock.audit_log ORDER BY id").fetchall()
+    assert [(a[0], a[1], a[2], a[3]) for a in audit] == [
+        ("alice", "set limits", "queue:mail", "provider quota"),
+        ("alice", "set limits", "queue:mail", None),
+        ("bob", "clear limits", "queue:mail", "quota lifted"),
+    ]
+    assert audit[2][4] == {"before": {"concurrency": 5, "rate": "20/m", "burst": 1.0},
+                           "after": {"concurrency": None, "rate": None, "burst": None}}
+
+
+def test_nothing_to_set_is_refused(conn):
+    with pytest.raises(limits.InvalidLimit, match="nothing to set"):
+        limits.set_limits(conn, "mail", actor="alice")
+    with pytest.raises(limits.InvalidLimit, match="queue"):
+        limits.set_limits(conn, " ", concurrency=1, actor="alice")
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log").fetchone()[0] == 0
+
+
+def test_fast_claim_leaves_limited_queues_and_kinds_alone(conn):
+    fill(conn, 5, queue="lim")
+    fill(conn, 5, queue="free")
+    fill(conn, 3, queue="free", kind="scarce")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1, "noop": None}, worker="w")
+    claimed = q.claim(conn, "w1", limit=100)
+    assert {(j.queue, j.kind) for j in claimed} == {("free", "noop")} and len(claimed) == 5
+    _, more = q.complete_and_claim(conn, "w1", claimed, limit=100)
+    assert more == []
+    # Lifting the limit hands the queue back to the fast claim.
+    limits.set_limits(conn, "lim", clear=True, actor="t")
+    assert len(q.claim(conn, "w1", limit=100)) == 5
+
+
+def test_limited_claim_keeps_the_concurrency(conn):
+    fill(conn, 30, queue="lim")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    first = limits.claim_from_queue(conn, "lim", "w1", limit=10)
+    assert len(first) == 2
+    assert limits.claim_from_queue(conn, "lim", "w2", limit=10) == []
+    q.complete(conn, first[0])
+    again = limits.claim_from_queue(conn, "lim", "w2", limit=10)
+    assert len(again) == 1 and running(conn, "lim") == 2
+    # A running job whose lease expired (a killed worker) still holds its slot until reaped.
+    conn.execute("UPDATE skiplock.jobs SET lease_until = now() - interval '1 second' WHERE status = 'running'")
+    assert limits.claim_from_queue(conn, "lim", "w2", limit=10) == []
+    assert q.reap(conn)["pending"] == 2
+    assert running(conn, "lim") == 0
+    assert len(limits.claim_from_queue(conn, "lim", "w2", limit=10)) == 2
+
+
+def test_limited_claim_keeps_the_rate(conn):
+    fill(conn, 40, queue="lim")
+    limits.set_limits(conn, "lim", rate="5/s", actor="t")
+    assert len(limits.claim_from_queue(conn, "lim", "w1", limit=20)) == 5  # a full bucket: the burst
+    assert limits.claim_from_queue(conn, "lim", "w1", limit=20) == []
+    time.sleep(0.45)
+    assert len(limits.claim_from_queue(conn, "lim", "w1", limit=20)) == 2  # 0.45 s × 5/s, floored
+    time.sleep(3)
+    assert len(limits.claim_from_queue(conn, "lim", "w1", limit=20)) == 5  # capped at the burst
+    # Claims over the whole test: within rate × elapsed + burst.
+    span = conn.execute("SELECT extract(epoch FROM max(locked_at) - min(locked_at)) FROM skiplock.jobs"
+                        " WHERE locked_at IS NOT NULL").fetchone()[0]
+    assert 12 <= 5 * float(span) + 5
+
+
+def test_paused_limited_queue_claims_nothing(conn):
+    fill(conn, 3, queue="lim")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    q.pause(conn, "lim")
+    assert limits.claim_from_queue(conn, "lim", "w1", limit=10) == []
+    q.resume(conn, "lim")
+    assert len(limits.claim_from_queue(conn, "lim", "w1", limit=10)) == 2
+
+
+def test_kind_limit_holds_across_queues_and_with_a_queue_limit(conn):
+    fill(conn, 4, queue="a", kind="scarce")
+    fill(conn, 4, queue="b", kind="scarce")
+    fill(conn, 4, queue="lim", kind="scarce")
+    fill(conn, 4, queue="lim", kind="noop")
+    limits.declare_kinds(conn, {"scarce": 3}, worker="w")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    got = limits.claim_kind(conn, "scarce", "w1", limit=10, limited_queues=["lim"])
+    assert len(got) == 3 and all(j.kind == "scarce" for j in got)
+    assert limits.claim_kind(conn, "scarce", "w2", limit=10, limited_queues=["lim"]) == []
+    # The queue path takes only unlimited kinds from the limited queue.
+    from_queue = limits.claim_from_queue(conn, "lim", "w1", limit=10)
+    assert [j.kind for j in from_queue] == ["noop", "noop"]
+    # Room for the kind again, but the limited queue is full: the kind's jobs come from a and b.
+    q.complete_many(conn, got)
+    more = limits.claim_kind(conn, "scarce", "w1", limit=10, limited_queues=["lim"])
+    assert len(more) == 3 and {j.queue for j in more} <= {"a", "b"}
+    q.complete_many(conn, more + from_queue)
+    conn.execute("DELETE FROM skiplock.jobs WHERE queue IN ('a', 'b')")
+    last = limits.claim_kind(conn, "scarce", "w1", limit=10, limited_queues=["lim"])
+    assert [j.queue for j in last] == ["lim", "lim"]  # the queue's limit of 2 binds before the kind's 3
+
+
+def test_declared_kinds_follow_the_code(conn):
+    limits.declare_kinds(conn, {"scarce": 2, "noop": None}, worker="w1")
+    assert [(r["kind"], r["concurrency"]) for r in limits.kind_limits(conn)] == [("scarce", 2)]
+    limits.declare_kinds(conn, {"scarce": None}, worker="w2")  # a new deployment lifted the limit
+    assert limits.kind_limits(conn) == []
+
+
+def test_fast_claim_still_walks_the_claim_index(conn):
+    fill(conn, 2000, queue="free")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    conn.execute("ANALYZE skiplock.jobs")
+    conn.execute("ANALYZE skiplock.queues")
+    for name in ("claim", "complete_and_claim"):
+        sql = query("queue", name)
+        params = {"worker": "w", "ids": [], "attempts": [], "queues": None, "limit": 10, "lease": 60.0}
+        with conn.transaction():
+            conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())
+        # The candidates walk the claim index; the limits are two hashed subplans beside it.
+        assert "Index Scan using jobs_claim_idx" in plan, plan
+        assert plan.count("hashed SubPlan") == 2, plan
+
+
+def test_a_unit_that_gave_nothing_rests_until_poked(conn):
+    """A full or empty limited queue (kind) is not retried every claim round: the limited
+    claim scans the eligible backlog, so retrying it after each finished job of an unlimited
+    queue would cost those queues a scan per round."""
+    fill(conn, 3, queue="lim")
+    limits.set_limits(conn, "lim", concurrency=1, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    claimer = limits.LimitedClaimer("w1", None, 60.0, rest=1.0)
+    claimer.refresh(conn)
+    assert len(claimer.claim(conn, 10, now=100.0)) == 1  # the queue's one slot; the kind has no jobs
+    assert claimer.resting(100.5) == {("queue", "lim"), ("kind", "scarce")}
+    claimer.poke(queue="default", kind="noop")  # an unlimited queue's job finished: nothing wakes
+    assert claimer.resting(100.5) == {("queue", "lim"), ("kind", "scarce")}
+    assert claimer.claim(conn, 10, now=100.5) == []
+    claimer.poke(queue="lim", kind="noop")  # one of its jobs finished here
+    assert claimer.resting(100.5) == {("kind", "scarce")}
+    claimer.poke_new_jobs("lim")
+    assert claimer.resting(100.5) == set()
+    assert claimer.resting(101.5) == set()  # rests one poll interval at most
