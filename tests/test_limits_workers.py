@@ -96,23 +96,29 @@ def done(conn, queue: str) -> int:
 
 
 def test_two_workers_racing_a_concurrency_limit_of_two(db, dsn, workers):
+    """Three workers with one handler thread each race for a queue limited to 2: without a
+    fleet-wide limit three would run at once. A worker whose job finishes claims again at once
+    while the others wait for their poll, so which workers win is not fair, only bounded; two
+    handlers overlapping can only be two different workers."""
     limits.set_limits(db, "lim", concurrency=2, actor="test")
-    enqueue(db, 30, queue="lim")
-    enqueue(db, 10, queue="free", payload={"sleep": 0.05})  # unlimited work beside it
+    procs = [workers.start("--concurrency", "1") for _ in range(3)]
+    pids = [p.pid for p in procs]
+    wait_for(lambda: db.execute("SELECT count(DISTINCT pid) FROM skiplock.workers WHERE pid = ANY(%s)",
+                                (pids,)).fetchone()[0] == 3, timeout=60, what="the three workers registered")
     sampler = Sampler(dsn, "queue", "lim")
     sampler.start()
-    a = workers.start("--concurrency", "4")
-    b = workers.start("--concurrency", "4")
+    enqueue(db, 30, queue="lim", payload={"sleep": 0.2})
+    enqueue(db, 10, queue="free", payload={"sleep": 0.05})  # unlimited work beside it
     wait_for(lambda: done(db, "lim") == 30, timeout=90, what="30 limited jobs completed")
     most = sampler.stop()
     assert sampler.samples > 100, f"only {sampler.samples} samples"
     assert most <= 2, f"{most} jobs of a queue limited to 2 ran at once"
     overlap = largest_overlap(db, "lim")
     assert overlap == 2, f"the handlers' largest overlap was {overlap} (limit 2: never more, and used)"
-    pids = {r[0] for r in db.execute("SELECT DISTINCT worker_pid FROM public.spans WHERE queue = 'lim'").fetchall()}
-    assert pids == {a.pid, b.pid}, f"both workers should have taken part in the race; ran in {pids}, workers {a.pid}, {b.pid}"
+    ran_in = {r[0] for r in db.execute("SELECT DISTINCT worker_pid FROM public.spans WHERE queue = 'lim'").fetchall()}
+    assert len(ran_in) >= 2 and ran_in <= set(pids), f"the limited jobs ran in {ran_in} (workers {pids})"
     assert done(db, "free") == 10
-    for proc in (a, b):
+    for proc in procs:
         assert workers.stop(proc)[0] == 0
 
 
