@@ -23,6 +23,8 @@ def test_resume_a_cancelled_replay_from_its_page(page: Page, live_server, conn, 
     op_id = m.start(conn, "replay", m.Selection(queue="mail"), actor="operator", reason="SMTP fixed", preview=previewed)
     m.cancel(conn, op_id, actor="operator")  # nobody runs it: closed at once, nothing done
     late = one_more_dead_letter(conn)  # not previewed: a resume must leave it alone
+    # as if its transaction had committed late: failed before the preview's time, id above its bound
+    conn.execute("UPDATE skiplock.jobs SET finished_at = finished_at - interval '1 hour' WHERE id = %s", (late,))
 
     page.set_default_timeout(15_000)
     sign_in(page, live_server, "operator")
