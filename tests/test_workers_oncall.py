@@ -46,15 +46,18 @@ def test_recent_throughput_is_the_last_minute_not_the_lifetime(dsn, conn, client
     assert before["busy"]["recent_per_minute"] is None  # no collector mark yet: unknown, not zero
     assert 'data-recent=""' in client.get("/workers").get_data(as_text=True)
     cycle(dsn, only=("workers",))
-    age_marks(conn, 70)
-    cycle(dsn, only=("workers",))  # a second, fresh mark: the page uses the one about a minute old
+    age_marks(conn, 60)
+    set_counters(conn, "busy", 110, 0)
+    cycle(dsn, only=("workers",))
+    age_marks(conn, 70)  # marks now ~130 s and ~70 s old
+    cycle(dsn, only=("workers",))  # and a fresh one: the page uses the newest at least a minute old
     history = conn.execute("SELECT state -> 'history' FROM skiplock.collector_state WHERE name = 'workers'").fetchone()[0]
-    assert [m[1] for m in history["busy"]] == [100, 100] and len(history["idle-now"]) == 2
-    set_counters(conn, "busy", 130, 5)  # 35 jobs finished since the mark ~70 s ago
+    assert [m[1] for m in history["busy"]] == [100, 110, 110] and len(history["idle-now"]) == 3
+    set_counters(conn, "busy", 145, 5)  # 40 jobs finished since the mark ~70 s ago
     workers = by_id(client)
     busy, idle = workers["busy"], workers["idle-now"]
     assert 70 <= busy["recent_window_s"] < 90
-    assert busy["recent_per_minute"] == pytest.approx(35 * 60 / busy["recent_window_s"], abs=0.05)
+    assert busy["recent_per_minute"] == pytest.approx(40 * 60 / busy["recent_window_s"], abs=0.05)
     assert idle["recent_per_minute"] == 0 and idle["throughput"] == pytest.approx(10, rel=0.05)
     html = client.get("/workers/_table").get_data(as_text=True)
     shown = dict(re.findall(r'<code>([\w-]+)</code>.*?data-recent="([^"]*)"', html, re.S))
