@@ -100,6 +100,8 @@ ACTIONS: dict[str, Requirement] = {
                        "A new credential that acts as its owner."),
     "token_revoke": _r("token_revoke", True, "cli ui", "Revoke an API token",
                        "Breaks whatever script used it."),
+    "operation_resume": _r("resume_operation", True, "ui api", "Resume a cancelled or failed bulk operation",
+                           "Restarts a bulk change someone stopped, maybe on purpose; say why it is safe now."),
     "sessions_revoke": _r("sessions_revoke", True, "cli", "End a user's web sessions",
                           "Signs someone out everywhere; the review needs to know whether it answered a stolen cookie."),
 }

@@ -716,14 +716,42 @@ def backlog_points(conn: psycopg.Connection, window: timedelta = timedelta(minut
 
 # --- workers ----------------------------------------------------------------------------------
 
+RECENT_SECONDS = 60.0  # "recent" throughput: over about the last minute
+RECENT_MIN_SECONDS = 5.0  # a shorter window says too little (the collector ran only just now)
+
+
+def recent_throughput(row: dict[str, Any], marks: list[list[float]] | None) -> tuple[float | None, float | None]:
+    """(jobs finished per minute, over how many seconds) for one worker, from the live row's
+    counters and the collector's marks of it: the newest mark at least a minute old, else the
+    oldest one if it is at least RECENT_MIN_SECONDS old. (None, None) without such a mark."""
+    now = float(row["now_epoch"])
+    usable = [m for m in marks or [] if now - m[0] >= RECENT_MIN_SECONDS]
+    if not usable:
+        return None, None
+    old_enough = [m for m in usable if now - m[0] >= RECENT_SECONDS]
+    mark = old_enough[-1] if old_enough else usable[0]
+    finished = row["completed"] + row["failed"]
+    then = mark[1] + mark[2]
+    delta = finished - then if finished >= then else finished  # counters went down: restarted under this id
+    window = now - mark[0]
+    return round(delta * 60.0 / window, 2), round(window, 1)
+
+
 def workers(conn: psycopg.Connection, *, stale_after: float = 30.0) -> list[dict[str, Any]]:
     """Registered workers (live, and those stopped within the hour), newest first, with
-    throughput over their lifetime, claim latency quantiles and a stale flag."""
+    recent throughput (jobs finished per minute over about the last minute, from the workers
+    collector's counter marks: `recent_per_minute`, None while there is no mark old enough),
+    the lifetime average (`throughput`, jobs/s), claim latency quantiles and a stale flag."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("browse", "workers")).fetchall()
+        found = cur.execute(query("browse", "worker_history")).fetchone()
+    history = (found or {}).get("history") or {}
     for row in rows:
         uptime = max(float(row["uptime_seconds"] or 0), 1.0)
         row["throughput"] = (row["completed"] + row["failed"]) / uptime
+        row["recent_per_minute"], row["recent_window_s"] = (
+            (None, None) if row["stopped_at"] is not None else recent_throughput(row, history.get(row["id"])))
+        row.pop("now_epoch", None)
         row["claim_p50"] = quantile(row["claim_histogram"] or [], 0.5)
         row["claim_p99"] = quantile(row["claim_histogram"] or [], 0.99)
         row["claim_mean"] = row["claim_seconds_sum"] / row["claim_calls"] if row["claim_calls"] else None

@@ -149,12 +149,20 @@ SELECT
     w.claim_histogram,
     w.pickup_histogram,
     extract(epoch FROM now() - w.last_seen) AS seen_seconds_ago,
-    extract(epoch FROM coalesce(w.stopped_at, now()) - w.started_at) AS uptime_seconds
+    extract(epoch FROM coalesce(w.stopped_at, now()) - w.started_at) AS uptime_seconds,
+    extract(epoch FROM now()) AS now_epoch
 FROM skiplock.workers AS w
 WHERE w.stopped_at IS NULL
    OR w.stopped_at > now() - interval '1 hour'
 ORDER BY w.stopped_at IS NOT NULL, w.last_seen DESC
 LIMIT 500;
+
+-- name: worker_history
+-- The workers collector's per-worker counter marks of the last few minutes (see
+-- console/collectors/workers.py); NULL when no collector has run.
+SELECT s.state -> 'history' AS history
+FROM skiplock.collector_state AS s
+WHERE s.name = 'workers';
 
 -- name: running_jobs_of
 SELECT j.id, j.kind, j.queue, j.locked_by, j.locked_at, j.lease_until

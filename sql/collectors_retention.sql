@@ -94,3 +94,16 @@ WHERE c.id = ANY(ARRAY(
     ORDER BY o.started_at
     LIMIT %(batch)s
 ));
+
+-- name: delete_workers_batch
+-- Registry rows of workers gone longer than the grace: stopped (stopped_at) or killed (no
+-- heartbeat since last_seen). The table holds one row per worker process, so it stays small.
+DELETE FROM skiplock.workers AS w
+WHERE w.id = ANY(ARRAY(
+    SELECT o.id
+    FROM skiplock.workers AS o
+    WHERE coalesce(o.stopped_at, o.last_seen) < %(cutoff)s
+      AND o.last_seen < %(cutoff)s
+    ORDER BY o.last_seen
+    LIMIT %(batch)s
+));

@@ -127,6 +127,13 @@ def queued_operation(conn):
     return {"op": m.start(conn, "replay", {"ids": ids}, actor="seed", reason="seed")}
 
 
+def cancelled_operation(conn):
+    ids = add_failed(conn, 2)
+    op = m.start(conn, "replay", {"ids": ids}, actor="seed", reason="seed")
+    m.cancel(conn, op, actor="seed")  # nobody runs it: closed at once
+    return {"op": op}
+
+
 def a_queue(paused: bool):
     def setup(conn):
         q.enqueue(conn, "send", {}, queue="mail")
@@ -291,6 +298,10 @@ SCENARIOS: dict[str, Scenario] = {
     "token_revoke": Scenario(carol(token=True), USERS, {
         "cli": lambda c: Call(cli=["users", "revoke", str(c["token"])], rows=1),
         "ui": lambda c: Call(web=post("/admin/tokens/{token}/revoke"), ok=302, rows=1),
+    }),
+    "operation_resume": Scenario(cancelled_operation, "SELECT id, state FROM skiplock.bulk_operations", {
+        "ui": lambda c: Call(web=post("/deadletters/operations/{op}/resume"), ok=303, rows=2),
+        "api": lambda c: Call(web=post("/api/v1/deadletters/operations/{op}/resume"), rows=2),
     }),
     "sessions_revoke": Scenario(carol(session=True), SESSIONS, {
         "cli": lambda c: Call(cli=["users", "sessions", "carol", "--revoke"], rows=1),

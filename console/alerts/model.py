@@ -318,8 +318,11 @@ def _guard(value: Any) -> Guard | None:
     unknown = sorted(set(value) - {"metric", "labels", "op", "threshold"})
     if unknown:
         raise ValueError(f"when: unknown field(s) {', '.join(unknown)}")
-    metric = _metric(value.get("metric"))
-    if "threshold" not in value:
+    try:
+        metric = _metric(value.get("metric"))
+    except ValueError as exc:
+        raise ValueError(f"when: {exc}") from None
+    if value.get("threshold") in (None, ""):
         raise ValueError("when: threshold is required")
     return Guard(metric=metric, labels=_labels(value.get("labels"), metric, "when.labels"),
                  op=_op(value.get("op"), "when.op"), threshold=_number(value["threshold"], "when.threshold"))

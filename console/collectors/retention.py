@@ -7,7 +7,11 @@ time, per-minute rows of complete hours into per-hour rows likewise. Re-folding 
 replaces its rows (upsert), so a crash between a fold and the watermark update counts nothing
 twice. A minute is folded only once it is more than one minute old, so a cycle that is still
 being stored is not cut in half. Deletions remove at most `batch_size` rows per statement and
-stop after `max_batches` per run; the next run continues.
+stop after `max_batches` per run; the next run continues. Worker registry rows (skiplock.workers)
+whose last heartbeat or stop is older than `worker_grace` ([worker] registry_grace) go the same
+way: a killed worker never marks itself stopped, so its row would otherwise stay for ever. A
+worker that comes back after that long registers again when it restarts; a hung one that
+resumes without restarting keeps working but is not listed until then.
 """
 
 from __future__ import annotations
@@ -34,19 +38,21 @@ class RetentionSettings:
     max_batches: int = 20
     window_minutes: int = 60
     max_windows: int = 48
+    worker_grace: timedelta = timedelta(hours=1)  # [worker] registry_grace
 
     @classmethod
     def from_config(cls, config: Any) -> RetentionSettings:
         s = config.scheduler
         return cls(raw=timedelta(hours=s.retention_raw_hours), minute=timedelta(days=s.retention_minute_days),
-                   hour=timedelta(days=s.retention_hour_days), batch_size=s.retention_batch_size)
+                   hour=timedelta(days=s.retention_hour_days), batch_size=s.retention_batch_size,
+                   worker_grace=config.worker.registry_grace)
 
 
 @dataclass
 class RetentionResult:
     minute_windows: int = 0
     hour_windows: int = 0
-    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0})
+    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0, "workers": 0})
 
 
 def _floor(ts: datetime, unit: str) -> datetime:
@@ -118,4 +124,7 @@ def run(conn: psycopg.Connection, settings: RetentionSettings | None = None) -> 
     result.deleted["minute"] = _delete(conn, "delete_rollup_batch", {"resolution": "minute", "cutoff": now - settings.minute}, settings)
     result.deleted["hour"] = _delete(conn, "delete_rollup_batch", {"resolution": "hour", "cutoff": now - settings.hour}, settings)
     result.deleted["runs"] = _delete(conn, "delete_runs_batch", {"cutoff": now - settings.raw}, settings)
+    # Registry rows of workers that stopped, or were killed and never said so, longer ago than
+    # the grace: the Workers page and the collectors stop carrying them.
+    result.deleted["workers"] = _delete(conn, "delete_workers_batch", {"cutoff": now - settings.worker_grace}, settings)
     return result

@@ -6,6 +6,11 @@ Each worker process writes its cumulative counters and fixed-bucket histograms t
 from zero, a worker whose counters went down (restarted under the same id) counts from zero
 too, and a worker that disappeared contributes nothing. Rates are per second of the database
 clock between the two snapshots; quantiles come from the summed histogram deltas.
+
+The snapshot also keeps, per worker, its `completed` and `failed` counters at each of the last
+few minutes' cycles (`history`: [[epoch seconds, completed, failed], ...], at most
+HISTORY_SECONDS back): the Workers page subtracts the one about a minute old from the live
+row to show each worker's recent throughput (console.browse.workers), not a lifetime average.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from console.samples import Sample
 
 COUNTERS = ("claimed", "completed", "failed", "retried", "lost", "claim_calls", "pickup_count")
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
+HISTORY_SECONDS = 180.0  # per-worker counter marks kept for the Workers page's last-minute throughput
+HISTORY_MAX = 60  # and at most this many per worker, whatever the collect interval
 
 
 def _sum_hist(total: list[int], add: list[int]) -> list[int]:
@@ -50,7 +57,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
             totals[k] += now_counts[k] - (base.get(k, 0) if base else 0)
         claim_hist = _sum_hist(claim_hist, delta(r["claim_histogram"], base.get("claim_histogram") if base else None))
         pickup_hist = _sum_hist(pickup_hist, delta(r["pickup_histogram"], base.get("pickup_histogram") if base else None))
-    ctx.remember({"workers": snapshot})
+    ctx.remember({"workers": snapshot, "history": _history(ctx, rows)})
 
     if interval is None:
         # First cycle (nothing to subtract): rates need two snapshots.
@@ -69,4 +76,16 @@ def collect(ctx: Context) -> Iterable[Sample]:
     for label, q in QUANTILES:
         out.append(Sample("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": label}, quantile(claim_hist, q)))
         out.append(Sample("pickup_delay_seconds", {"quantile": label}, quantile(pickup_hist, q)))
+    return out
+
+
+def _history(ctx: Context, rows: list[dict]) -> dict[str, list[list[float]]]:
+    """Each listed worker's recent (time, completed, failed) marks, this cycle's appended."""
+    now = ctx.now.timestamp()
+    before = ctx.previous.get("history", {})
+    out: dict[str, list[list[float]]] = {}
+    for r in rows:
+        marks = [m for m in before.get(r["id"], []) if now - m[0] <= HISTORY_SECONDS]
+        marks.append([now, float(r["completed"]), float(r["failed"])])
+        out[r["id"]] = marks[-HISTORY_MAX:]
     return out

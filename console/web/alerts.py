@@ -470,8 +470,10 @@ def _rule_record(form: dict[str, Any]) -> dict[str, Any]:
     when = form.get("when")
     if isinstance(when, dict):
         record["when"] = when
-    elif form.get("when_metric"):
-        record["when"] = {"metric": form.get("when_metric"), "labels": form.get("when_labels") or {},
+    elif any(form.get(k) not in (None, "") for k in ("when_metric", "when_labels", "when_threshold")):
+        # The form's guard ("only while ..."): parsed by parse_rule like [[alerts.rules]] `when`, so a
+        # half-filled guard is refused with a message naming the missing part, never dropped.
+        record["when"] = {"metric": form.get("when_metric") or None, "labels": form.get("when_labels") or {},
                           "op": form.get("when_op"), "threshold": form.get("when_threshold")}
     return record
 
@@ -498,6 +500,10 @@ def save_rule():
          body=RULE_FIELDS, params=[*(Param(k, where="form", required=k in ("name", "metric", "op", "threshold"))
                                      for k in ("name", "metric", "labels", "op", "threshold", "clear", "for",
                                                "severity", "summary", "runbook", "webhooks", "enabled")),
+                                   Param("when_metric", where="form", description="guard (form-encoded `when`): the metric that must also hold"),
+                                   Param("when_labels", where="form", description="guard: label selector, e.g. queue=mail"),
+                                   Param("when_op", where="form", enum=r.OPS, description="guard: comparison"),
+                                   Param("when_threshold", where="form", description="guard: threshold (a number)"),
                                    REASON_PARAM],
          status=201, responses={"201": "saved", "422": "no reason"},
          response=obj({"rule": obj({"name": STR, "metric": STR})}))

@@ -8,6 +8,7 @@ POST /deadletters/preview                    exact count + sample + reason form 
 POST /deadletters/operations                 start the bulk operation, run it in a thread (operator)
 GET  /deadletters/operations/<id>            its page; /_progress is the polled fragment (HTTP 286 when over)
 POST /deadletters/operations/<id>/cancel     stop it between two batches (operator)
+POST /deadletters/operations/<id>/resume     reopen a cancelled/failed one, run it on from its cursor (operator, reason)
 POST /deadletters/jobs/<id>/<replay|purge>   one job, one click (operator)
 and the same under /api/v1/deadletters.
 
@@ -53,6 +54,7 @@ bp = Blueprint("deadletters", __name__)
 
 PAGE = 100
 SAMPLE = 10
+MAX_RATE = 100_000.0  # rows/s an operator may ask for on the confirm form; more is no throttle at all
 SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_before", "payload")
 
 SELECTION_PARAMS = [
@@ -63,6 +65,13 @@ SELECTION_PARAMS = [
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
     Param("queue", where="form", description="queue (instead of `selection`)"),
     Param("kind", where="form", description="job kind (instead of `selection`)"),
+]
+
+START_PARAMS = [
+    Param("rate", where="form", type="number", minimum=0, maximum=int(MAX_RATE),
+          description="most rows per second (greater than 0, at most 100000); empty: maintenance.bulk_rate"),
+    Param("to_archive", where="form", enum=("0", "1", "true", "false", "on", "off"),
+          description="purge only: move the jobs to the archive marked purged instead of deleting them"),
 ]
 
 PREVIEW_PARAMS = [
@@ -243,7 +252,7 @@ def preview_data() -> dict[str, Any]:
 def preview():
     data = preview_data()
     template = "deadletters/_confirm.html" if request.headers.get("HX-Request") else "deadletters/confirm.html"
-    return render_template(template, **data)
+    return render_template(template, default_rate=_settings().bulk_rate, **data)
 
 
 @bp.post("/api/v1/deadletters/preview")
@@ -273,17 +282,43 @@ def _previewed(action: str) -> m.Previewed | None:
     return previewed
 
 
+def _rate(default: float | None) -> float | None:
+    """The operator's rows/s from the form: empty means the configured default."""
+    raw = (request.form.get("rate") or "").strip()
+    if not raw:
+        return default
+    try:
+        rate = float(raw)
+    except ValueError:
+        abort(400, f"rate: {raw[:40]!r} is not a number of rows per second")
+    if not 0 < rate <= MAX_RATE:  # also refuses nan and inf
+        abort(400, f"rate: rows per second must be greater than 0 and at most {MAX_RATE:,.0f} (got {raw[:40]})")
+    return rate
+
+
+def _purge_mode(action: str) -> str:
+    raw = (request.form.get("to_archive") or "").strip().lower()
+    if raw not in ("", "0", "1", "true", "false", "on", "off"):
+        abort(400, f"to_archive: {raw[:40]!r} is not true or false")
+    to_archive = raw in ("1", "true", "on")
+    if to_archive and action != "purge":
+        abort(400, "to_archive: only a purge can go to the archive")
+    return "archive" if to_archive else "delete"
+
+
 def start_operation() -> dict[str, Any]:
     action = _action()
     sel = _selection_from_form()
     reason = reason_for(bulk_action(action, sel.to_dict()))
     previewed = _previewed(action)
     settings = _settings()
+    rate = _rate(settings.bulk_rate)
+    purge_mode = _purge_mode(action)
     conn = get_conn()
     try:
         # The check against the preview and the operation's insert are one transaction.
-        op_id = m.start(conn, action, sel, actor=actor(), reason=reason, rate=settings.bulk_rate,
-                        batch_size=settings.batch_size, purge_mode="delete", preview=previewed)
+        op_id = m.start(conn, action, sel, actor=actor(), reason=reason, rate=rate,
+                        batch_size=settings.batch_size, purge_mode=purge_mode, preview=previewed)
     except m.PreviewMismatch as exc:
         abort(409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=settings.error_history)
@@ -304,8 +339,9 @@ def start():
 @api_doc("Start a replay or purge of the selection; it runs in the background (poll its progress)", params=[
     *SELECTION_PARAMS,
     Param("reason", where="form", required=True, max_length=MAX_REASON, description="why (kept in the audit log)"),
+    *START_PARAMS,
     *PREVIEW_PARAMS,
-], status=201, responses={"400": "bad selection, a reason too long, or a purge without its preview's fields",
+], status=201, responses={"400": "bad selection, a reason too long, a bad rate or to_archive, or a purge without its preview's fields",
                           "409": "the selection no longer matches exactly the previewed jobs: preview again",
                           "422": "no reason (every purge, and a replay of more than one job, needs one)",
                           "201": "started"}, response=ref("Operation"))
@@ -375,6 +411,43 @@ def cancel(op_id: int):
          responses={"404": "no such operation", "409": "it has already ended"})
 def api_cancel(op_id: int):
     return jsonify(_cancel(op_id))
+
+
+def _resume(op_id: int) -> dict[str, Any]:
+    """Reopen a cancelled or failed operation and run it again from its cursor, in the
+    background. The runner keeps the operation's snapshot and preview bound (max_id), so a
+    resume never touches a job the operator did not preview."""
+    reason = reason_for("operation_resume")
+    conn = get_conn()
+    try:
+        op = m.resume(conn, op_id, actor=actor(), reason=reason)
+    except m.OperationState as exc:
+        abort(404 if "there is no" in str(exc) else 409, str(exc))
+    bulk.run_in_thread(_state().dsn, op_id, history=_settings().error_history)
+    return op_for(op)
+
+
+@bp.post("/deadletters/operations/<int:op_id>/resume")
+@requires("operator")
+def resume(op_id: int):
+    op = _resume(op_id)
+    if request.headers.get("HX-Request"):
+        return render_template("deadletters/_progress.html", op=op, poll=True)
+    return redirect(url_for("deadletters.operation", op_id=op_id), 303)
+
+
+@bp.post("/api/v1/deadletters/operations/<int:op_id>/resume")
+@requires("operator")
+@api_doc("Resume a cancelled or failed bulk operation from where it stopped (audited; same snapshot and preview bound)",
+         params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         description="Rows already done are not touched again, and no job above the operation's `max_id` "
+                     "(the confirmed preview's bound) is ever touched.",
+         response=ref("Operation"),
+         responses={"422": "no reason", "404": "no such operation",
+                    "409": "it is not cancelled or failed (still running, or done)"})
+def api_resume(op_id: int):
+    return jsonify(_resume(op_id))
 
 
 # --- one job --------------------------------------------------------------------------------
