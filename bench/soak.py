@@ -376,6 +376,9 @@ class Soak:
         gunicorn = shutil.which("gunicorn", path=str(Path(sys.executable).parent)) or "gunicorn"
         return self._child("web", [gunicorn, "--no-control-socket", "-w", "2", "--threads", "4",
                                    "-b", f"127.0.0.1:{self.web_port}", "--timeout", "30",
+                                   # longer than any client's idle gap: a keep-alive connection closed by
+                                   # the server just as a client reuses it is a reset, not an answer
+                                   "--keep-alive", "75",
                                    "console.web:create_app()"])
 
     def start_processes(self) -> None:

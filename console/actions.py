@@ -62,6 +62,8 @@ ACTIONS: dict[str, Requirement] = {
                   "One job, moved earlier; nothing is lost."),
     "cancel_job": _r("cancel", False, "ui api", "Cancel one pending job",
                      "One job; the reason, if given, is also written into the job's error."),
+    "request_cancel": _r("request_cancel", False, "ui api", "Ask one running job to stop",
+                         "One job, and its handler decides; the reason, if given, is kept with the request."),
     "purge": _r("purge", True, "cli ui api", "Purge dead letters (one or many)",
                 "Destroys jobs (or moves them out of reach): it cannot be undone."),
     "operation_cancel": _r("cancel", False, "cli ui api", "Cancel a running bulk replay or purge",

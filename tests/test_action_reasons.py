@@ -134,6 +134,13 @@ def cancelled_operation(conn):
     return {"op": op}
 
 
+def running_job(conn):
+    job_id = q.enqueue(conn, "report", {}, queue="mail")
+    (job,) = q.claim(conn, "seed-worker", queues=["mail"])
+    assert job.id == job_id
+    return {"id": job_id}
+
+
 def a_queue(paused: bool):
     def setup(conn):
         q.enqueue(conn, "send", {}, queue="mail")
@@ -209,6 +216,10 @@ SCENARIOS: dict[str, Scenario] = {
     "run_now": Scenario(later_job, "SELECT run_at > now() FROM skiplock.jobs", {
         "ui": lambda c: Call(web=post("/jobs/{id}/run_now"), ok=302, rows=1),
         "api": lambda c: Call(web=post("/api/v1/jobs/{id}/run_now"), rows=1),
+    }),
+    "request_cancel": Scenario(running_job, "SELECT cancel_requested_at IS NULL FROM skiplock.jobs", {
+        "ui": lambda c: Call(web=post("/jobs/{id}/request_cancel"), ok=302, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/jobs/{id}/request_cancel"), rows=1),
     }),
     "cancel_job": Scenario(later_job, JOBS, {
         "ui": lambda c: Call(web=post("/jobs/{id}/cancel"), ok=302, rows=1),

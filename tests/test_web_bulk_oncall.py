@@ -105,7 +105,7 @@ def test_resume_through_the_api_keeps_the_preview_bound(conn, dead, client_as, m
     # as if its transaction had committed late: failed before the preview's time, id above its bound
     conn.execute("UPDATE skiplock.jobs SET finished_at = finished_at - interval '1 hour' WHERE id = %s", (late,))
     no_reason = client.post(f"/api/v1/deadletters/operations/{op_id}/resume", data={"csrf_token": CSRF})
-    assert no_reason.status_code == 400 and "reason" in no_reason.get_json()["error"]
+    assert no_reason.status_code == 422 and "reason" in no_reason.get_json()["error"]
     assert client.get(f"/api/v1/deadletters/operations/{op_id}").get_json()["state"] == "cancelled"
     resp = client.post(f"/api/v1/deadletters/operations/{op_id}/resume",
                        data={"csrf_token": CSRF, "reason": "SMTP really fixed now"})
