@@ -64,9 +64,9 @@ FROM inserted
 ORDER BY inserted.id;
 
 -- name: reserve_ids
--- enqueue_many's COPY path: %(n)s ids drawn from the jobs' identity sequence (the caller sorts
--- them) and the transaction's now() (the default run_at).
-SELECT nextval(pg_get_serial_sequence('skiplock.jobs', 'id')) AS id, now() AS now
+-- enqueue_many's COPY path: %(n)s ids drawn from the jobs' identity sequence, as one array
+-- (the caller sorts them), and the transaction's now() (the default run_at).
+SELECT array_agg(nextval(pg_get_serial_sequence('skiplock.jobs', 'id'))) AS ids, now() AS now
 FROM generate_series(1, %(n)s::integer);
 
 -- name: enqueue_copy

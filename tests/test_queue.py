@@ -91,6 +91,14 @@ def test_enqueue_many_copy_path_returns_ids_in_input_order_with_every_column(con
     assert later > max(ids)  # the sequence moved past the drawn ids
 
 
+def test_enqueue_many_copy_path_keeps_tabs_newlines_and_backslashes(conn):
+    odd = {"text": "a\tb\nc\\d\r\"e\u00e9", "path": "C:\\temp\\n"}
+    jobs = [q.NewJob("kind\twith\\odd\nchars", odd, queue="q\\1") for _ in range(q.COPY_THRESHOLD)]
+    ids = q.enqueue_many(conn, jobs)
+    row = conn.execute("SELECT kind, queue, payload FROM skiplock.jobs WHERE id = %s", (ids[-1],)).fetchone()
+    assert row == ("kind\twith\\odd\nchars", "q\\1", odd)
+
+
 def test_enqueue_many_copy_path_joins_the_callers_transaction(tx_conn, conn):
     q.enqueue_many(tx_conn, big_batch())
     assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0  # not yet visible
