@@ -141,6 +141,8 @@ def pages(dsn: str) -> list[tuple[str, str]]:
         ("database health", "/health"),
         ("maintenance", "/maintenance"),
         ("audit", "/audit"),
+        ("advisor", "/advisor"),
+        ("advisor checks (poll)", "/advisor/_checks"),
     ]
 
 
