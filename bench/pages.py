@@ -8,6 +8,8 @@ stored history so the charts have series, starts `--workers` real `skiplock work
 working a live queue that an enqueuer keeps fed, then requests every page `--requests` times
 (default 50) through the WSGI app in this process, signed in as an operator, and prints the
 median and p95 server time of each (the time to build the response: queries + rendering).
+Every response's status is recorded: any that is not 200 is flagged in its row, and the run
+exits 1 naming the page, URL and status (a fast error page is not a fast page).
 
     .venv/bin/python bench/pages.py                      # 10 M rows (several minutes to load)
     .venv/bin/python bench/pages.py --rows 1000000 --requests 20
@@ -139,37 +141,48 @@ def pages(dsn: str) -> list[tuple[str, str]]:
         ("database health", "/health"),
         ("maintenance", "/maintenance"),
         ("audit", "/audit"),
+        ("advisor", "/advisor"),
+        ("advisor checks (poll)", "/advisor/_checks"),
     ]
 
 
-def measure(dsn: str, requests: int) -> list[tuple[str, float, float, int]]:
-    from console.users import _hasher
+def measure(dsn: str, requests: int) -> tuple[list[tuple[str, float, float, int]], list[str]]:
+    """(name, median ms, p95 ms, last status) per page, and every non-200 response as
+    "page URL: HTTP status (n of m)" (the run fails on any)."""
+    from console.users import _hasher, start_session
     from console.web import create_app
 
     with connect(dsn) as conn:
         conn.execute("INSERT INTO skiplock.users (name, password_hash, role) VALUES ('bench', %s, 'operator') "
                      "ON CONFLICT (name) DO NOTHING", (_hasher.hash("bench-password"),))
-    app = create_app({"database.dsn": dsn, "web.secret_key": "bench"})
+        token = start_session(conn, "bench", "127.0.0.1", "bench/pages.py")
+    # Production mode is the default; the test client speaks plain HTTP, so the Secure session
+    # cookie would never come back. Sessions are server-side rows (as the login form makes).
+    app = create_app({"database.dsn": dsn, "web.secret_key": "bench", "web.production": False})
     client = app.test_client()
     with client.session_transaction() as session:
-        session["user"] = "bench"
+        session["sid"] = token
         session["csrf"] = "bench"
     out = []
+    bad: list[str] = []
     for name, url in pages(dsn):
         times = []
-        status = 0
+        statuses: list[int] = []
         for _ in range(requests + 2):
             t0 = time.perf_counter()
             resp = client.get(url)
             resp.get_data()
             times.append((time.perf_counter() - t0) * 1000)
-            status = resp.status_code
+            statuses.append(resp.status_code)
         times = times[2:]  # the first two warm caches and prepared statements
         p95 = statistics.quantiles(times, n=20)[18] if len(times) >= 20 else max(times)
-        out.append((name, statistics.median(times), p95, status))
-        print(f"{name:28} {statistics.median(times):8.1f} ms {p95:8.1f} ms   HTTP {status}", flush=True)
+        out.append((name, statistics.median(times), p95, statuses[-1]))
+        for status in sorted(set(statuses) - {200}):
+            bad.append(f"{name} ({url}): HTTP {status} ({statuses.count(status)} of {len(statuses)})")
+        flag = "" if set(statuses) == {200} else "   NOT ALL 200: " + ", ".join(map(str, sorted(set(statuses))))
+        print(f"{name:28} {statistics.median(times):8.1f} ms {p95:8.1f} ms   HTTP {statuses[-1]}{flag}", flush=True)
     app.extensions["skiplock"].close()
-    return out
+    return out, bad
 
 
 def main() -> None:
@@ -181,6 +194,7 @@ def main() -> None:
     parser.add_argument("--dsn", help="an existing database (migrated here); default: a private cluster")
     args = parser.parse_args()
     command = "bench/pages.py " + " ".join(sys.argv[1:])
+    failed: list[str] = []  # every non-200 response; the run exits 1 naming them
 
     def run(dsn: str) -> None:
         with connect(dsn) as conn:
@@ -196,7 +210,7 @@ def main() -> None:
         try:
             print(f"\n{'page':28} {'median':>11} {'p95':>11}   ({args.requests} requests each, "
                   f"{args.workers} live workers, {args.rows:,} rows)", flush=True)
-            results = measure(dsn, args.requests)
+            results, bad = measure(dsn, args.requests)
         finally:
             stop.set()
             for w in workers:
@@ -207,15 +221,22 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     w.kill()
         worst = max(results, key=lambda r: r[2])
-        print(f"\nslowest p95: {worst[0]} {worst[2]:.1f} ms; command: {command}")
+        print(f"\nslowest p95: {worst[0]} {worst[2]:.1f} ms; command: {command}; load average {os.getloadavg()}")
+        if bad:
+            failed.extend(bad)
 
     if args.dsn:
         run(args.dsn)
-        return
-    with PrivateCluster(settings={**RELAXED_DURABILITY, "shared_buffers": "1GB", "max_wal_size": "4GB"}) as cluster:
-        with connect(cluster.dsn) as conn:
-            conn.execute("CREATE DATABASE bench")
-        run(cluster.dsn_for("bench"))
+    else:
+        with PrivateCluster(settings={**RELAXED_DURABILITY, "shared_buffers": "1GB", "max_wal_size": "4GB"}) as cluster:
+            with connect(cluster.dsn) as conn:
+                conn.execute("CREATE DATABASE bench")
+            run(cluster.dsn_for("bench"))
+    if failed:
+        print("\nFAILED: pages that did not answer 200 (their timings mean nothing):", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

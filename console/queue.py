@@ -260,8 +260,16 @@ class NewJob:
     max_attempts: int | None = None
 
 
+COPY_THRESHOLD = 200  # a key-less batch at least this long goes through COPY (bench/enqueue.py)
+
+
 def enqueue_many(conn: psycopg.Connection, jobs: Iterable[NewJob | dict[str, Any]]) -> list[int]:
-    """Insert a batch in one round trip (caller's transaction); ids in the input's order."""
+    """Insert a batch in the caller's transaction; ids in the input's order.
+
+    A batch without idempotency keys of COPY_THRESHOLD jobs or more is streamed with COPY (ids
+    drawn from the sequence first, one NOTIFY per queue): several times the rate of the one
+    multi-row INSERT that smaller or keyed batches use (docs/benchmarks.md, bench/enqueue.py).
+    """
     items = [job if isinstance(job, NewJob) else NewJob(**job) for job in jobs]
     if not items:
         return []
@@ -271,6 +279,15 @@ def enqueue_many(conn: psycopg.Connection, jobs: Iterable[NewJob | dict[str, Any
     present_keys = [k for k in keys if k is not None]
     if len(present_keys) != len(set(present_keys)):
         raise InvalidJob("the same idempotency key appears twice in one batch")
+    if not present_keys and len(items) >= COPY_THRESHOLD:
+        return _enqueue_copy(conn, items)
+    return _enqueue_insert(conn, items)
+
+
+def _enqueue_insert(conn: psycopg.Connection, items: list[NewJob]) -> list[int]:
+    """One INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING: the keyed (and small) path."""
+    keys = [item.idempotency_key for item in items]
+    present_keys = [k for k in keys if k is not None]
     params = {
         "queues": [i.queue for i in items],
         "kinds": [i.kind for i in items],
@@ -290,6 +307,51 @@ def enqueue_many(conn: psycopg.Connection, jobs: Iterable[NewJob | dict[str, Any
             by_key.update(dict(cur.execute(query("queue", "ids_by_keys"), {"keys": missing}).fetchall()))
         keyless = iter(job_id for job_id, key, _ in rows if key is None)
         return [by_key[k] if k is not None else next(keyless) for k in keys]
+
+
+_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_field(value: str) -> str:
+    """A value for COPY's text format: backslash, tab, newline and carriage return escaped."""
+    return value.translate(_COPY_ESCAPES)
+
+
+def _payload_text(payload: Any) -> str:
+    try:
+        return _JSON.encode({} if payload is None else payload)
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+
+
+def _enqueue_copy(conn: psycopg.Connection, items: list[NewJob]) -> list[int]:
+    """Key-less batch by COPY, in the caller's transaction (on an autocommit connection, one
+    transaction of its own, so the three statements commit together).
+
+    The ids are drawn from the jobs' identity sequence first and written explicitly (COPY
+    writes identity values it is given), so the caller gets them in input order without a
+    RETURNING. A job without run_at gets the transaction's now(), as the INSERT's default does.
+    The rows are formatted here as one block of COPY text (escaped), not row by row.
+    """
+    payloads = [_copy_field(_payload_text(i.payload)) for i in items]
+    names: dict[str, str] = {}
+    own = conn.transaction() if conn.autocommit else contextlib.nullcontext()
+    with own, conn.cursor() as cur:
+        ids, now = cur.execute(query("queue", "reserve_ids"), {"n": len(items)}).fetchone()
+        ids.sort()
+        default_run_at = now.isoformat()
+        lines = []
+        for job_id, item, payload in zip(ids, items, payloads, strict=True):
+            queue = names.get(item.queue) or names.setdefault(item.queue, _copy_field(item.queue))
+            kind = names.get(item.kind) or names.setdefault(item.kind, _copy_field(item.kind))
+            run_at = default_run_at if item.run_at is None else item.run_at.isoformat()
+            lines.append(f"{job_id}\t{queue}\t{kind}\t{payload}\t{item.priority}\t{run_at}\t"
+                         f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\n")
+        with cur.copy(query("queue", "enqueue_copy")) as copy:
+            copy.write("".join(lines))
+        cur.execute(query("queue", "notify_queues"), {"queues": sorted({i.queue for i in items})})
+    return ids
 
 
 def _own_transaction(conn: psycopg.Connection, what: str):

@@ -68,22 +68,70 @@ ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s;
 
 -- name: groups
--- Error groups: dead letters by fingerprint, largest first.
+-- Error groups: dead letters by fingerprint, largest first. The aggregate is an index-only scan
+-- of jobs_failed_groups_idx (error_fingerprint, finished_at) INCLUDE (queue, kind) in group
+-- order; only the shown groups' examples touch the heap, one backward probe of the same index
+-- each (the newest; the second branch is the group without a fingerprint).
+WITH per_queue_kind AS (
+    -- First (fingerprint, queue, kind): a hash aggregate to a handful of rows, so the DISTINCT
+    -- arrays below sort a handful of names rather than one per dead letter.
+    SELECT
+        j.error_fingerprint,
+        j.queue,
+        j.kind,
+        count(*) AS count,
+        min(j.finished_at) AS first_seen,
+        max(j.finished_at) AS last_seen
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'failed'
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+    GROUP BY j.error_fingerprint, j.queue, j.kind
+),
+grouped AS (
+    SELECT
+        p.error_fingerprint,
+        sum(p.count)::bigint AS count,
+        min(p.first_seen) AS first_seen,
+        max(p.last_seen) AS last_seen,
+        array_agg(DISTINCT p.queue ORDER BY p.queue) AS queues,
+        array_agg(DISTINCT p.kind ORDER BY p.kind) AS kinds
+    FROM per_queue_kind AS p
+    GROUP BY p.error_fingerprint
+    ORDER BY sum(p.count) DESC, coalesce(p.error_fingerprint, '(no fingerprint)')
+    LIMIT %(limit)s
+)
 SELECT
-    coalesce(j.error_fingerprint, '(no fingerprint)') AS fingerprint,
-    count(*) AS count,
-    min(j.finished_at) AS first_seen,
-    max(j.finished_at) AS last_seen,
-    array_agg(DISTINCT j.queue ORDER BY j.queue) AS queues,
-    array_agg(DISTINCT j.kind ORDER BY j.kind) AS kinds,
-    (array_agg(j.last_error ORDER BY j.finished_at DESC))[1] AS example
-FROM skiplock.jobs AS j
-WHERE j.status = 'failed'
-  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
-GROUP BY j.error_fingerprint
-ORDER BY count(*) DESC, fingerprint
-LIMIT %(limit)s;
+    coalesce(grouped.error_fingerprint, '(no fingerprint)') AS fingerprint,
+    grouped.count,
+    grouped.first_seen,
+    grouped.last_seen,
+    grouped.queues,
+    grouped.kinds,
+    example.last_error AS example
+FROM grouped
+LEFT JOIN LATERAL (
+    (SELECT e.last_error
+     FROM skiplock.jobs AS e
+     WHERE e.status = 'failed'
+       AND e.error_fingerprint = grouped.error_fingerprint
+       AND (%(queue)s::text IS NULL OR e.queue = %(queue)s::text)
+       AND (%(kind)s::text IS NULL OR e.kind = %(kind)s::text)
+     ORDER BY e.error_fingerprint DESC, e.finished_at DESC
+     LIMIT 1)
+    UNION ALL
+    (SELECT e.last_error
+     FROM skiplock.jobs AS e
+     WHERE e.status = 'failed'
+       AND grouped.error_fingerprint IS NULL
+       AND e.error_fingerprint IS NULL
+       AND (%(queue)s::text IS NULL OR e.queue = %(queue)s::text)
+       AND (%(kind)s::text IS NULL OR e.kind = %(kind)s::text)
+     ORDER BY e.error_fingerprint DESC, e.finished_at DESC
+     LIMIT 1)
+    LIMIT 1
+) AS example ON true
+ORDER BY grouped.count DESC, fingerprint;
 
 -- name: replay_batch
 -- Replay the next %(batch_size)s matching dead letters after the cursor, in (finished_at, id)

@@ -63,6 +63,21 @@ SELECT
 FROM inserted
 ORDER BY inserted.id;
 
+-- name: reserve_ids
+-- enqueue_many's COPY path: %(n)s ids drawn from the jobs' identity sequence, as one array
+-- (the caller sorts them), and the transaction's now() (the default run_at).
+SELECT array_agg(nextval(pg_get_serial_sequence('skiplock.jobs', 'id'))) AS ids, now() AS now
+FROM generate_series(1, %(n)s::integer);
+
+-- name: enqueue_copy
+-- The COPY behind enqueue_many's key-less batches; identity values given here are kept.
+COPY skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts) FROM STDIN;
+
+-- name: notify_queues
+-- One doorbell per distinct queue (delivered when the caller's transaction commits).
+SELECT pg_notify('skiplock_jobs', q.queue)
+FROM unnest(%(queues)s::text[]) AS q (queue);
+
 -- name: enqueue_unique
 -- Insert one job and claim its uniqueness window (kind, idempotency_key) in one statement, in
 -- the caller's transaction. The window row is taken when there is none or when it expired

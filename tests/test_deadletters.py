@@ -43,6 +43,44 @@ def test_groups_from_real_failures_share_a_fingerprint(conn):
     assert job_id
 
 
+def test_each_groups_example_is_its_newest_failure_within_the_filter_and_nulls_group_too(conn):
+    def failed(fingerprint, error, age_min, queue="mail", kind="send"):
+        conn.execute(
+            "INSERT INTO skiplock.jobs (queue, kind, status, last_error, error_fingerprint, finished_at, attempts)"
+            " VALUES (%s, %s, 'failed', %s, %s, now() - make_interval(mins => %s), 1)",
+            (queue, kind, error, fingerprint, age_min))
+
+    failed("F", "F oldest", 30)
+    failed("F", "F newest in mail", 10)
+    failed("F", "F newest overall", 5, queue="billing", kind="charge")
+    failed("G", "G only", 20)
+    failed(None, "unfingerprinted old", 40)
+    failed(None, "unfingerprinted new", 1)
+    by_fp = {g["fingerprint"]: g for g in groups(conn)}
+    assert by_fp["F"]["example"] == "F newest overall" and by_fp["F"]["count"] == 3
+    assert by_fp["F"]["queues"] == ["billing", "mail"] and by_fp["F"]["kinds"] == ["charge", "send"]
+    assert by_fp["G"]["example"] == "G only"
+    assert by_fp["(no fingerprint)"]["example"] == "unfingerprinted new" and by_fp["(no fingerprint)"]["count"] == 2
+    assert [g["fingerprint"] for g in groups(conn)] == ["F", "(no fingerprint)", "G"]  # largest first, then by name
+    mail = {g["fingerprint"]: g for g in groups(conn, queue="mail")}
+    assert mail["F"]["example"] == "F newest in mail" and mail["F"]["count"] == 2
+
+
+def test_groups_aggregate_from_the_fingerprint_index_alone(conn):
+    add_failed(conn, 300, queue="mail", kind="send", fingerprint="A")
+    add_failed(conn, 200, queue="billing", kind="charge", fingerprint="B")
+    add_completed(conn, 500)
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    conn.execute("SET enable_seqscan = off; SET enable_bitmapscan = off")  # a table this small is read whole; ask what the indexes can do
+    from console.sqlfiles import query
+
+    plan = conn.execute("EXPLAIN (FORMAT JSON) " + query("deadletters", "groups"),
+                        {"queue": None, "kind": None, "limit": 100}).fetchone()[0][0]["Plan"]
+    scans = {(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan) if "Scan" in n["Node Type"]}
+    assert ("Index Only Scan", "jobs_failed_groups_idx") in scans, scans
+    assert all(name == "jobs_failed_groups_idx" for _, name in scans if name), scans  # not jobs_failed_idx + heap
+
+
 def test_filters_each_narrow_the_selection_and_only_failed_jobs_match(conn):
     mail = add_failed(conn, 5, queue="mail", kind="send", fingerprint="A")
     bill = add_failed(conn, 4, queue="billing", kind="charge", fingerprint="B", age=timedelta(days=2))

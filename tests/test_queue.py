@@ -65,6 +65,78 @@ def test_enqueue_many_returns_ids_in_input_order_and_respects_keys(conn):
     assert by_id[ids[0]] == ("a", "1") and by_id[ids[2]] == ("b", "3") and by_id[ids[3]] == ("c", "4")
 
 
+def big_batch(n=q.COPY_THRESHOLD + 50):
+    """A key-less batch long enough for enqueue_many's COPY path, over three queues."""
+    future = datetime.now(UTC) + timedelta(hours=1)
+    return [q.NewJob("bulk", {"n": i}, queue=("a", "b", "c")[i % 3], priority=i % 7,
+                     run_at=future if i % 10 == 0 else None, max_attempts=None if i % 2 else 9)
+            for i in range(n)]
+
+
+def test_enqueue_many_copy_path_returns_ids_in_input_order_with_every_column(conn):
+    jobs = big_batch()
+    ids = q.enqueue_many(conn, jobs)
+    assert len(ids) == len(jobs) == len(set(ids))
+    rows = conn.execute(
+        "SELECT id, (payload->>'n')::int, queue, priority, max_attempts, status, run_at > now() + interval '50 minutes',"
+        " run_at = created_at, errors FROM skiplock.jobs WHERE id = ANY(%s)", (ids,)).fetchall()
+    by_id = {r[0]: r[1:] for r in rows}
+    for i, job_id in enumerate(ids):
+        n, queue, priority, max_attempts, status, future, run_now, errors = by_id[job_id]
+        assert n == i and queue == jobs[i].queue and priority == i % 7
+        assert max_attempts == (q.DEFAULT_MAX_ATTEMPTS if i % 2 else 9)
+        assert status == "pending" and errors == []
+        assert future == (i % 10 == 0) and run_now == (i % 10 != 0)  # no run_at: the transaction's now()
+    later = q.enqueue(conn, "after", {})
+    assert later > max(ids)  # the sequence moved past the drawn ids
+
+
+def test_enqueue_many_copy_path_keeps_tabs_newlines_and_backslashes(conn):
+    odd = {"text": "a\tb\nc\\d\r\"e\u00e9", "path": "C:\\temp\\n"}
+    jobs = [q.NewJob("kind\twith\\odd\nchars", odd, queue="q\\1") for _ in range(q.COPY_THRESHOLD)]
+    ids = q.enqueue_many(conn, jobs)
+    row = conn.execute("SELECT kind, queue, payload FROM skiplock.jobs WHERE id = %s", (ids[-1],)).fetchone()
+    assert row == ("kind\twith\\odd\nchars", "q\\1", odd)
+
+
+def test_enqueue_many_copy_path_joins_the_callers_transaction(tx_conn, conn):
+    q.enqueue_many(tx_conn, big_batch())
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0  # not yet visible
+    tx_conn.rollback()
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
+    ids = q.enqueue_many(tx_conn, big_batch())
+    tx_conn.commit()
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s)", (ids,)).fetchone()[0] == len(ids)
+
+
+def test_enqueue_many_copy_path_rings_once_per_queue_after_commit(tx_conn, dsn):
+    with connect(dsn) as listener:
+        listener.execute("LISTEN skiplock_jobs")
+        q.enqueue_many(tx_conn, big_batch())
+        assert list(listener.notifies(timeout=0.2)) == []  # nothing before commit
+        tx_conn.commit()
+        notes = list(listener.notifies(timeout=0.5, stop_after=10))
+    assert sorted(n.payload for n in notes) == ["a", "b", "c"]
+
+
+def test_enqueue_many_long_keyed_batch_still_dedupes(conn):
+    existing = q.enqueue(conn, "k", {}, idempotency_key="key-3")
+    jobs = [q.NewJob("k", {"n": i}, idempotency_key=f"key-{i}" if i % 2 else None) for i in range(q.COPY_THRESHOLD + 10)]
+    ids = q.enqueue_many(conn, jobs)
+    assert ids[3] == existing
+    again = q.enqueue_many(conn, [j for j in jobs if j.idempotency_key])
+    assert again == [ids[i] for i in range(len(jobs)) if jobs[i].idempotency_key]
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == len(jobs)
+
+
+def test_enqueue_many_copy_path_refuses_a_bad_payload_before_writing(conn):
+    jobs = big_batch()
+    jobs[-1] = q.NewJob("bulk", {"when": datetime.now()})
+    with pytest.raises(q.InvalidJob, match="JSON"):
+        q.enqueue_many(conn, jobs)
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
+
+
 @pytest.mark.parametrize("bad, message", [
     ({"kind": "", "payload": {}}, "kind"),
     ({"kind": "x", "payload": {"when": datetime.now()}}, "JSON"),

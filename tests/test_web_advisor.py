@@ -9,6 +9,7 @@ import pytest
 
 from console import queue as q
 from console.samples import Sample, store
+from tests.web_fixtures import CSRF
 
 
 def test_the_page_lists_every_check_and_the_verdict(client_as, conn):
@@ -86,6 +87,54 @@ def test_in_the_browser_a_fixed_fault_turns_green_without_a_reload(page, live_se
     shot(page, "advisor")
     conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
                  "INCLUDE (queue) WHERE status = 'pending'")
+    # The stored run ages out after one collection cycle (scheduler.collect_interval, 15 s by
+    # default); the poll then re-runs the checks.
+    conn.execute("UPDATE skiplock.advisor_snapshots SET taken_at = now() - interval '1 hour' WHERE name = 'report'")
     page.wait_for_selector('tr[data-check="claim-plan"][data-status="ok"]', timeout=15_000)  # the fragment polls
     assert not page.title().startswith("1 failing")
     assert "1 failing" not in page.title()
+    assert "Re-run checks" not in page.content()  # a viewer has no button
+
+
+@pytest.mark.browser
+def test_in_the_browser_an_operator_re_runs_the_checks_with_the_button(page, live_server, personas, conn, web_app):
+    from tests.test_web_browser import sign_in
+
+    q.enqueue(conn, "email", {})
+    sign_in(page, live_server, "operator", "/advisor")
+    assert page.locator('tr[data-check="claim-plan"]').get_attribute("data-status") == "ok"
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    page.wait_for_timeout(1500)  # a few polls: they show the stored run, still green
+    assert page.locator('tr[data-check="claim-plan"]').get_attribute("data-status") == "ok"
+    page.click("#advisor-rerun")
+    page.wait_for_selector('tr[data-check="claim-plan"][data-status="fail"]', timeout=15_000)
+    assert "re-run by operator" in page.locator("#advisor-checked").inner_text()
+
+
+def test_polls_show_the_stored_run_until_a_cycle_passes_or_an_operator_re_runs(client_as, conn):
+    q.enqueue(conn, "email", {})
+    viewer = client_as("viewer")
+    assert 'data-check="claim-plan" data-status="ok"' in viewer.get("/advisor").get_data(as_text=True)
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    fragment = viewer.get("/advisor/_checks").get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="ok"' in fragment  # the stored run, not a new one
+    assert "s ago" in fragment and "the checks cost" in fragment
+    stored = conn.execute("SELECT data FROM skiplock.advisor_snapshots WHERE name = 'report'").fetchone()[0]
+    assert stored["duration_ms"] > 0 and len(stored["report"]["checks"]) >= 10
+    api = viewer.get("/api/v1/advisor").get_json()
+    assert api["checked"]["duration_ms"] == stored["duration_ms"] and api["checked"]["age_s"] >= 0
+    # A viewer may not force a run; an operator may.
+    assert viewer.post("/advisor/run", headers={"X-CSRF-Token": CSRF}).status_code == 403
+    assert viewer.get("/api/v1/advisor?fresh=1").status_code == 403
+    operator = client_as("operator")
+    done = operator.post("/advisor/run", headers={"X-CSRF-Token": CSRF, "HX-Request": "true"})
+    assert done.status_code == 200
+    html = done.get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="fail"' in html and "re-run by operator" in html
+    assert 'data-check="claim-plan" data-status="fail"' in viewer.get("/advisor").get_data(as_text=True)
+    # Older than one collection cycle: the next poll runs the checks again.
+    conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
+                 "INCLUDE (queue) WHERE status = 'pending'")
+    assert 'data-check="claim-plan" data-status="fail"' in viewer.get("/advisor/_checks").get_data(as_text=True)
+    conn.execute("UPDATE skiplock.advisor_snapshots SET taken_at = now() - interval '16 seconds' WHERE name = 'report'")
+    assert 'data-check="claim-plan" data-status="ok"' in viewer.get("/advisor/_checks").get_data(as_text=True)
