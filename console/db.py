@@ -112,9 +112,6 @@ KNOWN_GAPS: dict[int, str] = {
        "no schema change, so no 007 file was ever committed (`git log --all -- "
        "'sql/migrations/007*'` is empty). 008 and 009 are applied in deployed databases and keep "
        "their numbers.",
-    # BRANCH perfpages ONLY, for the lead to drop at merge: this branch was given 021 while
-    # 015-020 belong to parallel branches; the lead renumbers 021 and removes these entries.
-    **{n: "held for a parallel branch (perfpages was given 021; the lead renumbers at merge)" for n in range(15, 21)},
 }
 
 

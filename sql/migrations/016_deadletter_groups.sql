@@ -1,4 +1,4 @@
--- 021: dead-letter error groups from an index alone (issue 13: "dead-letters page p95 < 150 ms
+-- 016: dead-letter error groups from an index alone (issue 13: "dead-letters page p95 < 150 ms
 -- at 10 M rows").
 --
 -- The groups query aggregates every dead letter by fingerprint. Through jobs_failed_idx
