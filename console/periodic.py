@@ -32,6 +32,10 @@ While an entry is paused its slots are counted as missed and not enqueued. A sch
 the first time starts with its next slot (nothing is enqueued for the past).
 
 This module does not schedule itself (`console.scheduler` calls it) and imports no face.
+
+Why one module of about 560 lines: parsing, slot arithmetic, the exactly-once enqueue and the
+page's figures all read one `Entry` and the same two tables; split, each part would import the
+others' private helpers.
 """
 
 from __future__ import annotations

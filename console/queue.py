@@ -19,6 +19,10 @@ it with its heartbeat and the handler sees `job.cancel_requested()`. A handler t
 `Cancelled`: the job becomes a dead letter with error class Cancelled (replayable).
 
 This module does not loop, sleep or spawn threads; `console.worker` does.
+
+Why one module of about 590 lines: it is the protocol, one function per statement of
+sql/queue.sql, and the fencing rules above apply to all of them; reading it whole is how the
+contract (docs/architecture.md) is checked.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ never imitated: the demo shows what Skiplock really does.
 
 What the demo writes into its config is `console.demo.democonfig`; how a child process is
 started and stopped is `console.demo.processes`.
+
+Why one module of about 510 lines: it is the demo's lifecycle in order (prepare, start,
+watch, chaos, stop), each step short; the pieces with a life of their own already moved out.
 """
 
 from __future__ import annotations
