@@ -43,6 +43,8 @@ class OnCall(HttpUser):
         self._sign_in()
 
     def _sign_in(self) -> None:
+        if time.time() < getattr(self, "retry_at", 0.0):
+            return  # the console asked us to wait (429 Retry-After)
         with self.client.get("/login", name="/login", catch_response=True) as page:
             match = _CSRF.search(page.text or "")
             if not match:
@@ -52,6 +54,8 @@ class OnCall(HttpUser):
                               data={"name": os.environ["SOAK_USER"], "password": os.environ["SOAK_PASSWORD"],
                                     "csrf_token": match.group(1), "next": "/overview"}) as answer:
             self.signed_in = answer.status_code in (302, 303)
+            if answer.status_code == 429:
+                self.retry_at = time.time() + float(answer.headers.get("Retry-After") or 5)
             if answer.status_code < 500:
                 answer.success()
 
