@@ -64,7 +64,8 @@ def fill_every_column(conn, job_id: int) -> None:
             locked_at = coalesce(locked_at, now() - interval '2 minutes'),
             idempotency_key = coalesce(idempotency_key, 'fill-' || id),
             last_error = coalesce(last_error, 'RuntimeError: filled'),
-            error_fingerprint = coalesce(error_fingerprint, 'RuntimeError: filled')
+            error_fingerprint = coalesce(error_fingerprint, 'RuntimeError: filled'),
+            cancel_requested_at = coalesce(cancel_requested_at, now() - interval '90 seconds')
         WHERE id = %s
         """,
         (job_id,),

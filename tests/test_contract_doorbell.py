@@ -14,6 +14,7 @@ import time
 import pytest
 
 from console import queue as q
+from console.limits import LIMITS_CHANNEL
 from tests.workers import WorkerProcs, wait_for
 
 pytestmark = pytest.mark.slow
@@ -34,12 +35,13 @@ def status(conn, job_id) -> str:
 
 
 def listener_ready(conn) -> bool:
-    """The worker's listener has run both LISTENs (the second is its last statement)."""
+    """The worker's listener has run all its LISTENs (the limits channel is its last statement)."""
     return conn.execute(
         """
         SELECT count(*) FROM pg_stat_activity
-        WHERE application_name = 'skiplock-worker-listen' AND query = 'LISTEN skiplock_control'
-        """
+        WHERE application_name = 'skiplock-worker-listen' AND query = 'LISTEN ' || %s
+        """,
+        (LIMITS_CHANNEL,),
     ).fetchone()[0] == 1
 
 

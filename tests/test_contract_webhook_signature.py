@@ -31,7 +31,8 @@ from tests.alert_receiver import Receiver
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "whsec-contract-5f1d"
 SETTINGS = ev.AlertSettings(repeat_interval=3600, series_window=120, delivery_timeout=2, retry_base=0.05,
-                            retry_cap=0.2, give_up_after=3600)
+                            retry_cap=0.2, give_up_after=3600,
+                            allow_private_destinations=True)  # the receiver is on loopback
 RULE = {"name": "queue_age", "metric": "queue_age_seconds", "op": ">", "threshold": 100, "for": "0s"}
 HEADER = re.compile(r"^t=(\d+),v1=([0-9a-f]{64})$")
 

@@ -88,12 +88,14 @@ def test_the_older_link_keeps_the_payload_filter_as_json(client_as, conn):
 def test_runbook_must_be_http_or_a_site_path_in_the_ui_and_api(client_as, conn):
     admin = client_as("admin")
     form = {"csrf_token": CSRF, "name": "mail_age", "metric": "queue_age_seconds", "op": ">", "threshold": "60",
-            "for": "1m", "runbook": "javascript:alert(document.cookie)", "enabled_present": "1", "enabled": "on"}
+            "for": "1m", "runbook": "javascript:alert(document.cookie)", "enabled_present": "1", "enabled": "on",
+            "reason": "runbook test"}
     page = admin.post("/alerts/rules", data=form)
     assert page.status_code == 400
     assert "runbook must be an http:// or https:// URL or a site path (scheme javascript: is not allowed)" in page.get_data(as_text=True)
     api = admin.post("/api/v1/alerts/rules", json={"name": "mail_age", "metric": "queue_age_seconds", "op": ">",
-                                                   "threshold": 60, "runbook": "//evil.example/x"},
+                                                   "threshold": 60, "runbook": "//evil.example/x",
+                                                   "reason": "runbook test"},
                      headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "leaves the site" in api.get_json()["error"]
     assert conn.execute("SELECT count(*) FROM skiplock.alert_rules").fetchone()[0] == 0

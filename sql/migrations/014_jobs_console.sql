@@ -6,6 +6,8 @@
 -- claim of the same job (a retry, a replay, a release) is not cancelled by an old request.
 -- Nullable without a default: adding it rewrites nothing, and no index reads it.
 ALTER TABLE skiplock.jobs ADD COLUMN cancel_requested_at timestamptz;
+-- The archive keeps every column of a job (tests/test_contract_archive.py compares them all).
+ALTER TABLE skiplock.jobs_archive ADD COLUMN cancel_requested_at timestamptz;
 
 -- Uniqueness windows: `enqueue(..., unique_for=...)` claims (kind, idempotency_key) here until
 -- expires_at, pointing at the job it made. A second enqueue of the same key inside the window
