@@ -28,7 +28,7 @@ from psycopg.types.json import Jsonb
 from console.advisor import checks as advisor_checks
 from console.advisor.verdict import evaluate_verdict
 from console.sqlfiles import query
-from console.web.api import INT, NUM, OBJ, STR, Param, api_doc, arr, obj
+from console.web.api import INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn
 
@@ -141,7 +141,7 @@ def rerun():
                                      "status": {"enum": ["ok", "warn", "fail", "unknown"]}, "summary": STR,
                                      "evidence": arr(STR)})),
                   "verdict": obj({"label": STR, "level": STR, "headline": STR, "signals": arr(OBJ)}),
-                  "checked": obj({"age_s": NUM, "duration_ms": NUM, "checked_by": STR})}),
+                  "checked": obj({"age_s": NUM, "duration_ms": NUM, "checked_by": opt(STR)})}),
 )
 def api_index():
     fresh = request.args.get("fresh", "") in {"1", "true", "yes"}
