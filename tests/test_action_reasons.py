@@ -71,24 +71,23 @@ def post(url: str, /, **fields: Any):
     return send
 
 
-def post_json(url: str, /, **fields: Any):
+def json_body(method: str, url: str, /, **fields: Any):
+    """Send `fields` (plus the reason, when given) as a JSON body with `method`."""
     def send(client, ctx, reason, headers):
         body = dict(fields)
         if reason is not None:
             body["reason"] = reason
-        return client.post(url.format(**ctx), json=body, headers=headers)
+        return client.open(url.format(**ctx), method=method, json=body, headers=headers)
 
     return send
+
+
+def post_json(url: str, /, **fields: Any):
+    return json_body("POST", url, **fields)
 
 
 def put_json(url: str, /, **fields: Any):
-    def send(client, ctx, reason, headers):
-        body = dict(fields)
-        if reason is not None:
-            body["reason"] = reason
-        return client.put(url.format(**ctx), json=body, headers=headers)
-
-    return send
+    return json_body("PUT", url, **fields)
 
 
 def delete(url: str):
