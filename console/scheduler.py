@@ -114,6 +114,20 @@ class JobSpec:
     app: str = JOB_APP
 
 
+def _alive(conn: psycopg.Connection) -> bool:
+    """One empty round trip on a cached connection before a job uses it. A connection whose
+    server went away (a restart, a failover, an idle timeout) only learns so on its next
+    statement, which would fail that job's run once per connection after every restart; the
+    check costs one loopback round trip per run (runs are seconds apart)."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return False  # a job that failed mid-transaction left it unusable
+    try:
+        conn.execute("")
+        return True
+    except psycopg.Error:
+        return False
+
+
 class Scheduler:
     """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
 
@@ -191,6 +205,8 @@ class Scheduler:
     def _conn(self, spec: JobSpec) -> psycopg.Connection:
         with self._conn_lock:
             conn = self._conns.get(spec.name)
+            if conn is not None and not (conn.closed or conn.broken) and not _alive(conn):
+                conn.close()  # e.g. PostgreSQL restarted since the last run: reconnect, don't fail the run
             if conn is None or conn.closed or conn.broken:
                 if spec.name == "collect":
                     conn = collector_connection(self.dsn, self.options)

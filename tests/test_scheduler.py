@@ -14,6 +14,7 @@ from console import queue as q
 from console import samples, scheduler
 from console.collectors import retention
 from console.config import load_config
+from console.db import connect
 from console.samples import Sample
 from tests.collector_helpers import eventually
 
@@ -214,3 +215,21 @@ def test_scheduler_refuses_an_unmigrated_database(make_database, python_exe):
     env = {**os.environ, "DATABASE_URL": make_database(template=None)}
     result = subprocess.run([python_exe, "-m", "console", "scheduler"], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode != 0 and "skiplock migrate" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_after_a_postgresql_restart_the_next_runs_reconnect_instead_of_failing(pg_cluster, make_scheduler, dsn):
+    """Cached job connections die with the server; the next run of each job must reconnect and
+    succeed rather than fail once on the stale connection (seen as one warning per job after
+    every restart in the soak)."""
+    if pg_cluster is None:
+        pytest.skip("DATABASE_URL given: this test restarts the private cluster only")
+    s = make_scheduler()
+    assert s.elect() is True
+    assert s.run_job("reap") is True and s.run_job("collect") is True
+    pg_cluster.restart()
+    eventually(s.elect, timeout=30, interval=0.1)  # the election session died too: lead again
+    assert s.run_job("reap") is True, "the first reap after the restart failed on a stale connection"
+    assert s.run_job("collect") is True
+    with connect(dsn) as conn:
+        [reap] = [j for j in scheduler.status(conn)["jobs"] if j["job"] == "reap"]
+    assert reap["failures"] == 0 and reap["last_error"] is None
