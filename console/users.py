@@ -21,6 +21,7 @@ This module does not know about HTTP or cookies; `console.web.auth` does.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import re
@@ -42,8 +43,15 @@ MIN_PASSWORD = 8
 TOKEN_PREFIX = "skl_"
 
 _hasher = PasswordHasher()
-# Verified against when the user does not exist, so a wrong name costs as long as a wrong password.
-_DUMMY_HASH = _hasher.hash(secrets.token_hex(16))
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    """Verified against when the user does not exist, so a wrong name costs as long as a wrong
+    password. Made on first use, not at import: an argon2 hash costs tens of milliseconds (a
+    second on a loaded machine), and every worker, CLI command and test subprocess imports
+    this module through the CLI without ever checking a password."""
+    return _hasher.hash(secrets.token_hex(16))
 
 
 class UserError(ValueError):
@@ -131,7 +139,7 @@ def set_password(conn: psycopg.Connection, name: str, password: str) -> int:
 def authenticate(conn: psycopg.Connection, name: str, password: str) -> User | None:
     """The user when name and password match an enabled account, else None (same cost either way)."""
     row = get_user(conn, name) if isinstance(name, str) and _NAME.match(name or "") else None
-    stored = row["password_hash"] if row and row["password_hash"] else _DUMMY_HASH
+    stored = row["password_hash"] if row and row["password_hash"] else _dummy_hash()
     try:
         _hasher.verify(stored, password or "")
     except (VerifyMismatchError, VerificationError, InvalidHashError):

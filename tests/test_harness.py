@@ -21,6 +21,11 @@ from tests.workers import ROOT, wait_for
 
 pytestmark = pytest.mark.slow
 
+# The child runs need none of the installed plugins but pytest-timeout (named with -p where it is
+# used). Autoloading them (schemathesis, hypothesis, locust, playwright) costs a child run about
+# five seconds of CPU, several times what the child's own test costs.
+NO_PLUGIN_AUTOLOAD = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
 HANGING_TEST = """
 import os
 import time
@@ -57,11 +62,13 @@ def test_a_hung_or_killed_run_leaves_no_postgres_behind(tmp_path, ending):
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "PYTEST_ADDOPTS"}}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     env["HARNESS_MARKER"] = str(marker)
+    env.update(NO_PLUGIN_AUTOLOAD)
     # The suite's own method (pyproject.toml): "thread" ends the process with os._exit, so no
     # finally and no atexit runs; only the watchdog can stop the cluster.
     timeout = ["--timeout", "20", "-o", "timeout_method=thread"] if ending == "timeout" else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-s", *timeout, str(tmp_path / "test_hang.py")],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "pytest_timeout", "-q", "-s", *timeout,
+         str(tmp_path / "test_hang.py")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     try:
@@ -92,7 +99,7 @@ def _run_child_pytest(tmp_path, conftest: str, test_file: str, env_extra: dict[s
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA", "--strict-markers",
          "-o", "markers=browser: drives Chromium", str(tmp_path / "test_child.py")],
-        cwd=tmp_path, env={**env, **env_extra}, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path, env={**env, **NO_PLUGIN_AUTOLOAD, **env_extra}, capture_output=True, text=True, timeout=120,
     )
 
 
