@@ -10,7 +10,7 @@ demo:
 
 test:
 	scripts/bootstrap.sh --test
-	.venv/bin/python -m pytest $(ARGS)
+	.venv/bin/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 lint:
 	.venv/bin/ruff check .

@@ -34,8 +34,24 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
+def _file_weight(items) -> dict[str, int]:
+    """0 for a file with a slow-marked test, 1 for one with a browser test, 2 for the rest."""
+    weight: dict[str, int] = {}
+    for item in items:
+        mine = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser") else 2
+        weight[item.fspath.strpath] = min(weight.get(item.fspath.strpath, 2), mine)
+    return weight
+
+
 def pytest_collection_modifyitems(config, items):
-    """In CI, browser tests must run: no Chromium is an error, never a quiet skip."""
+    """Files with slow tests first, then browser tests, then the rest, each file kept whole and
+    in its own order. `make test` runs two pytest workers that take whole files in this order
+    (`-n 2 --dist loadfile`): handing out the long files first keeps one worker from starting
+    the soak or the demo's end to end when the other has nothing left to do.
+
+    In CI, browser tests must run: no Chromium is an error, never a quiet skip."""
+    weight = _file_weight(items)
+    items.sort(key=lambda item: weight[item.fspath.strpath])  # stable: files and tests keep their order
     if in_ci() and not CHROMIUM.exists() and any(
         item.get_closest_marker("browser") or "page" in getattr(item, "fixturenames", ()) for item in items
     ):
