@@ -124,7 +124,7 @@ def _claim(labels: Mapping[str, str]) -> Pairs:
 
 def _convoy(labels: Mapping[str, str]) -> Pairs:
     return [_advisor("claim-skip-locked", "claims without SKIP LOCKED"),
-            ("Lock waits and the blocking tree", "/health#blocking-tree")]
+            ("Lock waits and the blocking tree", "/health#panel-locks")]
 
 
 def _workers(labels: Mapping[str, str]) -> Pairs:
