@@ -24,7 +24,6 @@ from console.alerts.rules import parse_destination
 from tests.alert_links_data import deliver, fire_default
 from tests.alert_receiver import Receiver
 from tests.oncall_data import make_dead_letters
-from tests.test_browser_oncall import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,9 +54,9 @@ def shown_job_ids(page: Page, selector: str) -> set[int]:
 
 
 @pytest.fixture
-def signed_in(page: Page, live_server, personas):
+def signed_in(page_as) -> Page:
+    page = page_as("viewer")  # the login form has its own tests; these are about the links
     page.set_default_timeout(15_000)
-    sign_in(page, live_server, "viewer")
     return page
 
 
