@@ -177,8 +177,9 @@ def _int_arg(name: str, default: int | None = None, low: int = 1, high: int = 2*
 
 def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     """One alert, where to look first, its chart's series with the threshold, what changed in
-    the half hour before it fired, and its history. The series, the changes and the new-group
-    lookup are panels: a slow one says "not available" and the rest of the page renders."""
+    the half hour before it fired, and its history. The series and the changes are panels: a
+    slow one says "not available" and the rest of the page renders; a slow new-group lookup
+    leaves that link out (`context.look_here`)."""
     alert = ev.get_alert(conn, alert_id)
     if alert is None:
         abort(404, f"alert {alert_id} does not exist")
