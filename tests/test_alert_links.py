@@ -4,6 +4,8 @@ somewhere."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -14,6 +16,7 @@ from console.alerts.rules import DERIVED_METRICS
 from console.catalog import METRICS
 
 BASE = "https://console.example/skiplock"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def first(metric: str, labels: dict | None = None, console_url: str = "") -> links.Link:
@@ -38,6 +41,15 @@ def test_every_default_rule_leads_somewhere(rule):
 @pytest.mark.parametrize("metric", sorted([*METRICS, *DERIVED_METRICS]))
 def test_every_catalogued_metric_leads_somewhere(metric):
     assert links.look_here(metric, {}), f"{metric} has no look-here link"
+
+
+def test_database_page_links_land_on_a_panel_that_is_always_rendered():
+    # #blocking-tree and #horizon-holders exist only while someone waits or holds: a link that
+    # names them lands at the top of the page once the trouble has passed; a panel is always there.
+    panels = set(re.findall(r'id="(panel-[a-z]+)"', (ROOT / "templates/health/_panels.html").read_text()))
+    targets = {urlsplit(link.path).fragment for metric in [*METRICS, *DERIVED_METRICS]
+               for link in links.look_here(metric, {}) if link.path.startswith("/health")}
+    assert targets and targets <= panels, sorted(targets - panels)
 
 
 def test_queue_age_leads_to_that_queues_eligible_jobs_oldest_first_then_the_queue():

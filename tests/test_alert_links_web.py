@@ -9,6 +9,8 @@ import json
 from datetime import timedelta
 from urllib.parse import urlencode
 
+import psycopg
+
 from console import queue as q
 from console import samples
 from console.alerts import evaluate as ev
@@ -19,6 +21,15 @@ from tests.alert_receiver import Receiver
 from tests.oncall_data import make_dead_letters
 
 EligibleSearch = "/jobs?state=pending&queue=search&eligible=1"
+
+
+def three_destinations(rx: Receiver) -> dict:
+    """One destination of each transport, all posting to `rx` (told apart by path)."""
+    return {
+        "hook": parse_destination({"name": "hook", "url": rx.url, "kind": "json"}),
+        "chat": parse_destination({"name": "chat", "url": rx.url + "/slack", "kind": "slack"}),
+        "pd": parse_destination({"name": "pd", "url": rx.url + "/pd", "kind": "pagerduty", "secret": "rk-123"}),
+    }
 
 
 def test_alert_page_shows_the_look_here_link_first(client_as, conn):
@@ -44,7 +55,7 @@ def test_api_and_overview_carry_the_link(client_as, conn):
     assert 'href="/jobs?state=running&amp;queue=work&amp;lease=expired" data-look-here' in row
 
 
-def test_a_new_error_group_goes_first_on_a_dead_letter_alert(client_as, conn):
+def test_a_new_error_group_goes_first_on_the_alert_page_and_in_every_webhook_payload(client_as, conn):
     # an old group (failing for hours) and a new one (first seen minutes ago) in billing
     q.enqueue(conn, "charge_card", {"customer": 1}, queue="billing", max_attempts=1)
     for job in q.claim(conn, "w", queues=["billing"], limit=1, lease=60):
@@ -53,11 +64,28 @@ def test_a_new_error_group_goes_first_on_a_dead_letter_alert(client_as, conn):
     make_dead_letters(conn, smtp=1, card=2, queue_smtp="mail", queue_card="billing")
     fingerprint = conn.execute("SELECT error_fingerprint FROM skiplock.jobs WHERE queue = 'billing' "
                                "AND last_error LIKE 'ValueError%%' LIMIT 1").fetchone()[0]
-    alert_id = fire_default(conn, "dead_letter_growth", {"queue": "billing"}, 540)
+    settings = ev.AlertSettings(console_url="https://console.example", allow_private_destinations=True)
+    with Receiver() as rx:
+        destinations = three_destinations(rx)
+        alert_id = fire_default(conn, "dead_letter_growth", {"queue": "billing"}, 540, destinations=destinations,
+                                settings=settings)
+        assert deliver(conn, destinations, settings).delivered == 3
+        bodies = {r["path"]: json.loads(r["body"]) for r in rx.requests}
     links = client_as("viewer").get(f"/api/v1/alerts/{alert_id}").get_json()["alert"]["look_here"]
-    assert links[0]["path"] == "/deadletters/jobs?" + urlencode({"queue": "billing", "fingerprint": fingerprint})
+    new_group = "/deadletters/jobs?" + urlencode({"queue": "billing", "fingerprint": fingerprint})
+    assert links[0]["path"] == new_group
     assert links[0]["label"].startswith("New error group in billing: ValueError")
     assert [link["path"] for link in links[1:]] == ["/deadletters?queue=billing#groups", "/deadletters/jobs?queue=billing"]
+    # every transport carries the same list, the new group first, as absolute links
+    url = "https://console.example" + new_group
+    payload = bodies["/hook"]["alert"]["look_here"]
+    assert [(link["label"], link["path"]) for link in payload] == [(link["label"], link["path"]) for link in links]
+    assert payload[0]["url"] == url
+    slack = bodies["/hook/slack"]["text"]
+    assert slack.index(f"<{url.replace('&', '&amp;')}|New error group in billing: ValueError") \
+        < slack.index("/deadletters?queue=billing#groups|")
+    pd = bodies["/hook/pd"]["links"]
+    assert pd[0]["href"] == url and pd[0]["text"] == links[0]["label"] and pd[-1]["text"] == "Runbook"
 
 
 def test_alert_page_charts_the_series_with_the_threshold_and_lists_what_changed(client_as, conn):
@@ -85,11 +113,7 @@ def test_every_webhook_payload_carries_the_absolute_link(conn):
     settings = ev.AlertSettings(console_url="https://console.example/skiplock/", retry_base=0.1,
                                 allow_private_destinations=True)  # the receiver is on loopback
     with Receiver() as rx:
-        destinations = {
-            "hook": parse_destination({"name": "hook", "url": rx.url, "kind": "json"}),
-            "chat": parse_destination({"name": "chat", "url": rx.url + "/slack", "kind": "slack"}),
-            "pd": parse_destination({"name": "pd", "url": rx.url + "/pd", "kind": "pagerduty", "secret": "rk-123"}),
-        }
+        destinations = three_destinations(rx)
         fire_default(conn, "queue_age", {"queue": "search"}, 420, destinations=destinations, settings=settings)
         report = deliver(conn, destinations, settings)
         assert report.delivered == 3, report
@@ -106,3 +130,17 @@ def test_every_webhook_payload_carries_the_absolute_link(conn):
     pd = bodies["/hook/pd"]
     assert pd["links"][0] == {"href": url, "text": "Eligible jobs in queue search, oldest first"}
     assert pd["links"][-1]["text"] == "Runbook"
+
+
+def test_a_locked_jobs_table_leaves_the_new_group_out_but_the_alert_still_fires(conn, dsn):
+    # VACUUM FULL or a migration holds skiplock.jobs: the groups lookup gives up after the
+    # evaluation's lock timeout, and the alert fires with its other links all the same.
+    make_dead_letters(conn, smtp=0, card=2, queue_smtp="mail", queue_card="billing")
+    settings = ev.AlertSettings(console_url="https://console.example", statement_timeout_ms=200)
+    destinations = {"hook": parse_destination({"name": "hook", "url": "https://hooks.example/x", "kind": "json"})}
+    with psycopg.connect(dsn) as ddl:
+        ddl.execute("LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE")
+        fire_default(conn, "dead_letter_growth", {"queue": "billing"}, 540, destinations=destinations, settings=settings)
+    (document,) = [row[0] for row in conn.execute("SELECT notification FROM skiplock.alert_outbox")]
+    assert [link["path"] for link in document["alert"]["look_here"]] == ["/deadletters?queue=billing#groups",
+                                                                         "/deadletters/jobs?queue=billing"]

@@ -1,25 +1,29 @@
 """From a page to the offending jobs in two clicks, in real Chromium. For each kind of alert
-(queue age, dead letters, stuck leases, xmin horizon holder): the database holds the offending
-work, the default rule fires through the evaluator, its webhook is delivered to a real local
-receiver, and the test follows the payload's own links: the alert page (`console_url`), then
-at most one more click on "look here" — and the page that opens lists the offending job ids
-(or names the holder's pid and application), and not the innocent ones."""
+(queue age, dead letters, stuck leases, xmin horizon holder, lock waits, an advisor-backed
+alert, a late periodic job): the database holds the offending work, the default rule fires
+through the evaluator, its webhook is delivered to a real local receiver, and the test follows
+the payload's own links: the alert page (`console_url`), then at most one more click on "look
+here" — and the page that opens lists the offending job ids (or names the holder's pid and
+application, the blocking session and the one it blocks, the failing check with its evidence,
+the late entry), and not the innocent ones."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 from playwright.sync_api import Page, expect
 
+from console import periodic
 from console import queue as q
 from console.alerts import evaluate as ev
 from console.alerts.rules import parse_destination
 from tests.alert_links_data import deliver, fire_default
 from tests.alert_receiver import Receiver
 from tests.oncall_data import make_dead_letters
-from tests.test_browser_oncall import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -50,9 +54,9 @@ def shown_job_ids(page: Page, selector: str) -> set[int]:
 
 
 @pytest.fixture
-def signed_in(page: Page, live_server, personas):
+def signed_in(page_as) -> Page:
+    page = page_as("viewer")  # the login form has its own tests; these are about the links
     page.set_default_timeout(15_000)
-    sign_in(page, live_server, "viewer")
     return page
 
 
@@ -120,3 +124,68 @@ def test_xmin_horizon_alert_leads_to_the_holder(signed_in: Page, live_server, co
         expect(panel).to_contain_text("nightly-report")
     finally:
         holder.close()
+
+
+def wait_until_waiting(conn, pid: int, timeout: float = 10.0) -> None:
+    """Until session `pid` waits on a heavyweight lock (it has sent its statement)."""
+    deadline = time.monotonic() + timeout
+    while conn.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone() != ("Lock",):
+        assert time.monotonic() < deadline, f"session {pid} never started waiting on a lock"
+        time.sleep(0.05)
+
+
+def test_lock_wait_alert_leads_to_the_blocking_tree(signed_in: Page, live_server, conn, dsn):
+    job, other = (q.enqueue(conn, "charge", {}, queue="billing") for _ in range(2))
+    blocker = psycopg.connect(dsn, application_name="month-end-report")
+    bystander = psycopg.connect(dsn, application_name="bystander")  # holds a row lock nobody wants
+    waiter = psycopg.connect(dsn, application_name="worker-3", autocommit=True)
+    waiter.execute("SET lock_timeout = '30s'")  # the waiting thread ends even if the test does not
+    update = threading.Thread(target=lambda: waiter.execute(
+        "UPDATE skiplock.jobs SET priority = priority + 1 WHERE id = %s", (job,)), daemon=True)
+    try:
+        blocker.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE", (job,))
+        bystander.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE", (other,))
+        update.start()
+        wait_until_waiting(conn, waiter.info.backend_pid)
+        document = page_payload(conn, live_server, "jobs_lock_waits", {"relation": "jobs"}, 1)
+        follow(signed_in, document)
+        assert "/health" in signed_in.url and signed_in.url.endswith("#panel-locks")
+        root = signed_in.locator(f"#panel-locks #blocking-tree > li[data-pid='{blocker.info.backend_pid}']")
+        expect(root).to_contain_text("month-end-report")
+        blocked = root.locator(f"li[data-pid='{waiter.info.backend_pid}']")
+        expect(blocked).to_contain_text("worker-3")
+        expect(blocked).to_contain_text("UPDATE skiplock.jobs")
+        expect(signed_in.locator(f"#panel-locks [data-pid='{bystander.info.backend_pid}']")).to_have_count(0)
+    finally:
+        blocker.close()  # its transaction ends: the waiting update goes through
+        update.join(10)
+        waiter.close()
+        bystander.close()
+
+
+def test_advisor_backed_alert_opens_the_check_with_its_evidence(signed_in: Page, live_server, conn):
+    conn.execute("DROP INDEX skiplock.jobs_claim_idx")  # every claim now reads and sorts the pending rows
+    document = page_payload(conn, live_server, "claim_latency_p95", {"queue": "all"}, 0.9)
+    follow(signed_in, document)
+    assert "/advisor?check=claim-plan" in signed_in.url and signed_in.url.endswith("#check-claim-plan")
+    check = signed_in.locator("#check-claim-plan")
+    expect(check).to_have_attribute("data-status", "fail")
+    evidence = check.locator(".check-evidence")
+    expect(evidence).to_be_visible()
+    expect(evidence).to_contain_text("no index on skiplock.jobs has a status = 'pending' predicate")
+    expect(signed_in.locator("tr[data-check]")).to_have_count(1)  # that check, not the whole checklist
+
+
+def test_periodic_job_alert_opens_the_entry(signed_in: Page, live_server, conn):
+    declared = periodic.parse_entries([
+        ("[[periodic]] #1", {"name": "nightly-report", "kind": "reports.build", "cron": "0 3 * * *"}, "config"),
+        ("[[periodic]] #2", {"name": "cleanup", "kind": "cleanup", "every": "10m"}, "config")])
+    periodic.sync(conn, declared)
+    conn.execute("UPDATE skiplock.periodic SET created_at = now() - interval '3 days' WHERE name = 'nightly-report'")
+    document = page_payload(conn, live_server, "periodic_late", {"name": "nightly-report"}, 3.0)
+    follow(signed_in, document)
+    assert signed_in.url.endswith("/periodic#entry-nightly-report")
+    entry = signed_in.locator("#entry-nightly-report")
+    expect(entry).to_contain_text("nightly-report")
+    expect(entry.locator(".badge")).to_have_text("late")
+    expect(signed_in.locator("#entry-cleanup .badge")).to_have_text("active")  # the innocent one is not late

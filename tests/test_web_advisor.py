@@ -22,6 +22,11 @@ def test_the_page_lists_every_check_and_the_verdict(client_as, conn):
     assert 'data-verdict="not enough history"' in html
     assert "no samples stored yet" in html
     assert page.headers["Cache-Control"] == "no-store"
+    assert "<details>" in html  # a passing check's evidence is folded away...
+    linked = client_as("viewer").get("/advisor?check=claim-plan").get_data(as_text=True)  # ...unless linked to
+    row = linked[linked.index('data-check="claim-plan" data-status="ok"'):]
+    row = row[:row.index("</tr>")]
+    assert "<details open>" in row and "check-evidence" in row
 
 
 def test_a_dropped_claim_index_shows_as_a_failure_with_evidence_and_remedy(client_as, conn):

@@ -1,16 +1,23 @@
-"""What an alert's page shows around it: the metric's series over the alert's lifetime and what
-operators changed just before it fired (pauses, limit changes, replays: the audit log).
+"""What an alert shows around it: where to look first (with a new error group, which needs the
+database), the metric's series over the alert's lifetime and what operators changed just before
+it fired (pauses, limit changes, replays: the audit log).
 
-Both reads are bounded: the series is one metric's samples over at most `MAX_SPAN`, reduced to
+`look_here` is the one list of links for an alert that the alert page, its API and every webhook
+payload show (the evaluator calls it when it writes a notification), so they never disagree.
+
+Every read is bounded: the series is one metric's samples over at most `MAX_SPAN`, reduced to
 about `POINTS` buckets in the database (`samples_metric_time_idx`); the changes are at most
-`limit` audit rows of a `CHANGES_BEFORE` window (`audit_log_at_idx`). The caller runs them under
-a statement timeout (the web's `run_panel`).
+`limit` audit rows of a `CHANGES_BEFORE` window (`audit_log_at_idx`); the new error groups are
+the dead-letters page's groups query (an index-only scan of `jobs_failed_groups_idx`). The
+caller runs the series and the changes under a statement timeout (the web's `run_panel`);
+`look_here` sets its own.
 
 This module draws nothing and sends nothing.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,7 +27,10 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from console.alerts import links
 from console.sqlfiles import query
+
+log = logging.getLogger(__name__)
 
 CHANGES_BEFORE = timedelta(minutes=30)  # "what changed": the audit log this long before firing
 MARGIN = timedelta(minutes=30)          # the chart starts this long before firing
@@ -71,4 +81,38 @@ def changes(conn: psycopg.Connection, fired: datetime, *, before: timedelta = CH
         }).fetchall()
 
 
-__all__ = ["CHANGES_BEFORE", "Window", "changes", "series", "window"]
+def new_error_groups(conn: psycopg.Connection, queue: str, fired: datetime, *,
+                     timeout_ms: int) -> list[dict[str, Any]]:
+    """Error groups of `queue` first seen since CHANGES_BEFORE before `fired` (among its 100
+    largest), largest first: the groups the dead-letters page shows, so the link lands on them."""
+    from console.maintenance.deadletters import groups
+
+    since = fired - CHANGES_BEFORE
+    return [g for g in groups(conn, queue=queue, limit=100, timeout_ms=timeout_ms)
+            if g["first_seen"] and g["first_seen"] >= since]
+
+
+def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str, str] | None, fired: datetime, *,
+              console_url: str = "", timeout_ms: int) -> list[links.Link]:
+    """Where to look first for an alert of `metric` with `labels` that fired at `fired`:
+    `links.look_here`, and for a dead-letter alert a link per new error group of its queue in
+    front. The groups are read in a savepoint under `timeout_ms`: a slow or failed read leaves
+    those links out (logged) and the caller's transaction goes on; a lost connection raises."""
+    found = links.look_here(metric, labels, console_url)
+    queue = (labels or {}).get("queue")
+    if metric not in links.DEAD_LETTER_METRICS or not queue:
+        return found
+    try:
+        fresh = new_error_groups(conn, queue, fired, timeout_ms=timeout_ms)
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        log.warning("new error groups of queue %s not read: %s", queue, exc.__class__.__name__)
+        return found
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error as exc:
+        log.warning("new error groups of queue %s not read: %s (%s)", queue, exc.__class__.__name__, exc.sqlstate)
+        return found
+    return links.with_new_groups(found, queue, fresh, console_url)
+
+
+__all__ = ["CHANGES_BEFORE", "Window", "changes", "look_here", "new_error_groups", "series", "window"]

@@ -35,8 +35,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit
-from console.alerts import outbox
-from console.alerts.links import as_dicts, look_here
+from console.alerts import context, outbox
+from console.alerts.links import Link, as_dicts, look_here
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -110,11 +110,14 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None, event_id: int,
-                       value: float | None, at: datetime, settings: AlertSettings) -> dict[str, Any]:
+                       value: float | None, at: datetime, settings: AlertSettings,
+                       links: list[Link] | None = None) -> dict[str, Any]:
     """The versioned notification document (payload version 1; see docs/alerts.md).
 
     The JSON webhook posts it as is; Slack and PagerDuty transports format it. It is written to
-    the outbox once, so every retry sends the same body and the same idempotency key."""
+    the outbox once, so every retry sends the same body and the same idempotency key. `links`
+    is the alert's look-here list (`context.look_here`, which the evaluator reads with the
+    database); without it, the rule's metric alone decides (`links.look_here`)."""
     labels = dict(alert["labels"])
     runbook = rule.runbook if rule else None
     if runbook and settings.runbook_base_url and not runbook.startswith(("http://", "https://")):
@@ -139,7 +142,8 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
             "runbook": runbook,
             # Where to look first (console/alerts/links.py): [{label, path, url}], url absolute
             # when alerts.console_url is set. Added in payload version 1 (receivers ignore it).
-            "look_here": as_dicts(look_here(rule.metric, labels, settings.console_url)) if rule else [],
+            "look_here": as_dicts(links if links is not None else look_here(rule.metric, labels, settings.console_url))
+            if rule else [],
             "started_at": _iso(alert.get("fired_at")),
             "resolved_at": _iso(at) if kind == "resolved" else None,
             "acknowledged_by": alert.get("acknowledged_by"),
@@ -184,8 +188,12 @@ class _Evaluation:
                detail: Any = None) -> Transition:
         event_id = self.event(alert["id"], kind, value, detail)
         targets = self.ruleset.targets(rule) if rule else list(self.ruleset.destinations.values())
+        # A dead-letter alert's new error group goes first, as on the alert page (one savepoint).
+        links = context.look_here(self.conn, rule.metric, alert["labels"], alert.get("fired_at") or self.now,
+                                  console_url=self.settings.console_url,
+                                  timeout_ms=self.settings.statement_timeout_ms) if rule else []
         document = build_notification(kind=kind, alert=alert, rule=rule, event_id=event_id, value=value,
-                                      at=self.now, settings=self.settings)
+                                      at=self.now, settings=self.settings, links=links)
         sent = outbox.enqueue(self.conn, alert_id=alert["id"], event_id=event_id,
                               destinations=[d.name for d in targets], notification=document)
         if kind != "resolved":

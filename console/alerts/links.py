@@ -15,8 +15,12 @@ How a metric is mapped, most specific first: an entry in `_BY_METRIC` (exact nam
 first entry of `_BY_PREFIX` whose prefix starts the name. Every metric used by a default rule
 maps to at least one link (tests/test_alert_links.py fails otherwise).
 
-Hooks for work in progress: metrics named `periodic_*` (periodic jobs, being built on another
-branch) map through `_periodic`, which links to the entry's row on `/periodic` (`#entry-<name>`).
+Metrics named `periodic_*` map through `_periodic`, which links to the entry's row on
+`/periodic` (`#entry-<name>`, the `name` label of `periodic_late_ratio`).
+
+A dead-letter alert whose queue has a new error group gets that group's jobs in front
+(`with_new_groups`); finding the group needs the database, so `console.alerts.context.look_here`
+does it, for the alert page, its API and every webhook payload alike.
 
 This module is pure: no database, no Flask, no configuration. Paths are absolute within the
 console ("/jobs?..."); `url` is the same joined to `alerts.console_url` (None when unset).
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlencode
 
 ANY_QUEUE = ("", "all")  # label values that mean "every queue" (e.g. claim latency's queue="all")
@@ -119,7 +124,7 @@ def _claim(labels: Mapping[str, str]) -> Pairs:
 
 def _convoy(labels: Mapping[str, str]) -> Pairs:
     return [_advisor("claim-skip-locked", "claims without SKIP LOCKED"),
-            ("Lock waits and the blocking tree", "/health#blocking-tree")]
+            ("Lock waits and the blocking tree", "/health#panel-locks")]
 
 
 def _workers(labels: Mapping[str, str]) -> Pairs:
@@ -256,8 +261,21 @@ def new_error_group(queue: str, fingerprint: str, example: str | None, console_u
     return Link(f"New error group in {queue}: {text}", path, absolute(console_url, path))
 
 
+DEAD_LETTER_METRICS = ("dead_letters", "dead_letter_growth")  # the alerts that look for a new error group
+NEW_GROUPS_SHOWN = 3
+
+
+def with_new_groups(links: list[Link], queue: str, groups: list[Mapping[str, Any]],
+                    console_url: str = "") -> list[Link]:
+    """`links` with one link per new error group of `queue` in front (at most NEW_GROUPS_SHOWN,
+    in the order given). `groups` are rows of the error-groups query: fingerprint, example."""
+    fresh = [new_error_group(queue, g["fingerprint"], g.get("example"), console_url) for g in groups[:NEW_GROUPS_SHOWN]]
+    return fresh + links
+
+
 def as_dicts(links: list[Link]) -> list[dict[str, str | None]]:
     return [link.as_dict() for link in links]
 
 
-__all__ = ["Link", "absolute", "as_dicts", "look_here", "mapper", "new_error_group"]
+__all__ = ["DEAD_LETTER_METRICS", "NEW_GROUPS_SHOWN", "Link", "absolute", "as_dicts", "look_here", "mapper",
+           "new_error_group", "with_new_groups"]

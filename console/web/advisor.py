@@ -96,8 +96,9 @@ def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[s
     report = {**stored["report"], "checks": checks, "counts": counts, "worst": worst}
     checked = {"age_s": round(stored["age_s"], 1), "duration_ms": stored["duration_ms"],
                "checked_by": stored.get("checked_by")}
+    # `linked`: the page was asked for these checks (an alert's look-here link): their evidence is open.
     return {"report": report, "areas": areas, "counts": counts, "worst": worst,
-            "tab_state": ", ".join(tab), "checked": checked}
+            "tab_state": ", ".join(tab), "checked": checked, "linked": bool(only)}
 
 
 def verdict_data() -> dict[str, Any]:

@@ -38,7 +38,7 @@ from console.alerts import context, outbox
 from console.alerts import evaluate as ev
 from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
-from console.alerts.links import as_dicts, look_here, new_error_group
+from console.alerts.links import as_dicts
 from console.catalog import METRICS
 from console.web.actor import actor, reason_for
 from console.web.api import (
@@ -57,7 +57,7 @@ from console.web.api import (
     ref,
 )
 from console.web.auth import requires
-from console.web.database import get_conn, run_panel
+from console.web.database import get_conn, run_panel, timeout_ms
 
 log = logging.getLogger(__name__)
 bp = Blueprint("alerts", __name__)
@@ -175,34 +175,21 @@ def _int_arg(name: str, default: int | None = None, low: int = 1, high: int = 2*
 # --- one alert ----------------------------------------------------------------------------------
 
 
-DEAD_LETTER_METRICS = ("dead_letters", "dead_letter_growth")
-
-
-def _new_groups(conn, queue: str, since) -> list[dict[str, Any]]:
-    """Error groups of `queue` first seen since `since` (among its 100 largest groups)."""
-    from console import maintenance
-
-    return [g for g in maintenance.groups(conn, queue=queue, limit=100) if g["first_seen"] and g["first_seen"] >= since]
-
-
 def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     """One alert, where to look first, its chart's series with the threshold, what changed in
-    the half hour before it fired, and its history. The series, the changes and the new-group
-    lookup are panels: a slow one says "not available" and the rest of the page renders."""
+    the half hour before it fired, and its history. The series and the changes are panels: a
+    slow one says "not available" and the rest of the page renders; a slow new-group lookup
+    leaves that link out (`context.look_here`)."""
     alert = ev.get_alert(conn, alert_id)
     if alert is None:
         abort(404, f"alert {alert_id} does not exist")
     ruleset = _ruleset(conn)
     rule = ruleset.rules.get(alert["rule"])
     labels = alert["labels"]
-    links = as_dicts(look_here(rule.metric, labels)) if rule else []
     now = conn.execute("SELECT now()").fetchone()[0]
     win = context.window(alert, now)
-    if rule and rule.metric in DEAD_LETTER_METRICS and labels.get("queue"):
-        # A fingerprint first seen since shortly before the alert fired: that group goes first.
-        groups = run_panel(_new_groups, labels["queue"], win.fired - context.CHANGES_BEFORE)
-        fresh = (groups.data or [])[:3] if groups.ok else []
-        links = [new_error_group(labels["queue"], g["fingerprint"], g.get("example")).as_dict() for g in fresh] + links
+    # The same list as the alert's webhook payloads (a new error group first, when there is one).
+    links = as_dicts(context.look_here(conn, rule.metric, labels, win.fired, timeout_ms=timeout_ms())) if rule else []
     series = run_panel(context.series, rule.metric, labels, win, op=rule.op) if rule and rule.metric in METRICS else None
     changes = run_panel(context.changes, win.fired)
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
