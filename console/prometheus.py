@@ -274,7 +274,7 @@ def _unit(panel: Panel) -> str:
 def _variable(name: str, label: str, query: str) -> dict:
     return {
         "name": name, "label": label, "type": "query", "datasource": DATASOURCE,
-        "definition": query, "query": {"query": query, "refId": f"{name}-variable"},
+        "definition": query, "query": query,
         "includeAll": True, "allValue": ".*", "multi": True, "refresh": 2, "sort": 1, "hide": 0,
         "current": {"selected": True, "text": ["All"], "value": ["$__all"]}, "options": [],
     }
