@@ -179,8 +179,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Loopback only: never through a proxy the environment may name.
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _get(url: str) -> dict:
-    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
+    with _opener.open(url, timeout=5) as response:
         return json.load(response)
 
 
@@ -227,7 +231,7 @@ def prometheus(tmp_path, live_server):
         def ready():
             if process.poll() is not None:
                 raise AssertionError(f"prometheus exited ({process.returncode}):\n{log.read_text(errors='replace')[-3000:]}")
-            with urllib.request.urlopen(f"{base}/-/ready", timeout=2) as response:  # noqa: S310
+            with _opener.open(f"{base}/-/ready", timeout=2) as response:
                 return response.status == 200
 
         _wait_for("prometheus ready", ready, log)
