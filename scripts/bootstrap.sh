@@ -2,7 +2,8 @@
 # Installs what a fresh machine lacks for Skiplock's demo and tests, then the project itself
 # into .venv. Safe to run again: each step checks before it installs.
 #   scripts/bootstrap.sh          PostgreSQL server binaries + .venv with the project
-#   scripts/bootstrap.sh --test   ... plus Chromium for the browser tests and the test extras
+#   scripts/bootstrap.sh --test   ... plus Chromium for the browser tests, Prometheus (with promtool)
+#                                 for the metrics tests, and the test extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,13 @@ fi
 if [ "$want_test" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   echo "installing Chromium for the browser tests"
   apt_install chromium
+fi
+# Prometheus 2 and promtool for tests/test_prometheus.py (the rules file, its unit tests, and a
+# real server scraping /metrics). Only the binaries are used; a system service, if the package
+# starts one, is left alone (the test runs its own on a free port).
+if [ "$want_test" = 1 ] && ! command -v promtool >/dev/null; then
+  echo "installing Prometheus and promtool for the metrics tests"
+  apt_install --no-install-recommends prometheus
 fi
 
 PY=${PYTHON:-python3}

@@ -15,7 +15,7 @@ import click
 # Each module registers its commands on main_group when imported:
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
-# queues: queues set|show (limits) ·
+# prometheus: prometheus rules|dashboard · queues: queues set|show (limits) ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
     advisor,
@@ -23,6 +23,7 @@ from console.cli import (  # noqa: F401
     core,
     demo,
     maintenance,
+    prometheus,
     queues,
     scheduler,
     settings,
