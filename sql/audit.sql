@@ -17,7 +17,9 @@ SELECT
     a.outcome,
     a.detail
 FROM skiplock.audit_log AS a
-WHERE (%(actor)s::text IS NULL OR a.actor = %(actor)s)
+-- An actor named with --actor is stored as 'NAME (cli:user@host)' (and a token as 'owner (label)'):
+-- the bare name finds those rows too.
+WHERE (%(actor)s::text IS NULL OR a.actor = %(actor)s OR starts_with(a.actor, %(actor)s || ' ('))
   AND (%(action)s::text IS NULL OR a.action = %(action)s)
   AND (%(since)s::timestamptz IS NULL OR a.at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR a.at < %(until)s)
