@@ -111,7 +111,8 @@ class Latest:
 
 
 def _latest(conn) -> Latest:
-    return Latest(samples.latest(conn, within=timedelta(minutes=15)))
+    # Skiplock's own figures; [[external_queues]] series (label `external`) have their own panel.
+    return Latest([s for s in samples.latest(conn, within=timedelta(minutes=15)) if "external" not in s.labels])
 
 
 def level(value: float | None, rule: str) -> str:

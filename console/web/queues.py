@@ -41,9 +41,13 @@ def _from_samples(conn) -> list[dict[str, Any]]:
     """Figures from the latest samples, for when the live query is too slow."""
     by_queue: dict[str, dict[str, Any]] = {}
     for s in samples.latest(conn, "queue_depth"):
+        if "external" in s.labels:
+            continue
         row = by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?"), "sampled_at": s.at})
         row[s.labels.get("state", "?")] = s.value
     for s in samples.latest(conn, "queue_age_seconds"):
+        if "external" in s.labels:
+            continue
         by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?")})["age_seconds"] = s.value
     return sorted(by_queue.values(), key=lambda r: r["queue"])
 

@@ -1,0 +1,139 @@
+"""[[external_queues]] with system = "table": a hand-rolled SKIP LOCKED queue watched by the
+collectors (config checks, start-up validation against the real table, the samples, /metrics,
+a missing table as that source's error)."""
+
+import threading
+
+import pytest
+
+from console import external
+from console.collectors import Options
+from console.config import ConfigError, ExternalQueue, load_config
+from console.metrics import render_samples
+from tests.collector_helpers import cycle, value
+
+APP_JOBS = """
+CREATE TABLE public.app_jobs (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    status text NOT NULL DEFAULT 'new',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    locked_until timestamptz
+);
+CREATE INDEX app_jobs_claim ON public.app_jobs (created_at) WHERE status = 'new';
+"""
+
+APP = dict(name="app", system="table", table="public.app_jobs", queue_column="queue",
+           pending="status = 'new'", running="status = 'working'", failed="status = 'dead'",
+           enqueued_at="created_at", lease_until="locked_until")
+
+
+def entry(**over) -> ExternalQueue:
+    return ExternalQueue(**{**APP, **over})
+
+
+def config_with(tmp_path, body: str):
+    path = tmp_path / "skiplock.toml"
+    path.write_text(body)
+    from console.config import external_queues
+
+    return external_queues(load_config(path, env={}))
+
+
+@pytest.mark.parametrize("body, complaint", [
+    ('name = "x"\nsystem = "kafka"', "'x': unknown system 'kafka'"),
+    ('name = "x"\nsystem = "pg-boss"', "'x': system 'pg-boss' is not supported yet"),
+    ('name = "x"\nsystem = "table"\npending = "true"', "'x': table is required"),
+    ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true; DROP TABLE t"', "'x': pending contains a semicolon"),
+    ('name = "x"\nsystem = "table"\ntable = "a.b.c"\npending = "true"', "'x': table = 'a.b.c' is not"),
+    ('name = "x"\nsystem = "pgqueuer"\npending = "true"', "'x': unknown key(s) pending"),
+])
+def test_bad_entries_stop_start_up_naming_the_entry(tmp_path, body, complaint):
+    with pytest.raises(ConfigError) as err:
+        config_with(tmp_path, "[[external_queues]]\n" + body + "\n")
+    assert complaint in str(err.value)
+
+
+def test_the_real_table_is_checked_at_start_up(conn):
+    conn.execute(APP_JOBS)
+    external.validate(conn, external.adapter_for(entry()))  # fine as declared
+    for over, complaint in [
+        ({"table": "public.nope"}, "table public.nope does not exist"),
+        ({"enqueued_at": "born"}, "has no column born"),
+        ({"pending": "status = = 'new'"}, "syntax error"),
+        ({"running": "status"}, "must be type boolean"),
+        ({"failed": "nosuch = 1"}, "nosuch"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            external.validate(conn, external.adapter_for(entry(**over)))
+        assert "[[external_queues]] 'app'" in str(err.value) and complaint in str(err.value), (over, err.value)
+
+
+def skip_locked_worker(dsn: str, stop: threading.Event, done: list[int]) -> None:
+    """The 20-line loop the PostgreSQL-as-a-queue literature teaches."""
+    from console.db import connect
+
+    with connect(dsn, application_name="app-worker") as c:
+        while not stop.is_set():
+            with c.transaction():
+                row = c.execute("""SELECT id FROM public.app_jobs WHERE status = 'new' AND queue = 'fast'
+                                   ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED""").fetchone()
+                if row is None:
+                    break
+                c.execute("UPDATE public.app_jobs SET status = 'done' WHERE id = %s", row)
+                done.append(row[0])
+
+
+def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn):
+    conn.execute(APP_JOBS)
+    conn.execute("""INSERT INTO public.app_jobs (queue, status, created_at, locked_until) VALUES
+        ('fast', 'new', now(), NULL), ('fast', 'new', now(), NULL),
+        ('slow', 'new', now() - interval '10 minutes', NULL), ('slow', 'new', now(), NULL),
+        ('slow', 'working', now(), now() - interval '1 minute'), ('slow', 'working', now(), now() + interval '1 hour'),
+        ('slow', 'dead', now(), NULL)""")
+    stop, done = threading.Event(), []
+    worker = threading.Thread(target=skip_locked_worker, args=(dsn, stop, done))
+    worker.start()
+    worker.join(timeout=20)
+    stop.set()
+    assert len(done) == 2  # the worker drained 'fast'
+
+    report = cycle(dsn, Options(external=(entry(),)))
+    assert not report.errors, report.errors
+    lbl = {"system": "table", "external": "app"}
+    assert [s for s in report.samples if s.labels.get("queue") == "fast" and s.metric == "queue_depth"] == []
+    assert value(report, "queue_depth", queue="slow", state="eligible", **lbl) == 2
+    assert value(report, "queue_depth", queue="slow", state="running", **lbl) == 2
+    assert value(report, "stuck_leases", queue="slow", **lbl) == 1
+    assert 55 <= value(report, "stuck_lease_age_seconds", queue="slow", **lbl) <= 120
+    assert value(report, "dead_letters", queue="slow", **lbl) == 1
+    assert 590 <= value(report, "queue_age_seconds", queue="slow", **lbl) <= 700
+    assert value(report, "external_source_errors", **lbl) == 0
+    assert value(report, "table_size_bytes", table="app:public.app_jobs", part="heap", system="table") > 0
+    assert value(report, "table_live_tuples", table="app:public.app_jobs", system="table") is not None
+    body = render_samples(report.samples).decode()
+    assert 'skiplock_queue_depth{external="app",queue="slow",state="eligible",system="table"} 2.0' in body, body
+
+    # Beyond the cap the depth is the planner's estimate, and says so.
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'slow' FROM generate_series(1, 300)")
+    conn.execute("ANALYZE public.app_jobs")
+    capped = cycle(dsn, Options(external=(entry(),), depth_exact_limit=50))
+    assert value(capped, "queue_depth_estimated", **lbl) == 1
+    assert 250 <= value(capped, "queue_depth", queue="slow", state="eligible", **lbl) <= 360
+
+
+def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
+    conn.execute(APP_JOBS)
+    first = cycle(dsn, Options(external=(entry(),)))
+    conn.execute("DROP TABLE public.app_jobs")
+    conn.execute("CREATE TABLE public.t (id int); INSERT INTO public.t VALUES (1); CREATE SEQUENCE s")
+    report = cycle(dsn, Options(external=(entry(),)))
+    assert not report.errors, report.errors  # every collector ran, the external one included
+    lbl = {"system": "table", "external": "app"}
+    assert value(report, "external_source_errors", **lbl) == 1
+    assert "public.app_jobs does not exist" in report.details["external_sources"]["app"]["error"]
+    assert first.details["external_sources"]["app"]["error"] is None
+    # Collected every cycle READ ONLY: a predicate that writes is refused, not run.
+    writing = cycle(dsn, Options(external=(entry(table="public.t", pending="nextval('s') > 0", queue_column="",
+                                                      enqueued_at="", lease_until="", running="", failed=""),)))
+    assert "read-only transaction" in writing.details["external_sources"]["app"]["error"]
