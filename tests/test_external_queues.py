@@ -84,7 +84,7 @@ def skip_locked_worker(dsn: str, stop: threading.Event, done: list[int]) -> None
                 done.append(row[0])
 
 
-def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn):
+def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as):
     conn.execute(APP_JOBS)
     conn.execute("""INSERT INTO public.app_jobs (queue, status, created_at, locked_until) VALUES
         ('fast', 'new', now(), NULL), ('fast', 'new', now(), NULL),
@@ -113,6 +113,15 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn):
     assert value(report, "table_live_tuples", table="app:public.app_jobs", system="table") is not None
     body = render_samples(report.samples).decode()
     assert 'skiplock_queue_depth{external="app",queue="slow",state="eligible",system="table"} 2.0' in body, body
+
+    # The pages list it with its system, read-only, and keep it out of Skiplock's own queues.
+    viewer = client_as("viewer")
+    for url in ("/queues", "/overview"):
+        page = viewer.get(url).get_data(as_text=True)
+        assert 'data-external-queue="app/slow"' in page and 'data-system="table"' in page, url
+        assert "read-only" in page, url
+    own = viewer.get("/api/v1/queues").get_json()["queues"]
+    assert "slow" not in {r["queue"] for r in own}
 
     # Beyond the cap the depth is the planner's estimate, and says so.
     conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'slow' FROM generate_series(1, 300)")

@@ -102,7 +102,9 @@ def queues_data() -> dict[str, Any]:
 @bp.get("/queues")
 @requires("viewer")
 def index():
-    return render_template("queues/index.html", **queues_data())
+    from console.external import latest_sources
+
+    return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
 
 
 @bp.get("/queues/_table")
