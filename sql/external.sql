@@ -114,3 +114,77 @@ WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_dat
   AND s.query NOT LIKE '%%pg_stat_statements%%'
 ORDER BY s.calls DESC, s.queryid
 LIMIT 20;
+
+-- name: advisor_claim_statements
+-- The source's claim-like statements in pg_stat_statements: those LIKE its claim pattern, and
+-- any SELECT ... FOR [NO KEY] UPDATE ... LIMIT that names its queue table; whether each skips
+-- locked rows (or fails fast with NOWAIT).
+SELECT
+    s.queryid::text AS queryid,
+    left(regexp_replace(min(s.query), '\s+', ' ', 'g'), 300) AS query,
+    sum(s.calls)::float8 AS calls,
+    (sum(s.total_exec_time) / nullif(sum(s.calls), 0))::float8 AS mean_ms,
+    bool_or(s.query ~* '\mskip\s+locked\M' OR s.query ~* '\mnowait\M') AS skips_locked
+FROM pg_stat_statements(true) AS s
+WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+  AND s.query !~* '^\s*explain\M'
+  AND s.query NOT LIKE '%%pg_stat_statements%%'
+  AND (
+      (%(claim_pattern)s::text IS NOT NULL AND s.query LIKE %(claim_pattern)s)
+      OR (s.query ~* ('\m' || %(table)s || '\M')
+          AND s.query ~* '\mfor\s+(no\s+key\s+)?update\M'
+          AND s.query ~* '\mlimit\M')
+  )
+GROUP BY s.queryid
+ORDER BY sum(s.calls) DESC, s.queryid
+LIMIT 20;
+
+-- name: advisor_indexes
+SELECT
+    c.relname::text AS index,
+    i.indpred IS NOT NULL AS is_partial,
+    pg_get_indexdef(i.indexrelid) AS definition
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+WHERE i.indrelid = to_regclass(%(qualified)s)
+ORDER BY c.relname;
+
+-- name: advisor_claim_plan
+-- How the planner reaches the pending rows (EXPLAIN plans, runs nothing).
+EXPLAIN (FORMAT JSON)
+SELECT 1
+FROM {table} AS j
+WHERE ({pending})
+LIMIT 10;
+
+-- name: advisor_table_transactions
+-- Sessions with an open transaction that holds a lock on the queue table.
+SELECT DISTINCT
+    a.pid,
+    a.usename::text AS usename,
+    a.application_name,
+    a.state,
+    extract(epoch FROM now() - a.xact_start)::float8 AS xact_age_s,
+    extract(epoch FROM now() - a.state_change)::float8 AS state_age_s,
+    left(a.query, 200) AS query
+FROM pg_locks AS l
+JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.relation = to_regclass(%(qualified)s)
+  AND a.pid <> pg_backend_pid()
+  AND a.xact_start IS NOT NULL
+ORDER BY xact_age_s DESC, a.pid
+LIMIT 20;
+
+-- name: advisor_foreign_keys
+-- Foreign keys of other tables that point at the queue table.
+SELECT
+    c.conname::text AS name,
+    c.conrelid::regclass::text AS referencing,
+    pg_get_constraintdef(c.oid) AS definition
+FROM pg_constraint AS c
+WHERE c.contype = 'f'
+  AND c.confrelid = to_regclass(%(qualified)s)
+ORDER BY c.conname;
+
+-- name: advisor_relid
+SELECT to_regclass(%(qualified)s)::oid AS relid;

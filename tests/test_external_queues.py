@@ -2,6 +2,9 @@
 collectors (config checks, start-up validation against the real table, the samples, /metrics,
 a missing table as that source's error)."""
 
+import json
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -146,3 +149,45 @@ def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
     writing = cycle(dsn, Options(external=(entry(table="public.t", pending="nextval('s') > 0", queue_column="",
                                                       enqueued_at="", lease_until="", running="", failed=""),)))
     assert "read-only transaction" in writing.details["external_sources"]["app"]["error"]
+
+
+def test_the_advisor_flags_a_claim_without_skip_locked(dsn, conn, subprocess_env, tmp_path):
+    """`skiplock check --external app`, as a real process, against a queue whose claim waits on
+    locked rows (FOR UPDATE without SKIP LOCKED), with a foreign key pointing at it."""
+    conn.execute(APP_JOBS)
+    conn.execute("CREATE TABLE public.app_results (job_id bigint REFERENCES public.app_jobs (id))")
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'q' FROM generate_series(1, 5)")
+    conn.execute("SELECT pg_stat_statements_reset()")
+    for _ in range(3):
+        with conn.transaction():
+            conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE")
+    config = tmp_path / "skiplock.toml"
+    config.write_text('[[external_queues]]\nname = "app"\nsystem = "table"\ntable = "public.app_jobs"\n'
+                      'queue_column = "queue"\npending = "status = \'new\'"\nenqueued_at = "created_at"\n')
+    env = {**subprocess_env, "SKIPLOCK_CONFIG": str(config)}
+
+    def check(*args):
+        return subprocess.run([sys.executable, "-m", "console", "check", "--external", "app", *args],
+                              env=env, capture_output=True, text=True, timeout=60)
+
+    proc = check("--format", "json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    by_id = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert by_id["ext-claim-skip-locked"]["status"] == "fail", by_id["ext-claim-skip-locked"]
+    assert "FOR UPDATE" in by_id["ext-claim-skip-locked"]["evidence"][0]
+    assert by_id["ext-claim-skip-locked"]["docs"] == "docs/external-queues.md#ext-claim-skip-locked"
+    assert by_id["ext-partial-index"]["status"] == "ok", by_id["ext-partial-index"]  # app_jobs_claim
+    assert by_id["ext-foreign-keys"]["status"] == "warn" and "app_results" in by_id["ext-foreign-keys"]["evidence"][0]
+    assert by_id["ext-long-transactions"]["status"] == "ok"
+
+    # The same claim with SKIP LOCKED passes; the old statement is gone from the history.
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED")
+    proc = check()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ok  ] ext-claim-skip-locked" in proc.stdout and "External queue app (table)" in proc.stdout
+
+    assert "no [[external_queues]] entry named 'nope'" in subprocess.run(
+        [sys.executable, "-m", "console", "check", "--external", "nope"], env=env, capture_output=True, text=True,
+        timeout=60).stderr
