@@ -125,6 +125,7 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
         assert "read-only" in page, url
     own = viewer.get("/api/v1/queues").get_json()["queues"]
     assert "slow" not in {r["queue"] for r in own}
+    assert 'data-queue="slow"' not in viewer.get("/overview").get_data(as_text=True)  # not one of Skiplock's own
 
     # Beyond the cap the depth is the planner's estimate, and says so.
     conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'slow' FROM generate_series(1, 300)")

@@ -9,16 +9,20 @@ that database opened for the cycle. A source that fails (missing table, timeout,
 gets `external_source_errors{external, system} = 1`, its previous series as "not available"
 and its error in the cycle's details (`external_sources`), which its panel shows; the other
 sources and collectors still run. Counts stop at the caps like Skiplock's own (estimates beyond).
+
+`latest_sources(conn)` is what the pages read back: the newest cycle's sources and their figures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
+import psycopg
 from psycopg.rows import dict_row
 
-from console import external
+from console import external, samples
 from console.collectors import tables
 from console.collectors.base import Context, collector_connection
 from console.samples import Sample
@@ -95,3 +99,27 @@ def _one(ctx: Context, adapter: external.Adapter, table_state: dict[str, Any], i
     finally:
         if own:
             conn.close()
+
+
+def latest_sources(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    """What the pages show: each external source of the newest collection cycle, with its
+    system, schema version, table, error (None when it was read) and per-queue figures from the
+    newest samples. Reads stored samples and the cycle's details only, never the source."""
+    from console.collectors import latest_details
+
+    run = latest_details(conn)
+    details = ((run or {}).get("details") or {}).get("external_sources") or {}
+    queues: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in samples.latest(conn, within=timedelta(minutes=15)):
+        name = s.labels.get("external")
+        if name is None or "queue" not in s.labels:
+            continue
+        row = queues.setdefault((name, s.labels["queue"]), {"queue": s.labels["queue"], "at": s.at})
+        key = s.labels.get("state") if s.metric == "queue_depth" else s.metric
+        row[key] = s.value
+    out = []
+    for name in sorted(details):
+        info = details[name]
+        rows = [r for (n, _), r in sorted(queues.items()) if n == name]
+        out.append({"name": name, **info, "queues": rows, "collected_at": (run or {}).get("started_at")})
+    return out

@@ -18,7 +18,6 @@ This package does not schedule, store or render anything, and never writes to a 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -231,29 +230,5 @@ def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int
 
 
 __all__ = ["READ_ONLY_REASON", "Adapter", "QueueFigures", "Shape", "Snapshot", "SourceError", "adapter_for",
-           "adapters", "estimate_rows", "latest_sources", "read_only", "snapshot", "validate", "validate_all"]
+           "adapters", "estimate_rows", "read_only", "snapshot", "validate", "validate_all"]
 
-
-def latest_sources(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """What the pages show: each external source of the newest collection cycle, with its
-    system, schema version, table, error (None when it was read) and per-queue figures from the
-    newest samples. Reads stored samples and the cycle's details only, never the source."""
-    from console import samples
-    from console.collectors import latest_details
-
-    run = latest_details(conn)
-    details = ((run or {}).get("details") or {}).get("external_sources") or {}
-    queues: dict[tuple[str, str], dict[str, Any]] = {}
-    for s in samples.latest(conn, within=timedelta(minutes=15)):
-        name = s.labels.get("external")
-        if name is None or "queue" not in s.labels:
-            continue
-        row = queues.setdefault((name, s.labels["queue"]), {"queue": s.labels["queue"], "at": s.at})
-        key = s.labels.get("state") if s.metric == "queue_depth" else s.metric
-        row[key] = s.value
-    out = []
-    for name in sorted(details):
-        info = details[name]
-        rows = [r for (n, _), r in sorted(queues.items()) if n == name]
-        out.append({"name": name, **info, "queues": rows, "collected_at": (run or {}).get("started_at")})
-    return out

@@ -661,7 +661,7 @@ def _page(template: str, parts: tuple[str, ...] = PARTS):
 @bp.get("/overview")
 @requires("viewer")
 def index():
-    from console.external import latest_sources
+    from console.collectors.external import latest_sources
 
     name, window = window_arg()
     data = overview_data(name, window, draw=True)

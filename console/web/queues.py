@@ -102,7 +102,7 @@ def queues_data() -> dict[str, Any]:
 @bp.get("/queues")
 @requires("viewer")
 def index():
-    from console.external import latest_sources
+    from console.collectors.external import latest_sources
 
     return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
 
