@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,3 +180,75 @@ def test_an_unknown_procrastinate_schema_is_refused(procrastinate_db):
                   " status text, scheduled_at timestamptz, attempts int)")
         with pytest.raises(ConfigError, match=r"'v2': unknown Procrastinate schema version .*no column worker_id"):
             external.validate(c, external.adapter_for(ExternalQueue(name="v2", system="procrastinate", schema="v2")))
+
+
+# --- graphile-worker (npm) ----------------------------------------------------------------------
+
+GRAPHILE_TASKS = {
+    "ok.js": "module.exports = async () => {};\n",
+    "boom.js": "module.exports = async () => { throw new Error('boom'); };\n",
+    "hang.js": "module.exports = async () => { console.log('HANGING'); await new Promise(() => {}); };\n",
+}
+
+
+@pytest.fixture(scope="module")
+def graphile_db(library_db, tmp_path_factory):
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("graphile-worker is a Node.js library: this machine has no node/npm")
+    home = tmp_path_factory.mktemp("graphile")
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "graphile-worker@0.18.0"],
+                   cwd=home, check=True, timeout=300, capture_output=True)
+    (home / "tasks").mkdir()
+    for name, body in GRAPHILE_TASKS.items():
+        (home / "tasks" / name).write_text(body)
+    cli = str(home / "node_modules" / ".bin" / "graphile-worker")
+    dsn = library_db()
+    subprocess.run([cli, "-c", url(dsn), "--schema-only"], cwd=home, check=True, timeout=60, capture_output=True)
+    with connect(dsn) as c:  # its documented SQL API for enqueueing
+        c.execute("""SELECT graphile_worker.add_job('waiting', '{}'::json) FROM generate_series(1, 3);
+                     SELECT graphile_worker.add_job('ok', '{}'::json);
+                     SELECT graphile_worker.add_job('boom', '{}'::json, max_attempts => 1);
+                     SELECT graphile_worker.add_job('hang', '{}'::json)""")
+    worker = subprocess.Popen([cli, "-c", url(dsn), "--jobs", "2", "--poll-interval", "200"], cwd=home,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(worker, "HANGING", timeout=60)
+        eventually(lambda: scalar(dsn, "SELECT count(*) FROM graphile_worker.jobs WHERE task_identifier = 'boom' "
+                                       "AND attempts >= max_attempts AND locked_at IS NULL") == 1
+                   and scalar(dsn, "SELECT count(*) FROM graphile_worker.jobs WHERE task_identifier = 'ok'") == 0)
+    finally:
+        kill(worker)
+    return dsn
+
+
+GW = ExternalQueue(name="gw", system="graphile-worker", stuck_after=timedelta(seconds=1))
+
+
+def test_graphile_worker_depth_age_stuck_and_dead_letters_match_the_library(graphile_db):
+    external.validate(connect(graphile_db), external.adapter_for(GW))
+    lbl = {"system": "graphile-worker", "external": "gw"}
+    report = eventually(lambda: (r := cycle(graphile_db, Options(external=(GW,))))
+                        and value(r, "stuck_leases", queue="hang", **lbl) == 1 and r)
+    assert report.details["external_sources"]["gw"]["error"] is None
+
+    def view(where: str) -> int:  # graphile_worker.jobs, the library's public view
+        return scalar(graphile_db, f"SELECT count(*) FROM graphile_worker.jobs WHERE {where}")  # noqa: S608
+
+    assert value(report, "queue_depth", queue="waiting", state="eligible", **lbl) == view(
+        "task_identifier = 'waiting' AND locked_at IS NULL AND attempts < max_attempts AND run_at <= now()") == 3
+    assert value(report, "queue_depth", queue="hang", state="running", **lbl) == view("locked_at IS NOT NULL") == 1
+    assert value(report, "dead_letters", queue="boom", **lbl) == view("attempts >= max_attempts") == 1
+    oldest = scalar(graphile_db, "SELECT extract(epoch FROM now() - min(run_at)) FROM graphile_worker.jobs "
+                                 "WHERE task_identifier = 'waiting'")
+    assert abs(value(report, "queue_age_seconds", queue="waiting", **lbl) - float(oldest)) < 5
+    assert value(report, "table_live_tuples", table="gw:graphile_worker._private_jobs", system="graphile-worker") is not None
+
+
+def test_an_unknown_graphile_worker_schema_is_refused(graphile_db):
+    with connect(graphile_db) as c:
+        c.execute("INSERT INTO graphile_worker.migrations (id, ts, breaking) VALUES (21, now(), false)")
+        try:
+            with pytest.raises(ConfigError, match=r"'gw': unknown graphile-worker schema version: migration 21"):
+                external.validate(c, external.adapter_for(GW))
+        finally:
+            c.execute("DELETE FROM graphile_worker.migrations WHERE id = 21")

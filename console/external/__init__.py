@@ -109,11 +109,12 @@ class Adapter:
 
 
 def _registry() -> dict[str, type[Adapter]]:
+    from console.external.graphile_worker import GraphileWorkerAdapter
     from console.external.pgqueuer import PgQueuerAdapter
     from console.external.procrastinate import ProcrastinateAdapter
     from console.external.table import TableAdapter
 
-    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter)}
+    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter)}
 
 
 def adapter_for(entry: ExternalQueue) -> Adapter:
