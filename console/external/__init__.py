@@ -1,4 +1,4 @@
-"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, a hand-rolled table.
+"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, a hand-rolled table.
 
 A source is one `[[external_queues]]` entry (console.config.ExternalQueue) and its `Adapter`,
 which answers the small questions the collectors and the advisor ask:
