@@ -377,8 +377,9 @@ EXTERNAL_SYSTEMS: dict[str, str] = {
     "pgqueuer": "PGQueuer (its pgqueuer table; queues are entrypoints)",
     "procrastinate": "Procrastinate (procrastinate_jobs; queues are queue_name)",
     "graphile-worker": "graphile-worker (graphile_worker._private_jobs; queues are task identifiers)",
+    "pg-boss": "pg-boss (pgboss.job; queues are job names)",
 }
-NOT_YET_SYSTEMS = ("pg-boss",)
+NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after"}

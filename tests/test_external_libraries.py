@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ from console.config import ConfigError, ExternalQueue
 from console.db import connect
 from console.metrics import render_samples
 from tests import external_workers as w
-from tests.collector_helpers import cycle, eventually, value
+from tests.collector_helpers import cycle, eventually, value, values
 from tests.conftest import dsn_for
 
 pytestmark = pytest.mark.slow
@@ -252,3 +253,86 @@ def test_an_unknown_graphile_worker_schema_is_refused(graphile_db):
                 external.validate(c, external.adapter_for(GW))
         finally:
             c.execute("DELETE FROM graphile_worker.migrations WHERE id = 21")
+
+
+# --- pg-boss (npm) ------------------------------------------------------------------------------
+
+PGBOSS_SCRIPT = r"""
+const PgBoss = require('pg-boss');
+const [mode, url] = process.argv.slice(2);
+(async () => {
+  const boss = new PgBoss(url);
+  boss.on('error', e => console.error(e));
+  await boss.start();  // creates the pgboss schema
+  for (const q of ['waiting', 'ok', 'boom', 'hang']) await boss.createQueue(q);
+  if (mode === 'produce') {
+    for (let i = 0; i < 3; i++) await boss.send('waiting', {});
+    await boss.send('ok', {});
+    await boss.send('boom', {}, { retryLimit: 0 });
+    await boss.send('hang', {}, { expireInSeconds: 1 });
+    await boss.stop({ graceful: false, wait: true });
+    console.log('PRODUCED');
+  } else if (mode === 'sizes') {
+    console.log(JSON.stringify({ waiting: await boss.getQueueSize('waiting') }));
+    await boss.stop({ graceful: false, wait: true });
+  } else {
+    const opts = { pollingIntervalSeconds: 0.5 };
+    await boss.work('ok', opts, async () => {});
+    await boss.work('boom', opts, async () => { throw new Error('boom'); });
+    await boss.work('hang', opts, async () => { console.log('HANGING'); await new Promise(() => {}); });
+  }
+})().catch(e => { console.error(e); process.exit(1); });
+"""
+
+
+@pytest.fixture(scope="module")
+def pgboss_db(library_db, tmp_path_factory):
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("pg-boss is a Node.js library: this machine has no node/npm")
+    home = tmp_path_factory.mktemp("pgboss")
+    subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", "pg-boss@10.4.2"],
+                   cwd=home, check=True, timeout=300, capture_output=True)
+    (home / "boss.js").write_text(PGBOSS_SCRIPT)
+    dsn = library_db()
+    subprocess.run(["node", "boss.js", "produce", url(dsn)], cwd=home, check=True, timeout=60, capture_output=True)
+    worker = subprocess.Popen(["node", "boss.js", "work", url(dsn)], cwd=home,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for_line(worker, "HANGING", timeout=60)
+        eventually(lambda: scalar(dsn, "SELECT count(*) FROM pgboss.job WHERE name = 'boom' AND state = 'failed'") == 1
+                   and scalar(dsn, "SELECT count(*) FROM pgboss.job WHERE name = 'ok' AND state = 'completed'") == 1)
+    finally:
+        kill(worker)  # the hanging job stays active past its expire_in, with no supervisor to expire it
+    sizes = subprocess.run(["node", "boss.js", "sizes", url(dsn)], cwd=home, check=True, timeout=60,
+                           capture_output=True, text=True).stdout
+    return dsn, json.loads(sizes.strip().splitlines()[-1])
+
+
+PB = ExternalQueue(name="boss", system="pg-boss")
+
+
+def test_pgboss_depth_age_stuck_and_dead_letters_match_the_library(pgboss_db):
+    dsn, sizes = pgboss_db
+    external.validate(connect(dsn), external.adapter_for(PB))
+    lbl = {"system": "pg-boss", "external": "boss"}
+    report = eventually(lambda: (r := cycle(dsn, Options(external=(PB,))))
+                        and value(r, "stuck_leases", queue="hang", **lbl) == 1 and r)
+    assert report.details["external_sources"]["boss"]["error"] is None
+    assert value(report, "queue_depth", queue="waiting", state="eligible", **lbl) == sizes["waiting"] == 3  # getQueueSize
+    assert value(report, "queue_depth", queue="hang", state="running", **lbl) == 1
+    assert value(report, "dead_letters", queue="boom", **lbl) == 1
+    assert values(report, "queue_depth", queue="ok", state="eligible", **lbl) in ([], [0.0])  # completed rows stay in pgboss.job
+    oldest = scalar(dsn, "SELECT extract(epoch FROM now() - min(start_after)) FROM pgboss.job WHERE name = 'waiting'")
+    assert abs(value(report, "queue_age_seconds", queue="waiting", **lbl) - float(oldest)) < 5
+    assert value(report, "table_live_tuples", table="boss:pgboss.job", system="pg-boss") is not None
+
+
+def test_an_unknown_pgboss_schema_is_refused(pgboss_db):
+    dsn, _ = pgboss_db
+    with connect(dsn) as c:
+        c.execute("UPDATE pgboss.version SET version = 25")
+        try:
+            with pytest.raises(ConfigError, match=r"'boss': unknown pg-boss schema version 25"):
+                external.validate(c, external.adapter_for(PB))
+        finally:
+            c.execute("UPDATE pgboss.version SET version = 24")

@@ -45,7 +45,7 @@ def config_with(tmp_path, body: str):
 
 @pytest.mark.parametrize("body, complaint", [
     ('name = "x"\nsystem = "kafka"', "'x': unknown system 'kafka'"),
-    ('name = "x"\nsystem = "pg-boss"', "'x': system 'pg-boss' is not supported yet"),
+    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss)"),
     ('name = "x"\nsystem = "table"\npending = "true"', "'x': table is required"),
     ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true; DROP TABLE t"', "'x': pending contains a semicolon"),
     ('name = "x"\nsystem = "table"\ntable = "a.b.c"\npending = "true"', "'x': table = 'a.b.c' is not"),

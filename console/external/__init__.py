@@ -1,4 +1,5 @@
-"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, a hand-rolled table.
+"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, pg-boss, a
+hand-rolled table.
 
 A source is one `[[external_queues]]` entry (console.config.ExternalQueue) and its `Adapter`,
 which answers the small questions the collectors and the advisor ask:
@@ -110,11 +111,12 @@ class Adapter:
 
 def _registry() -> dict[str, type[Adapter]]:
     from console.external.graphile_worker import GraphileWorkerAdapter
+    from console.external.pgboss import PgBossAdapter
     from console.external.pgqueuer import PgQueuerAdapter
     from console.external.procrastinate import ProcrastinateAdapter
     from console.external.table import TableAdapter
 
-    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter)}
+    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter, PgBossAdapter)}
 
 
 def adapter_for(entry: ExternalQueue) -> Adapter:
