@@ -192,3 +192,13 @@ def test_the_advisor_flags_a_claim_without_skip_locked(dsn, conn, subprocess_env
     assert "no [[external_queues]] entry named 'nope'" in subprocess.run(
         [sys.executable, "-m", "console", "check", "--external", "nope"], env=env, capture_output=True, text=True,
         timeout=60).stderr
+
+
+def test_an_unreachable_source_does_not_stop_start_up(tmp_path, caplog):
+    """Skiplock's own monitoring starts; the source's panel shows the error each cycle."""
+    from console.external import validate_all
+
+    path = tmp_path / "skiplock.toml"
+    path.write_text('[[external_queues]]\nname = "far"\nsystem = "pgqueuer"\ndsn = "postgresql://postgres@127.0.0.1:1/x"\n')
+    assert [a.name for a in validate_all(load_config(path, env={}), "postgresql://postgres@127.0.0.1:1/y")] == ["far"]
+    assert "'far': not checked at start-up: cannot connect" in caplog.text

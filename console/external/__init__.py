@@ -18,6 +18,7 @@ This package does not schedule, store or render anything, and never writes to a 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,8 @@ from psycopg import sql
 
 from console.config import ConfigError, ExternalQueue
 from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.external")
 
 READ_ONLY_REASON = ("read-only: Skiplock watches this queue but does not change it; retry and cancel "
                     "belong to its own library's tools")
@@ -153,11 +156,18 @@ def validate(conn: psycopg.Connection, adapter: Adapter, timeout_ms: int = 2000)
 
 def validate_all(config: Any, default_dsn: str, *, timeout_ms: int = 2000) -> list[Adapter]:
     """Start-up check of every entry (scheduler, `skiplock check --external`, `skiplock collect`)."""
-    from console.db import connect
+    from console.db import DatabaseError, connect
 
     out = adapters(config)
     for adapter in out:
-        with connect(adapter.entry.dsn or default_dsn, application_name="skiplock-console-external") as conn:
+        try:
+            conn = connect(adapter.entry.dsn or default_dsn, application_name="skiplock-console-external")
+        except DatabaseError as exc:
+            # An unreachable source must not keep Skiplock's own monitoring from starting: its
+            # panel shows the error every cycle until it is back (and is checked then).
+            log.warning("%s: not checked at start-up: %s", adapter.entry.where, exc)
+            continue
+        with conn:
             validate(conn, adapter, timeout_ms)
     return out
 
