@@ -202,3 +202,12 @@ def test_an_unreachable_source_does_not_stop_start_up(tmp_path, caplog):
     path.write_text('[[external_queues]]\nname = "far"\nsystem = "pgqueuer"\ndsn = "postgresql://postgres@127.0.0.1:1/x"\n')
     assert [a.name for a in validate_all(load_config(path, env={}), "postgresql://postgres@127.0.0.1:1/y")] == ["far"]
     assert "'far': not checked at start-up: cannot connect" in caplog.text
+
+
+def test_a_bad_entry_stops_the_collect_command_naming_it(subprocess_env, tmp_path):
+    config = tmp_path / "skiplock.toml"
+    config.write_text('[[external_queues]]\nname = "app"\nsystem = "table"\ntable = "public.app_jobs"\npending = "true"\n')
+    proc = subprocess.run([sys.executable, "-m", "console", "collect", "--once"], capture_output=True, text=True,
+                          env={**subprocess_env, "SKIPLOCK_CONFIG": str(config)}, timeout=60)
+    assert proc.returncode != 0
+    assert "[[external_queues]] 'app': table public.app_jobs does not exist" in proc.stderr, proc.stderr
