@@ -710,6 +710,8 @@ def backlog_points(conn: psycopg.Connection, window: timedelta = timedelta(minut
 
     out: dict[str, list[tuple[datetime, float]]] = {}
     for r in samples.series(conn, "queue_depth", since=window, labels={"state": "eligible"}):
+        if "external" in r["labels"]:
+            continue  # an [[external_queues]] series, not one of Skiplock's queues
         out.setdefault(r["labels"].get("queue", "?"), []).append((r["at"], r["value"]))
     return out
 

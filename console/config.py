@@ -224,6 +224,7 @@ RECORD_TABLES: dict[str, str] = {
     "webhooks": "console.alerts.rules (webhook destinations)",
     "alerts.rules": "console.alerts.rules (alert rules)",
     "periodic": "console.periodic (periodic jobs)",
+    "external_queues": "console.config.external_queues (queues Skiplock did not create; console.external reads them)",
 }
 
 
@@ -358,3 +359,141 @@ def load_config(
         values[(section, key)] = _coerce(setting, raw, "override")
 
     return Config(values, tables, config_path)
+
+
+# --- [[external_queues]] ------------------------------------------------------------------------
+# Queues of other systems the collectors watch (docs/external-queues.md). Parsed and checked
+# here without a database; `console.external.validate` then checks each entry against the real
+# tables at start-up (table and columns exist, every predicate parses and is boolean).
+#
+# The predicates of a `table` entry (pending, running, failed) are SQL fragments written by
+# the operator. They come from the config file only, never from the web or the API, and they are
+# the one piece of SQL the console composes from text it did not write: identifiers still go
+# through psycopg.sql, values are bound, and every query over them runs in a READ ONLY
+# transaction under statement_timeout.
+
+EXTERNAL_SYSTEMS: dict[str, str] = {
+    "table": "a hand-rolled table-as-queue, described by predicates",
+    "pgqueuer": "PGQueuer (its pgqueuer table; queues are entrypoints)",
+    "procrastinate": "Procrastinate (procrastinate_jobs; queues are queue_name)",
+    "graphile-worker": "graphile-worker (graphile_worker._private_jobs; queues are task identifiers)",
+    "pg-boss": "pg-boss (pgboss.job; queues are job names)",
+}
+NOT_YET_SYSTEMS: tuple[str, ...] = ()
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after"}
+_TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "enqueued_at", "lease_until", "claim_query_like"}
+_LIBRARY_KEYS = {"table", "claim_query_like"}
+
+
+@dataclass(frozen=True)
+class ExternalQueue:
+    """One `[[external_queues]]` entry, as declared (nothing here has touched a database)."""
+
+    name: str
+    system: str
+    dsn: str = ""
+    schema: str = ""
+    table: str = ""  # "schema.table" or "table"; the library's default table when empty
+    queue_column: str = ""
+    pending: str = ""
+    running: str = ""
+    failed: str = ""
+    enqueued_at: str = ""
+    lease_until: str = ""
+    claim_query_like: str = ""
+    stuck_after: timedelta = timedelta(minutes=5)
+
+    @property
+    def where(self) -> str:
+        return f"[[external_queues]] {self.name!r}"
+
+    def qualified(self, default_table: str) -> tuple[str, str]:
+        """(schema, table) of the queue table."""
+        table = self.table or default_table
+        if "." in table:
+            schema, _, name = table.partition(".")
+            return schema, name
+        return self.schema or "public", table
+
+
+def _ident(where: str, key: str, value: Any, *, dotted: bool = False) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: {key} must be a non-empty string")
+    parts = value.split(".") if dotted else [value]
+    if len(parts) > 2 or not all(_IDENT.fullmatch(p) for p in parts):
+        shape = "schema.table or table" if dotted else "a plain column name"
+        raise ConfigError(f"{where}: {key} = {value!r} is not {shape} (letters, digits, _; no quoting)")
+    return value
+
+
+def _predicate(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}: {key} must be a non-empty SQL predicate, e.g. \"status = 'new'\"")
+    # One boolean expression: no statement separator, no comment that could swallow the
+    # parenthesis the console wraps it in. The database checks the rest at start-up.
+    for bad, what in ((";", "a semicolon"), ("--", "a comment"), ("/*", "a comment")):
+        if bad in value:
+            raise ConfigError(f"{where}: {key} contains {what}; it must be one SQL boolean expression")
+    return value.strip()
+
+
+def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
+    where = f"[[external_queues]] #{index + 1}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a table")
+    name = raw.get("name")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ConfigError(f"{where}: name must be 1-63 letters, digits, '_', '.' or '-' (got {name!r})")
+    where = f"[[external_queues]] {name!r}"
+    system = raw.get("system")
+    if system in NOT_YET_SYSTEMS:
+        raise ConfigError(f"{where}: system {system!r} is not supported yet (supported: {', '.join(EXTERNAL_SYSTEMS)})")
+    if system not in EXTERNAL_SYSTEMS:
+        raise ConfigError(f"{where}: unknown system {system!r} (supported: {', '.join(EXTERNAL_SYSTEMS)})")
+    allowed = _COMMON_KEYS | (_TABLE_KEYS if system == "table" else _LIBRARY_KEYS)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for system {system!r} (allowed: {', '.join(sorted(allowed))})")
+    values: dict[str, Any] = {"name": name, "system": system}
+    for key in ("dsn", "claim_query_like"):
+        if key in raw:
+            if not isinstance(raw[key], str):
+                raise ConfigError(f"{where}: {key} must be a string")
+            values[key] = raw[key]
+    if "schema" in raw:
+        values["schema"] = _ident(where, "schema", raw["schema"])
+    if "table" in raw:
+        values["table"] = _ident(where, "table", raw["table"], dotted=True)
+    if "stuck_after" in raw:
+        try:
+            values["stuck_after"] = duration(raw["stuck_after"])
+        except ValueError:
+            raise ConfigError(f"{where}: stuck_after = {raw['stuck_after']!r} is not a duration (e.g. 90s, 5m)") from None
+    if system == "table":
+        if "table" not in raw:
+            raise ConfigError(f"{where}: table is required for system 'table' (e.g. table = \"public.app_jobs\")")
+        if "pending" not in raw:
+            raise ConfigError(f"{where}: pending is required for system 'table' (the predicate of waiting rows)")
+        for key in ("queue_column", "enqueued_at", "lease_until"):
+            if key in raw:
+                values[key] = _ident(where, key, raw[key])
+        for key in ("pending", "running", "failed"):
+            if key in raw:
+                values[key] = _predicate(where, key, raw[key])
+    return ExternalQueue(**values)
+
+
+def external_queues(config: Config) -> list[ExternalQueue]:
+    """The `[[external_queues]]` entries, checked: a bad one raises ConfigError naming it."""
+    raw_list = config.tables.get("external_queues", [])
+    if not isinstance(raw_list, list):
+        raise ConfigError("[[external_queues]] must be an array of tables")
+    entries = [parse_external_queue(i, raw) for i, raw in enumerate(raw_list)]
+    seen: set[str] = set()
+    for e in entries:
+        if e.name in seen or e.name == "skiplock":
+            raise ConfigError(f"{e.where}: the name is used twice (or is 'skiplock', Skiplock's own source)")
+        seen.add(e.name)
+    return entries

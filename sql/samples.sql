@@ -85,6 +85,7 @@ FROM skiplock.samples AS s
 WHERE s.metric = 'queue_depth'
   AND s.collected_at >= now() - make_interval(secs => %(within)s)
   AND s.labels ? 'queue'
+  AND NOT s.labels ? 'external'
 GROUP BY s.labels ->> 'queue'
 ORDER BY queue
 LIMIT %(cap)s;

@@ -473,7 +473,7 @@ def test_seeded_series_have_the_labels_the_collectors_give_them(dsn, conn):
     disagree = {m: (keys, measured[m]) for m, keys in seeded.items() if m in measured and not keys <= measured[m]}
     assert not disagree, f"seeded label keys differ from the collectors' (seeded, measured): {disagree}"
     values = {(s.metric, tuple(sorted(s.labels.items()))) for s in collectors.collect_once(dsn).samples}
-    for metric, labels in (("queue_depth", {"queue": "billing", "state": "eligible"}),
+    for metric, labels in (("queue_depth", {"queue": "billing", "state": "eligible", "system": "skiplock"}),
                            ("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": "p95"}),
                            ("table_dead_tuples", {"table": "jobs"}),
                            ("xmin_horizon_age_seconds", {"holder": "any"})):

@@ -9,6 +9,7 @@ import click
 
 from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import require_schema
+from console.external import validate_all
 
 
 def _format_labels(labels: dict[str, str]) -> str:
@@ -29,6 +30,7 @@ def collect_cmd(obj, once: bool, as_json: bool) -> None:
     from console.collectors import Options, collect, collector_connection
 
     options = Options.from_config(obj.config)
+    validate_all(obj.config, obj.dsn, timeout_ms=options.statement_timeout_ms)
     with collector_connection(obj.dsn, options) as conn:
         require_schema(conn)
         report = collect(conn, options, leader="cli")
@@ -66,6 +68,9 @@ def scheduler_cmd(obj, collect_interval: float | None) -> None:
     config = obj.config
     if collect_interval is not None:
         config = load_config(config.path, overrides={"scheduler.collect_interval": collect_interval})
+    # A bad [[external_queues]] entry (missing table or column, a predicate that does not
+    # parse, an unknown schema version) stops start-up here, naming the entry.
+    validate_all(config, obj.dsn, timeout_ms=config.database.statement_timeout_ms)
     scheduler = Scheduler(obj.dsn, config)
     scheduler.install_signal_handlers()
     sys.exit(scheduler.run())

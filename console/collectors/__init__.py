@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import samples as samples_store
-from console.collectors import database, periodic, queue, statements, tables, workers
+from console.collectors import database, external, periodic, queue, statements, tables, workers
 from console.collectors.base import Collector, Context, Options, collector_connection
 from console.samples import Sample
 from console.sqlfiles import query
@@ -41,6 +41,7 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("waits", database.collect_waits, "LWLock/SLRU waits and pg_stat_slru deltas."),
     Collector("wal", database.collect_wal, "WAL bytes per second and replica lag."),
     Collector("connections", database.collect_connections, "Connections by state, max_connections, NOTIFY queue."),
+    Collector("external", external.collect, "[[external_queues]]: depth, age, stuck, dead letters and table health of queues Skiplock did not create."),
     Collector("periodic", periodic.collect, "Periodic jobs: age of the last success against the interval, missed slots."),
 )
 

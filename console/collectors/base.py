@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from console.config import external_queues
 from console.db import connect
 from console.samples import Sample
 from console.sqlfiles import query
@@ -53,6 +54,8 @@ class Options:
     live_worker_within: float = 15.0
     exclude_apps: tuple[str, ...] = CONSOLE_APPS
     tables: tuple[tuple[str, str], ...] = WATCHED_TABLES
+    # [[external_queues]] entries (console.config.ExternalQueue) the external collector reads.
+    external: tuple[Any, ...] = ()
 
     @classmethod
     def from_config(cls, config: Any | None) -> Options:
@@ -67,6 +70,7 @@ class Options:
             failed_total_limit=s.failed_total_limit,
             probe_queues=s.probe_queues,
             live_worker_within=3 * config.worker.flush_interval,
+            external=tuple(external_queues(config)),
         )
 
 

@@ -63,20 +63,21 @@ def collect(ctx: Context) -> Iterable[Sample]:
         scheduled = round((p["scheduled"] if p else 0) * scale)
         dead = float(round(by_failed.get(name, 0) * failed_scale))
         dead_now[name] = dead
+        q = {"queue": name, "system": "skiplock"}
         out += [
-            Sample("queue_depth", {"queue": name, "state": "eligible"}, eligible),
-            Sample("queue_depth", {"queue": name, "state": "scheduled"}, scheduled),
-            Sample("queue_depth", {"queue": name, "state": "running"}, r["running"] if r else 0),
-            Sample("queue_depth", {"queue": name, "state": "failed"}, dead),
-            Sample("queue_age_seconds", {"queue": name}, max(p["oldest_eligible_s"], 0.0) if p and p["oldest_eligible_s"] is not None else 0.0),
-            Sample("stuck_leases", {"queue": name}, r["stuck"] if r else 0),
-            Sample("stuck_lease_age_seconds", {"queue": name}, r["oldest_stuck_s"] if r and r["oldest_stuck_s"] is not None else 0.0),
-            Sample("dead_letters", {"queue": name}, dead),
+            Sample("queue_depth", {**q, "state": "eligible"}, eligible),
+            Sample("queue_depth", {**q, "state": "scheduled"}, scheduled),
+            Sample("queue_depth", {**q, "state": "running"}, r["running"] if r else 0),
+            Sample("queue_depth", {**q, "state": "failed"}, dead),
+            Sample("queue_age_seconds", q, max(p["oldest_eligible_s"], 0.0) if p and p["oldest_eligible_s"] is not None else 0.0),
+            Sample("stuck_leases", q, r["stuck"] if r else 0),
+            Sample("stuck_lease_age_seconds", q, r["oldest_stuck_s"] if r and r["oldest_stuck_s"] is not None else 0.0),
+            Sample("dead_letters", q, dead),
         ]
         growth = (dead - previous_dead.get(name, 0.0)) * 3600.0 / interval if interval else None
-        out.append(Sample("dead_letter_growth", {"queue": name}, growth))
+        out.append(Sample("dead_letter_growth", q, growth))
 
-    out.append(Sample("queue_depth_estimated", {}, 1.0 if estimated else 0.0))
+    out.append(Sample("queue_depth_estimated", {"system": "skiplock"}, 1.0 if estimated else 0.0))
     out.append(Sample("completed_rows_estimate", {}, estimates.get("completed", 0.0)))
     ctx.remember({"dead_letters": dead_now})
     return out

@@ -28,8 +28,24 @@ PROGRESS_KEYS = (
 
 
 def collect(ctx: Context) -> Iterable[Sample]:
-    labels = [label for label, _ in ctx.options.tables]
-    names = [name for _, name in ctx.options.tables]
+    out, snapshot, vacuuming = measure(ctx, ctx.options.tables, ctx.previous.get("tables", {}))
+    ctx.detail("vacuum_progress", vacuuming)
+    ctx.remember({"tables": snapshot})
+    return out
+
+
+def measure(
+    ctx: Context,
+    tables: Iterable[tuple[str, str]],
+    previous: dict[str, Any],
+    extra_labels: dict[str, str] | None = None,
+) -> tuple[list[Sample], dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Samples of the (label, qualified name) tables on ctx's connection, the snapshot for the
+    next cycle's deltas, and the vacuums in progress. An external source's queue table comes
+    through here too (console.collectors.external), with `extra_labels` {"system": ...}."""
+    tables = list(tables)
+    labels = [label for label, _ in tables]
+    names = [name for _, name in tables]
     leaves = ctx.rows("collectors_tables", "watched_relations", {"labels": labels, "names": names})
     relids = [r["relid"] for r in leaves]
     label_of = {r["relid"]: r["label"] for r in leaves}
@@ -46,20 +62,18 @@ def collect(ctx: Context) -> Iterable[Sample]:
         total = info.get("heap_blks_total") or 0
         info["heap_scanned_ratio"] = (info.get("heap_blks_scanned") or 0) / total if total else 0.0
         vacuuming.setdefault(label_of.get(p["relid"], "?"), []).append(info)
-    ctx.detail("vacuum_progress", [v for vs in vacuuming.values() for v in vs])
 
     by_table: dict[str, list[dict[str, Any]]] = {}
     for s in stats:
         by_table.setdefault(label_of[s["relid"]], []).append(s)
 
-    previous = ctx.previous.get("tables", {})
     snapshot: dict[str, dict[str, float]] = {}
     out: list[Sample] = []
     for table in labels:
         rows = by_table.get(table)
         if not rows:
             continue
-        t = {"table": table}
+        t = {"table": table, **(extra_labels or {})}
         live = sum(r["n_live_tup"] for r in rows)
         dead = sum(r["n_dead_tup"] for r in rows)
         threshold = sum(r["vacuum_threshold"] for r in rows)
@@ -107,5 +121,4 @@ def collect(ctx: Context) -> Iterable[Sample]:
             # A leaf is held in AccessExclusiveLock: not waited on, reported as not available.
             for part in ("heap", "indexes", "toast"):
                 out.append(Sample("table_size_bytes", {**t, "part": part}, None))
-    ctx.remember({"tables": snapshot})
-    return out
+    return out, snapshot, [v for vs in vacuuming.values() for v in vs]

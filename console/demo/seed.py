@@ -99,15 +99,15 @@ def history(
             dead = round(dead_now[queue] * progress)
             q_stuck = stuck if queue == "reports" else 0.0
             out += [
-                Sample("queue_depth", {"queue": queue, "state": "eligible"}, eligible),
-                Sample("queue_depth", {"queue": queue, "state": "scheduled"}, scheduled),
-                Sample("queue_depth", {"queue": queue, "state": "running"}, round(busy)),
-                Sample("queue_depth", {"queue": queue, "state": "failed"}, dead),
-                Sample("queue_age_seconds", {"queue": queue}, age),
-                Sample("stuck_leases", {"queue": queue}, q_stuck),
-                Sample("stuck_lease_age_seconds", {"queue": queue}, (kill_phase - 15.0) if q_stuck else 0.0),
-                Sample("dead_letters", {"queue": queue}, dead),
-                Sample("dead_letter_growth", {"queue": queue}, dead_now[queue] / hours),
+                Sample("queue_depth", {"queue": queue, "system": "skiplock", "state": "eligible"}, eligible),
+                Sample("queue_depth", {"queue": queue, "system": "skiplock", "state": "scheduled"}, scheduled),
+                Sample("queue_depth", {"queue": queue, "system": "skiplock", "state": "running"}, round(busy)),
+                Sample("queue_depth", {"queue": queue, "system": "skiplock", "state": "failed"}, dead),
+                Sample("queue_age_seconds", {"queue": queue, "system": "skiplock"}, age),
+                Sample("stuck_leases", {"queue": queue, "system": "skiplock"}, q_stuck),
+                Sample("stuck_lease_age_seconds", {"queue": queue, "system": "skiplock"}, (kill_phase - 15.0) if q_stuck else 0.0),
+                Sample("dead_letters", {"queue": queue, "system": "skiplock"}, dead),
+                Sample("dead_letter_growth", {"queue": queue, "system": "skiplock"}, dead_now[queue] / hours),
             ]
         if draining:
             in_flight += 2.0

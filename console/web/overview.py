@@ -111,7 +111,8 @@ class Latest:
 
 
 def _latest(conn) -> Latest:
-    return Latest(samples.latest(conn, within=timedelta(minutes=15)))
+    # Skiplock's own figures; [[external_queues]] series (label `external`) have their own panel.
+    return Latest([s for s in samples.latest(conn, within=timedelta(minutes=15)) if "external" not in s.labels])
 
 
 def level(value: float | None, rule: str) -> str:
@@ -660,7 +661,12 @@ def _page(template: str, parts: tuple[str, ...] = PARTS):
 @bp.get("/overview")
 @requires("viewer")
 def index():
-    return _page("overview/index.html")
+    from console.collectors.external import latest_sources
+
+    name, window = window_arg()
+    data = overview_data(name, window, draw=True)
+    state = tab_state(data["verdict"]) if "verdict" in data else ""
+    return render_template("overview/index.html", tab_state=state, external=run_panel(latest_sources), **data, **_links())
 
 
 @bp.get("/overview/_verdict")

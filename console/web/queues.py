@@ -41,9 +41,13 @@ def _from_samples(conn) -> list[dict[str, Any]]:
     """Figures from the latest samples, for when the live query is too slow."""
     by_queue: dict[str, dict[str, Any]] = {}
     for s in samples.latest(conn, "queue_depth"):
+        if "external" in s.labels:
+            continue
         row = by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?"), "sampled_at": s.at})
         row[s.labels.get("state", "?")] = s.value
     for s in samples.latest(conn, "queue_age_seconds"):
+        if "external" in s.labels:
+            continue
         by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?")})["age_seconds"] = s.value
     return sorted(by_queue.values(), key=lambda r: r["queue"])
 
@@ -98,7 +102,9 @@ def queues_data() -> dict[str, Any]:
 @bp.get("/queues")
 @requires("viewer")
 def index():
-    return render_template("queues/index.html", **queues_data())
+    from console.collectors.external import latest_sources
+
+    return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
 
 
 @bp.get("/queues/_table")

@@ -1,0 +1,247 @@
+"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, pg-boss, a
+hand-rolled table.
+
+A source is one `[[external_queues]]` entry (console.config.ExternalQueue) and its `Adapter`,
+which answers the small questions the collectors and the advisor ask:
+- `queue_table` (schema, table) and `tables()`: what the table collectors watch;
+- `shape()`: the SQL pieces (queue expression, pending/due/running/stuck/failed predicates)
+  that fill the one bounded snapshot statement in sql/external.sql;
+- `claim_pattern`: a LIKE pattern that finds its claim statement in pg_stat_statements;
+- `check_schema(cur)`: refuses a table or column that is missing, an unknown schema version,
+  a predicate that does not parse, with a message naming the entry;
+- `actions`: what the console may do to its jobs (none yet: every source is read-only, and
+  `read_only_reason` says why to the pages).
+
+`snapshot(cur, adapter, caps)` runs the statement in a READ ONLY transaction the caller opened.
+This package does not schedule, store or render anything, and never writes to a source.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from console.config import ConfigError, ExternalQueue
+from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.external")
+
+READ_ONLY_REASON = ("read-only: Skiplock watches this queue but does not change it; retry and cancel "
+                    "belong to its own library's tools")
+
+
+class SourceError(Exception):
+    """The source cannot be read as declared (missing table or column, unknown schema)."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The SQL pieces of one source's snapshot (each a psycopg.sql Composable)."""
+
+    queue: sql.Composable
+    pending: sql.Composable
+    due: sql.Composable = field(default_factory=lambda: sql.SQL("true"))
+    since: sql.Composable = field(default_factory=lambda: sql.SQL("NULL"))
+    running: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
+    stuck: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
+    stuck_since: sql.Composable = field(default_factory=lambda: sql.SQL("NULL"))
+    failed: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
+
+
+class Adapter:
+    system = ""
+    default_table = ""
+    actions: tuple[str, ...] = ()
+    read_only_reason = READ_ONLY_REASON
+    schema_version = ""
+
+    def __init__(self, entry: ExternalQueue):
+        self.entry = entry
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def queue_table(self) -> tuple[str, str]:
+        return self.entry.qualified(self.default_table)
+
+    @property
+    def table_label(self) -> str:
+        schema, table = self.queue_table
+        return f"{self.name}:{schema}.{table}"
+
+    def table_ident(self, table: str | None = None) -> sql.Identifier:
+        schema, name = self.queue_table
+        return sql.Identifier(schema, table or name)
+
+    def tables(self) -> list[tuple[str, str]]:
+        """(label, qualified name) of the tables the table collectors watch for this source."""
+        schema, table = self.queue_table
+        return [(self.table_label, f"{schema}.{table}")]
+
+    @property
+    def claim_pattern(self) -> str | None:
+        return self.entry.claim_query_like or None
+
+    def shape(self) -> Shape:
+        raise NotImplementedError
+
+    def check_schema(self, cur: psycopg.Cursor) -> None:
+        raise NotImplementedError
+
+    # helpers for check_schema
+    def _columns(self, cur: psycopg.Cursor, table: str | None = None) -> list[str]:
+        schema, name = self.queue_table
+        qualified = f'"{schema}"."{table or name}"'
+        row = cur.execute(query("external", "table_exists"), {"qualified": qualified}).fetchone()
+        if not row["found"]:
+            raise SourceError(f"table {schema}.{table or name} does not exist")
+        return row["columns"]
+
+    def _require_columns(self, cur: psycopg.Cursor, needed: list[str], table: str | None = None) -> list[str]:
+        columns = self._columns(cur, table)
+        schema, name = self.queue_table
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            raise SourceError(f"table {schema}.{table or name} has no column {', '.join(missing)}")
+        return columns
+
+
+def _registry() -> dict[str, type[Adapter]]:
+    from console.external.graphile_worker import GraphileWorkerAdapter
+    from console.external.pgboss import PgBossAdapter
+    from console.external.pgqueuer import PgQueuerAdapter
+    from console.external.procrastinate import ProcrastinateAdapter
+    from console.external.table import TableAdapter
+
+    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter, PgBossAdapter)}
+
+
+def adapter_for(entry: ExternalQueue) -> Adapter:
+    return _registry()[entry.system](entry)
+
+
+def adapters(config: Any) -> list[Adapter]:
+    from console.config import external_queues
+
+    return [adapter_for(e) for e in external_queues(config)] if config is not None else []
+
+
+def read_only(cur: psycopg.Cursor, timeout_ms: int) -> None:
+    """Make the caller's open transaction READ ONLY with a statement timeout (first statement)."""
+    cur.execute("SET TRANSACTION READ ONLY")
+    cur.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout_ms)}ms",))
+
+
+def validate(conn: psycopg.Connection, adapter: Adapter, timeout_ms: int = 2000) -> None:
+    """Check one source against its database; raise ConfigError naming the entry."""
+    try:
+        with conn.transaction(), conn.cursor(row_factory=psycopg.rows.dict_row) as cur:
+            read_only(cur, timeout_ms)
+            adapter.check_schema(cur)
+            shape = adapter.shape()
+            for part in ("pending", "due", "running", "stuck", "failed"):
+                cur.execute(_estimate_sql(adapter, getattr(shape, part)), _params(adapter, {}))
+    except SourceError as exc:
+        raise ConfigError(f"{adapter.entry.where}: {exc}") from None
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"{adapter.entry.where}: {first}") from None
+
+
+def validate_all(config: Any, default_dsn: str, *, timeout_ms: int = 2000) -> list[Adapter]:
+    """Start-up check of every entry (scheduler, `skiplock check --external`, `skiplock collect`)."""
+    from console.db import DatabaseError, connect
+
+    out = adapters(config)
+    for adapter in out:
+        try:
+            conn = connect(adapter.entry.dsn or default_dsn, application_name="skiplock-console-external")
+        except DatabaseError as exc:
+            # An unreachable source must not keep Skiplock's own monitoring from starting: its
+            # panel shows the error every cycle until it is back (and is checked then).
+            log.warning("%s: not checked at start-up: %s", adapter.entry.where, exc)
+            continue
+        with conn:
+            validate(conn, adapter, timeout_ms)
+    return out
+
+
+def _params(adapter: Adapter, extra: dict[str, Any]) -> dict[str, Any]:
+    return {"stuck_after": adapter.entry.stuck_after, **extra}
+
+
+def _estimate_sql(adapter: Adapter, predicate: sql.Composable) -> sql.Composed:
+    return sql.SQL(query("external", "estimate_rows")).format(table=adapter.table_ident(), predicate=predicate)
+
+
+def estimate_rows(cur: psycopg.Cursor, adapter: Adapter, predicate: sql.Composable) -> float:
+    cur.execute(_estimate_sql(adapter, predicate), _params(adapter, {}))
+    row = cur.fetchone()
+    plan = row["QUERY PLAN"] if isinstance(row, dict) else row[0]
+    return float(plan[0]["Plan"]["Plan Rows"])
+
+
+@dataclass
+class QueueFigures:
+    queue: str
+    eligible: float = 0.0
+    scheduled: float = 0.0
+    running: float = 0.0
+    stuck: float = 0.0
+    failed: float = 0.0
+    age_s: float = 0.0
+    oldest_stuck_s: float = 0.0
+
+
+@dataclass
+class Snapshot:
+    queues: list[QueueFigures] = field(default_factory=list)
+    estimated: bool = False
+
+
+def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int) -> Snapshot:
+    """Per-queue figures of one source, bounded by the caps (estimates beyond them)."""
+    shape = adapter.shape()
+    statement = sql.SQL(query("external", "snapshot")).format(
+        table=adapter.table_ident(), queue=shape.queue, pending=shape.pending, due=shape.due, since=shape.since,
+        running=shape.running, stuck=shape.stuck, stuck_since=shape.stuck_since, failed=shape.failed)
+    cur.execute(statement, _params(adapter, {"cap": cap, "failed_cap": failed_cap}))
+    snap = cur.fetchone()
+    pending, running, failed = snap["pending"], snap["running"], snap["failed"]
+    estimated = False
+    scale = 1.0
+    seen = sum(r["eligible"] + r["scheduled"] for r in pending)
+    if seen >= cap:
+        estimated = True
+        estimate = estimate_rows(cur, adapter, shape.pending)
+        scale = estimate / seen if estimate > seen else 1.0
+    failed_scale = 1.0
+    failed_seen = sum(r["failed"] for r in failed)
+    if failed_seen >= failed_cap:
+        estimated = True
+        estimate = estimate_rows(cur, adapter, shape.failed)
+        failed_scale = estimate / failed_seen if estimate > failed_seen else 1.0
+    by: dict[str, QueueFigures] = {}
+    for r in pending:
+        f = by.setdefault(r["queue"], QueueFigures(r["queue"]))
+        f.eligible = float(round(r["eligible"] * scale))
+        f.scheduled = float(round(r["scheduled"] * scale))
+        f.age_s = max(r["oldest_eligible_s"] or 0.0, 0.0)
+    for r in running:
+        f = by.setdefault(r["queue"], QueueFigures(r["queue"]))
+        f.running, f.stuck = float(r["running"]), float(r["stuck"])
+        f.oldest_stuck_s = max(r["oldest_stuck_s"] or 0.0, 0.0)
+    for r in failed:
+        by.setdefault(r["queue"], QueueFigures(r["queue"])).failed = float(round(r["failed"] * failed_scale))
+    return Snapshot(sorted(by.values(), key=lambda f: f.queue), estimated)
+
+
+__all__ = ["READ_ONLY_REASON", "Adapter", "QueueFigures", "Shape", "Snapshot", "SourceError", "adapter_for",
+           "adapters", "estimate_rows", "read_only", "snapshot", "validate", "validate_all"]
+

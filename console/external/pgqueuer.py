@@ -1,0 +1,58 @@
+"""PGQueuer (system = "pgqueuer"): the `pgqueuer` table its `pgq install` creates.
+
+Schema read: PGQueuer 1.x as installed by 1.6.0 (table pgqueuer with entrypoint, priority,
+status, execute_after, heartbeat, created; enum pgqueuer_status with queued, picked,
+successful, exception, canceled, deleted, failed). PGQueuer has no queue names: a queue here is
+an entrypoint. Finished jobs leave the table (their history is pgqueuer_log); a job that fails
+with on_failure="hold" stays with status 'failed', which is what dead letters counts. A picked
+job whose heartbeat is older than `stuck_after` (default 5m) counts as stuck.
+
+An older schema without the 'failed' status or without the heartbeat column is refused: the
+figures would not mean what they say.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from console.external import Adapter, Shape, SourceError
+from console.sqlfiles import query
+
+REQUIRED_COLUMNS = ["id", "priority", "created", "updated", "heartbeat", "execute_after", "status", "entrypoint"]
+REQUIRED_STATUSES = {"queued", "picked", "failed"}
+
+
+class PgQueuerAdapter(Adapter):
+    system = "pgqueuer"
+    default_table = "pgqueuer"
+    schema_version = "PGQueuer 1.x (read from 1.6.0)"
+
+    @property
+    def claim_pattern(self) -> str | None:
+        _, table = self.queue_table
+        return self.entry.claim_query_like or f"%{table}%FOR UPDATE%SKIP LOCKED%"
+
+    def shape(self) -> Shape:
+        return Shape(
+            queue=sql.SQL("j.entrypoint"),
+            pending=sql.SQL("j.status = 'queued'"),
+            due=sql.SQL("j.execute_after <= now()"),
+            since=sql.SQL("j.execute_after"),
+            running=sql.SQL("j.status = 'picked'"),
+            stuck=sql.SQL("j.heartbeat < now() - %(stuck_after)s::interval"),
+            stuck_since=sql.SQL("j.heartbeat + %(stuck_after)s::interval"),
+            failed=sql.SQL("j.status = 'failed'"),
+        )
+
+    def check_schema(self, cur: psycopg.Cursor) -> None:
+        self._require_columns(cur, REQUIRED_COLUMNS)
+        schema, table = self.queue_table
+        labels = set(cur.execute(query("external", "enum_labels"), {"schema": schema, "type": f"{table}_status"}).fetchone()["labels"])
+        if not labels:
+            raise SourceError(f"no enum {schema}.{table}_status: not a PGQueuer schema Skiplock knows "
+                              f"(it reads {self.schema_version}; run `pgq upgrade`)")
+        missing = REQUIRED_STATUSES - labels
+        if missing:
+            raise SourceError(f"unknown PGQueuer schema version: status {', '.join(sorted(missing))} missing from "
+                              f"{schema}.{table}_status (Skiplock reads {self.schema_version}; run `pgq upgrade`)")

@@ -1,0 +1,60 @@
+"""Procrastinate (system = "procrastinate"): the tables `procrastinate schema --apply` creates.
+
+Schema read: Procrastinate 3.x as applied by 3.10.0 (procrastinate_jobs with queue_name,
+status, scheduled_at, worker_id, abort_requested; procrastinate_workers with last_heartbeat;
+procrastinate_events). Depth and dead letters are Procrastinate's own statuses per queue_name
+(todo, doing, failed: what `JobManager.list_queues` counts). A todo job is due when its
+scheduled_at is empty or past; its age runs from scheduled_at, else from its 'deferred' event.
+A doing job is stuck when its worker is gone or has not sent a heartbeat for `stuck_after`
+(Procrastinate's own stalled-worker rule; its default timeout is 30 s, Skiplock's 5m).
+
+A 2.x schema (no procrastinate_workers, no worker_id) is refused with a message.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg import sql
+
+from console.external import Adapter, Shape, SourceError
+
+REQUIRED_COLUMNS = ["id", "queue_name", "task_name", "status", "scheduled_at", "attempts", "worker_id", "abort_requested"]
+
+
+class ProcrastinateAdapter(Adapter):
+    system = "procrastinate"
+    default_table = "procrastinate_jobs"
+    schema_version = "Procrastinate 3.x (read from 3.10.0)"
+
+    @property
+    def claim_pattern(self) -> str | None:
+        return self.entry.claim_query_like or "%procrastinate_fetch_job%"
+
+    def tables(self) -> list[tuple[str, str]]:
+        schema, _ = self.queue_table
+        return [*super().tables(), (f"{self.name}:{schema}.procrastinate_events", f"{schema}.procrastinate_events")]
+
+    def shape(self) -> Shape:
+        schema, _ = self.queue_table
+        events = sql.Identifier(schema, "procrastinate_events")
+        workers = sql.Identifier(schema, "procrastinate_workers")
+        return Shape(
+            queue=sql.SQL("j.queue_name"),
+            pending=sql.SQL("j.status = 'todo'"),
+            due=sql.SQL("j.scheduled_at IS NULL OR j.scheduled_at <= now()"),
+            since=sql.SQL("coalesce(j.scheduled_at, (SELECT min(e.at) FROM {events} AS e "
+                          "WHERE e.job_id = j.id AND e.type = 'deferred'))").format(events=events),
+            running=sql.SQL("j.status = 'doing'"),
+            stuck=sql.SQL("j.worker_id IS NULL OR NOT EXISTS (SELECT 1 FROM {workers} AS w WHERE w.id = j.worker_id "
+                          "AND w.last_heartbeat >= now() - %(stuck_after)s::interval)").format(workers=workers),
+            failed=sql.SQL("j.status = 'failed'"),
+        )
+
+    def check_schema(self, cur: psycopg.Cursor) -> None:
+        try:
+            self._require_columns(cur, REQUIRED_COLUMNS)
+            self._require_columns(cur, ["id", "last_heartbeat"], "procrastinate_workers")
+            self._require_columns(cur, ["job_id", "type", "at"], "procrastinate_events")
+        except SourceError as exc:
+            raise SourceError(f"unknown Procrastinate schema version ({exc}); Skiplock reads {self.schema_version}: "
+                              "run `procrastinate schema --apply` or its migrations") from None

@@ -1,0 +1,213 @@
+"""[[external_queues]] with system = "table": a hand-rolled SKIP LOCKED queue watched by the
+collectors (config checks, start-up validation against the real table, the samples, /metrics,
+a missing table as that source's error)."""
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from console import external
+from console.collectors import Options
+from console.config import ConfigError, ExternalQueue, load_config
+from console.metrics import render_samples
+from tests.collector_helpers import cycle, value
+
+APP_JOBS = """
+CREATE TABLE public.app_jobs (
+    id bigserial PRIMARY KEY,
+    queue text NOT NULL,
+    status text NOT NULL DEFAULT 'new',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    locked_until timestamptz
+);
+CREATE INDEX app_jobs_claim ON public.app_jobs (created_at) WHERE status = 'new';
+"""
+
+APP = dict(name="app", system="table", table="public.app_jobs", queue_column="queue",
+           pending="status = 'new'", running="status = 'working'", failed="status = 'dead'",
+           enqueued_at="created_at", lease_until="locked_until")
+
+
+def entry(**over) -> ExternalQueue:
+    return ExternalQueue(**{**APP, **over})
+
+
+def config_with(tmp_path, body: str):
+    path = tmp_path / "skiplock.toml"
+    path.write_text(body)
+    from console.config import external_queues
+
+    return external_queues(load_config(path, env={}))
+
+
+@pytest.mark.parametrize("body, complaint", [
+    ('name = "x"\nsystem = "kafka"', "'x': unknown system 'kafka'"),
+    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss)"),
+    ('name = "x"\nsystem = "table"\npending = "true"', "'x': table is required"),
+    ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true; DROP TABLE t"', "'x': pending contains a semicolon"),
+    ('name = "x"\nsystem = "table"\ntable = "a.b.c"\npending = "true"', "'x': table = 'a.b.c' is not"),
+    ('name = "x"\nsystem = "pgqueuer"\npending = "true"', "'x': unknown key(s) pending"),
+])
+def test_bad_entries_stop_start_up_naming_the_entry(tmp_path, body, complaint):
+    with pytest.raises(ConfigError) as err:
+        config_with(tmp_path, "[[external_queues]]\n" + body + "\n")
+    assert complaint in str(err.value)
+
+
+def test_the_real_table_is_checked_at_start_up(conn):
+    conn.execute(APP_JOBS)
+    external.validate(conn, external.adapter_for(entry()))  # fine as declared
+    for over, complaint in [
+        ({"table": "public.nope"}, "table public.nope does not exist"),
+        ({"enqueued_at": "born"}, "has no column born"),
+        ({"pending": "status = = 'new'"}, "syntax error"),
+        ({"running": "status"}, "must be type boolean"),
+        ({"failed": "nosuch = 1"}, "nosuch"),
+    ]:
+        with pytest.raises(ConfigError) as err:
+            external.validate(conn, external.adapter_for(entry(**over)))
+        assert "[[external_queues]] 'app'" in str(err.value) and complaint in str(err.value), (over, err.value)
+
+
+def skip_locked_worker(dsn: str, stop: threading.Event, done: list[int]) -> None:
+    """The 20-line loop the PostgreSQL-as-a-queue literature teaches."""
+    from console.db import connect
+
+    with connect(dsn, application_name="app-worker") as c:
+        while not stop.is_set():
+            with c.transaction():
+                row = c.execute("""SELECT id FROM public.app_jobs WHERE status = 'new' AND queue = 'fast'
+                                   ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED""").fetchone()
+                if row is None:
+                    break
+                c.execute("UPDATE public.app_jobs SET status = 'done' WHERE id = %s", row)
+                done.append(row[0])
+
+
+def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as):
+    conn.execute(APP_JOBS)
+    conn.execute("""INSERT INTO public.app_jobs (queue, status, created_at, locked_until) VALUES
+        ('fast', 'new', now(), NULL), ('fast', 'new', now(), NULL),
+        ('slow', 'new', now() - interval '10 minutes', NULL), ('slow', 'new', now(), NULL),
+        ('slow', 'working', now(), now() - interval '1 minute'), ('slow', 'working', now(), now() + interval '1 hour'),
+        ('slow', 'dead', now(), NULL)""")
+    stop, done = threading.Event(), []
+    worker = threading.Thread(target=skip_locked_worker, args=(dsn, stop, done))
+    worker.start()
+    worker.join(timeout=20)
+    stop.set()
+    assert len(done) == 2  # the worker drained 'fast'
+
+    report = cycle(dsn, Options(external=(entry(),)))
+    assert not report.errors, report.errors
+    lbl = {"system": "table", "external": "app"}
+    assert [s for s in report.samples if s.labels.get("queue") == "fast" and s.metric == "queue_depth"] == []
+    assert value(report, "queue_depth", queue="slow", state="eligible", **lbl) == 2
+    assert value(report, "queue_depth", queue="slow", state="running", **lbl) == 2
+    assert value(report, "stuck_leases", queue="slow", **lbl) == 1
+    assert 55 <= value(report, "stuck_lease_age_seconds", queue="slow", **lbl) <= 120
+    assert value(report, "dead_letters", queue="slow", **lbl) == 1
+    assert 590 <= value(report, "queue_age_seconds", queue="slow", **lbl) <= 700
+    assert value(report, "external_source_errors", **lbl) == 0
+    assert value(report, "table_size_bytes", table="app:public.app_jobs", part="heap", system="table") > 0
+    assert value(report, "table_live_tuples", table="app:public.app_jobs", system="table") is not None
+    body = render_samples(report.samples).decode()
+    assert 'skiplock_queue_depth{external="app",queue="slow",state="eligible",system="table"} 2.0' in body, body
+
+    # The pages list it with its system, read-only, and keep it out of Skiplock's own queues.
+    viewer = client_as("viewer")
+    for url in ("/queues", "/overview"):
+        page = viewer.get(url).get_data(as_text=True)
+        assert 'data-external-queue="app/slow"' in page and 'data-system="table"' in page, url
+        assert "read-only" in page, url
+    own = viewer.get("/api/v1/queues").get_json()["queues"]
+    assert "slow" not in {r["queue"] for r in own}
+    assert 'data-queue="slow"' not in viewer.get("/overview").get_data(as_text=True)  # not one of Skiplock's own
+
+    # Beyond the cap the depth is the planner's estimate, and says so.
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'slow' FROM generate_series(1, 300)")
+    conn.execute("ANALYZE public.app_jobs")
+    capped = cycle(dsn, Options(external=(entry(),), depth_exact_limit=50))
+    assert value(capped, "queue_depth_estimated", **lbl) == 1
+    assert 250 <= value(capped, "queue_depth", queue="slow", state="eligible", **lbl) <= 360
+
+
+def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
+    conn.execute(APP_JOBS)
+    first = cycle(dsn, Options(external=(entry(),)))
+    conn.execute("DROP TABLE public.app_jobs")
+    conn.execute("CREATE TABLE public.t (id int); INSERT INTO public.t VALUES (1); CREATE SEQUENCE s")
+    report = cycle(dsn, Options(external=(entry(),)))
+    assert not report.errors, report.errors  # every collector ran, the external one included
+    lbl = {"system": "table", "external": "app"}
+    assert value(report, "external_source_errors", **lbl) == 1
+    assert "public.app_jobs does not exist" in report.details["external_sources"]["app"]["error"]
+    assert first.details["external_sources"]["app"]["error"] is None
+    # Collected every cycle READ ONLY: a predicate that writes is refused, not run.
+    writing = cycle(dsn, Options(external=(entry(table="public.t", pending="nextval('s') > 0", queue_column="",
+                                                      enqueued_at="", lease_until="", running="", failed=""),)))
+    assert "read-only transaction" in writing.details["external_sources"]["app"]["error"]
+
+
+def test_the_advisor_flags_a_claim_without_skip_locked(dsn, conn, subprocess_env, tmp_path):
+    """`skiplock check --external app`, as a real process, against a queue whose claim waits on
+    locked rows (FOR UPDATE without SKIP LOCKED), with a foreign key pointing at it."""
+    conn.execute(APP_JOBS)
+    conn.execute("CREATE TABLE public.app_results (job_id bigint REFERENCES public.app_jobs (id))")
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'q' FROM generate_series(1, 5)")
+    conn.execute("SELECT pg_stat_statements_reset()")
+    for _ in range(3):
+        with conn.transaction():
+            conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE")
+    config = tmp_path / "skiplock.toml"
+    config.write_text('[[external_queues]]\nname = "app"\nsystem = "table"\ntable = "public.app_jobs"\n'
+                      'queue_column = "queue"\npending = "status = \'new\'"\nenqueued_at = "created_at"\n')
+    env = {**subprocess_env, "SKIPLOCK_CONFIG": str(config)}
+
+    def check(*args):
+        return subprocess.run([sys.executable, "-m", "console", "check", "--external", "app", *args],
+                              env=env, capture_output=True, text=True, timeout=60)
+
+    proc = check("--format", "json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    by_id = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    assert by_id["ext-claim-skip-locked"]["status"] == "fail", by_id["ext-claim-skip-locked"]
+    assert "FOR UPDATE" in by_id["ext-claim-skip-locked"]["evidence"][0]
+    assert by_id["ext-claim-skip-locked"]["docs"] == "docs/external-queues.md#ext-claim-skip-locked"
+    assert by_id["ext-partial-index"]["status"] == "ok", by_id["ext-partial-index"]  # app_jobs_claim
+    assert by_id["ext-foreign-keys"]["status"] == "warn" and "app_results" in by_id["ext-foreign-keys"]["evidence"][0]
+    assert by_id["ext-long-transactions"]["status"] == "ok"
+
+    # The same claim with SKIP LOCKED passes; the old statement is gone from the history.
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED")
+    proc = check()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[ok  ] ext-claim-skip-locked" in proc.stdout and "External queue app (table)" in proc.stdout
+
+    assert "no [[external_queues]] entry named 'nope'" in subprocess.run(
+        [sys.executable, "-m", "console", "check", "--external", "nope"], env=env, capture_output=True, text=True,
+        timeout=60).stderr
+
+
+def test_an_unreachable_source_does_not_stop_start_up(tmp_path, caplog):
+    """Skiplock's own monitoring starts; the source's panel shows the error each cycle."""
+    from console.external import validate_all
+
+    path = tmp_path / "skiplock.toml"
+    path.write_text('[[external_queues]]\nname = "far"\nsystem = "pgqueuer"\ndsn = "postgresql://postgres@127.0.0.1:1/x"\n')
+    assert [a.name for a in validate_all(load_config(path, env={}), "postgresql://postgres@127.0.0.1:1/y")] == ["far"]
+    assert "'far': not checked at start-up: cannot connect" in caplog.text
+
+
+def test_a_bad_entry_stops_the_collect_command_naming_it(subprocess_env, tmp_path):
+    config = tmp_path / "skiplock.toml"
+    config.write_text('[[external_queues]]\nname = "app"\nsystem = "table"\ntable = "public.app_jobs"\npending = "true"\n')
+    proc = subprocess.run([sys.executable, "-m", "console", "collect", "--once"], capture_output=True, text=True,
+                          env={**subprocess_env, "SKIPLOCK_CONFIG": str(config)}, timeout=60)
+    assert proc.returncode != 0
+    assert "[[external_queues]] 'app': table public.app_jobs does not exist" in proc.stderr, proc.stderr
