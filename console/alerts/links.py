@@ -184,6 +184,13 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
     return [_queue_page(_queue(labels))]
 
 
+def _external(labels: Mapping[str, str]) -> Pairs:
+    """An [[external_queues]] source that could not be read: its panel on the Queues page says why."""
+    name = labels.get("external")
+    return [(f"Queues: the external source {name} and its error" if name else "Queues: external sources",
+             "/queues#external-queues")]
+
+
 def _periodic(labels: Mapping[str, str]) -> Pairs:
     """The periodic job named by the alert's `name` label (or `entry`): its row on /periodic."""
     entry = labels.get("entry") or labels.get("name")
@@ -220,6 +227,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "connections": _connections,
     "max_connections": _connections,
     "notify_queue_usage": _notify,
+    "external_source_errors": _external,
 }
 
 _BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (
