@@ -1,7 +1,9 @@
 """The request's database connection, panels under a time limit, and "database unreachable".
 
 `get_conn()` borrows one autocommit connection from the app's pool for the whole request and
-returns it at teardown. `run_panel(fn, *args)` runs `fn(conn, *args)` under
+returns it at teardown: from the home database's pool (the first of `[[databases]]`, or the
+only one), or from the pool of the database `use_database(name)` chose for this app context (the
+fleet page runs each database in its own app context, in its own thread). `run_panel(fn, *args)` runs `fn(conn, *args)` under
 `console.db.time_limited`: a statement timeout or a failed query gives a `Panel` that says
 "not available" and why, and the page renders the rest. Losing the connection itself is not a
 panel's problem: it raises `DatabaseUnreachable`, and every page then says so (errors.py).
@@ -40,17 +42,32 @@ def _state():
     return state()
 
 
+def use_database(name: str | None) -> None:
+    """Later `get_conn()` calls of this app context borrow from database `name`'s pool
+    (None: the home database). Call it before the first `get_conn()`."""
+    if g.get("_skiplock_conn") is not None:
+        raise RuntimeError("use_database() after get_conn(): the connection is already borrowed")
+    g._skiplock_database = name
+
+
+def current_database() -> str:
+    return g.get("_skiplock_database") or _state().databases.home.name
+
+
 def get_conn() -> psycopg.Connection:
     conn = g.get("_skiplock_conn")
     if conn is None:
         st = _state()
+        name = g.get("_skiplock_database")
+        pool = st.pool if name is None else st.databases.pool(name)
         try:
-            conn = st.pool.getconn(timeout=st.config.web.db_wait)
+            conn = pool.getconn(timeout=st.config.web.db_wait)
         except PoolTimeout:
             raise DatabaseUnreachable(
                 f"no database connection within {st.config.web.db_wait:g} s"
             ) from None
         g._skiplock_conn = conn
+        g._skiplock_pool = pool
     return conn
 
 
@@ -96,6 +113,7 @@ class QueryTooSlow(RuntimeError):
 
 def _release(exc: BaseException | None = None) -> None:
     conn = g.pop("_skiplock_conn", None)
+    pool = g.pop("_skiplock_pool", None)
     if conn is None:
         return
     try:
@@ -103,7 +121,7 @@ def _release(exc: BaseException | None = None) -> None:
             conn.rollback()
     except psycopg.Error:
         pass
-    _state().pool.putconn(conn)
+    (pool or _state().pool).putconn(conn)
 
 
 def install(app: Flask) -> None:
