@@ -131,6 +131,7 @@ class Scheduler:
         self.config = config
         self.database = database
         self._schema_ok = False
+        self._down_reason: str | None = None  # why the last election failed (logged once per outage)
         s = config.scheduler
         self.election_interval = s.election_interval
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
@@ -175,6 +176,9 @@ class Scheduler:
             if not self._schema_ok:  # a database met down at start-up is checked when it answers
                 require_schema(self._lock_conn)
                 self._schema_ok = True
+            if self._down_reason is not None:
+                log.info("database %s answers again", self.database)
+                self._down_reason = None
             with self._lock_conn.cursor() as cur:
                 if self.is_leader:
                     cur.execute(query("scheduler", "still_alive"), {})  # the lock lives with the session
@@ -190,7 +194,10 @@ class Scheduler:
                 })
         except (psycopg.Error, DatabaseError) as exc:
             reason = str(exc) if isinstance(exc, DatabaseError) else type(exc).__name__
-            log.warning("database %s: election connection lost (%s); standing by", self.database, reason)
+            # Said once per outage, not on every tick of a database that stays down.
+            (log.debug if reason == self._down_reason else log.warning)(
+                "database %s: election connection lost (%s); standing by", self.database, reason)
+            self._down_reason = reason
             self._step_down("election connection lost")
             if self._lock_conn is not None:
                 self._lock_conn.close()
