@@ -223,3 +223,19 @@ def test_one_database_alone_is_labelled_default_in_metrics(web_settings, dsn, co
 def test_the_fleet_of_one_database_answers_for_a_signed_in_viewer(client_as):
     [row] = client_as("viewer").get("/api/v1/databases").get_json()["databases"]
     assert row["name"] == "default" and row["reachable"] is True
+
+
+def test_a_database_not_migrated_or_with_a_changed_migration_does_not_lead(make_database, dsn, tmp_path):
+    bare, changed = make_database(template=None), make_database()
+    with connect(changed) as conn:
+        conn.execute("UPDATE skiplock.schema_migrations SET checksum = 'edited' WHERE version = 1")
+    config = load_config(write_config(tmp_path, {"east": dsn, "bare": bare, "changed": changed}), env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "bare": False, "changed": False}
+        assert fleet.members["bare"].run_job("reap") is False
+        with connect(bare) as conn:
+            migrate(conn)
+        assert fleet.elect() == {"east": True, "bare": True, "changed": False}
+    finally:
+        fleet.close()
