@@ -19,6 +19,7 @@ from console.db import connect, migrate
 from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
 from console.scheduler import Fleet
 from tests.collector_helpers import eventually
+from tests.web_fixtures import CSRF
 
 
 def write_config(tmp_path, databases: dict[str, str], extra: str = "") -> str:
@@ -201,6 +202,29 @@ def test_a_database_that_goes_down_shows_as_down_and_the_others_keep_working(
     ages = {s.labels["database"]: s.value for s in metrics["skiplock_collection_age_seconds"].samples}
     assert math.isnan(ages["west"]) and ages["east"] >= 0
     assert {s.labels["database"] for s in metrics["skiplock_queue_depth"].samples} == {"east"}
+
+
+def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, west, conn, client_as):
+    q.enqueue(conn, "noop", queue="mail")
+    with connect(west) as wconn:
+        q.enqueue(wconn, "noop", queue="bulk")
+    viewer, operator = client_as("viewer"), client_as("operator")  # users live in east, the home database
+    assert {r["queue"] for r in viewer.get("/api/v1/queues").get_json()["queues"]} == {"mail"}
+    assert {r["queue"] for r in viewer.get("/db/west/api/v1/queues").get_json()["queues"]} == {"bulk"}
+    assert {r["queue"] for r in viewer.get("/db/east/api/v1/queues").get_json()["queues"]} == {"mail"}
+    unknown = viewer.get("/db/north/queues")
+    assert unknown.status_code == 404 and b"configured: east, west" in unknown.data
+    page = viewer.get("/db/west/queues").get_data(as_text=True)
+    assert 'href="/db/west/jobs"' in page  # links stay inside the database
+    assert 'href="/db/east/queues" data-switch-database="east"' in page
+    assert 'data-switch-database="west" aria-current="true"' in page
+    paused = operator.post("/db/west/api/v1/queues/bulk/pause", data={"reason": "west drill"},
+                           headers={"X-CSRF-Token": CSRF})
+    assert paused.status_code == 200, paused.data
+    with connect(west) as wconn:
+        assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'bulk'").fetchone()[0] is True
+        assert wconn.execute("SELECT actor FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == "operator"
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == 0
 
 
 def test_one_database_alone_is_labelled_default_in_metrics(web_settings, dsn, conn):

@@ -222,6 +222,10 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.config.update(flask_keys)
+    from console.web.database import DatabasePrefix
+
+    # /db/<name>/... is every page scoped to one database (inside ProxyFix, which sees the real path).
+    app.wsgi_app = DatabasePrefix(app.wsgi_app)
     if web.proxy_count:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=web.proxy_count, x_proto=web.proxy_count, x_host=web.proxy_count)
 
