@@ -5,7 +5,7 @@ or `SKIPLOCK_CONFIG`, then environment variables `SKIPLOCK_<SECTION>_<KEY>`. A v
 not parse or is out of range stops start-up with a `ConfigError` naming the setting; an unknown
 key in the file is refused too, because a typo silently ignored is a setting never applied.
 
-Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`, `[[periodic]]`, `[[databases]]`) are not settings: they
+Tables that are lists of records (`[[webhooks]]`, `[[alerts.rules]]`, `[[periodic]]`) are not settings: they
 are kept as parsed in `Config.tables` for the module that owns them to validate. The names
 allowed are declared once, in `RECORD_TABLES`; any other list of records (`[[bogus]]`) is
 refused like an unknown key.
@@ -221,10 +221,10 @@ def _retired(section: str, key: str, where: str) -> ConfigError:
 # Lists of records (`[[name]]` in the file) kept in Config.tables, each validated by its owner:
 # name -> owner. A new one (e.g. `periodic`, `databases`, `external_queues`) is one line here.
 RECORD_TABLES: dict[str, str] = {
+    "databases": "console.databases (the databases one console watches)",
     "webhooks": "console.alerts.rules (webhook destinations)",
     "alerts.rules": "console.alerts.rules (alert rules)",
     "periodic": "console.periodic (periodic jobs)",
-    "databases": "console.databases (the databases one console watches)",
 }
 
 
