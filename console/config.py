@@ -221,6 +221,7 @@ def _retired(section: str, key: str, where: str) -> ConfigError:
 # Lists of records (`[[name]]` in the file) kept in Config.tables, each validated by its owner:
 # name -> owner. A new one (e.g. `periodic`, `databases`, `external_queues`) is one line here.
 RECORD_TABLES: dict[str, str] = {
+    "databases": "console.databases (the databases one console watches)",
     "webhooks": "console.alerts.rules (webhook destinations)",
     "alerts.rules": "console.alerts.rules (alert rules)",
     "periodic": "console.periodic (periodic jobs)",
@@ -382,7 +383,7 @@ EXTERNAL_SYSTEMS: dict[str, str] = {
 NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after"}
+_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database"}
 _TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "enqueued_at", "lease_until", "claim_query_like"}
 _LIBRARY_KEYS = {"table", "claim_query_like"}
 
@@ -404,10 +405,17 @@ class ExternalQueue:
     lease_until: str = ""
     claim_query_like: str = ""
     stuck_after: timedelta = timedelta(minutes=5)
+    # The [[databases]] entry whose scheduler collects this source and whose pages show it
+    # ("" = the first). Its samples live in that database, like the database's own.
+    database: str = ""
 
     @property
     def where(self) -> str:
         return f"[[external_queues]] {self.name!r}"
+
+    def belongs_to(self, database: str, first: str) -> bool:
+        """Whether the console of `database` watches this source (`first`: the first database's name)."""
+        return (self.database or first) == database
 
     def qualified(self, default_table: str) -> tuple[str, str]:
         """(schema, table) of the queue table."""
@@ -457,7 +465,7 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for system {system!r} (allowed: {', '.join(sorted(allowed))})")
     values: dict[str, Any] = {"name": name, "system": system}
-    for key in ("dsn", "claim_query_like"):
+    for key in ("dsn", "claim_query_like", "database"):
         if key in raw:
             if not isinstance(raw[key], str):
                 raise ConfigError(f"{where}: {key} must be a string")
@@ -492,8 +500,20 @@ def external_queues(config: Config) -> list[ExternalQueue]:
         raise ConfigError("[[external_queues]] must be an array of tables")
     entries = [parse_external_queue(i, raw) for i, raw in enumerate(raw_list)]
     seen: set[str] = set()
+    names = database_names(config)
     for e in entries:
         if e.name in seen or e.name == "skiplock":
             raise ConfigError(f"{e.where}: the name is used twice (or is 'skiplock', Skiplock's own source)")
         seen.add(e.name)
+        if e.database and e.database not in names:
+            raise ConfigError(f"{e.where}: database = {e.database!r} is not one of the configured databases "
+                              f"({', '.join(names)})")
     return entries
+
+
+def database_names(config: Config) -> list[str]:
+    """The names of the configured databases as written in the file (["default"] without
+    [[databases]]); console.databases validates the entries themselves."""
+    records = config.tables.get("databases") or []
+    names = [r.get("name") for r in records if isinstance(r, dict) and isinstance(r.get("name"), str)]
+    return names or ["default"]

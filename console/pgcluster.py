@@ -262,6 +262,12 @@ class PrivateCluster:
         self.running = False
         self.start()
 
+    def halt(self, mode: str = "immediate") -> None:
+        """Stop PostgreSQL and keep the data and port: `start()` brings the same cluster back
+        (tests of a database that goes down while the console watches it)."""
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"], "pg_ctl stop")
+        self.running = False
+
     def start_standby(
         self,
         application_name: str,

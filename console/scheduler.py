@@ -31,6 +31,14 @@ config so a run more than that late is skipped):
 Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
 says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
 
+Several databases (`[[databases]]`): `Fleet` runs one `Scheduler` per database inside one
+APScheduler, each with its own election connection, lock, job connections and health rows
+(advisory locks are per database, so the same key never collides across databases). Two fleet
+processes over the same list split the databases between them by whoever wins each lock, and
+either takes over the other's databases within one election interval when it dies. A database
+that is down, or whose schema is missing, is a standby that keeps trying: the others run on.
+Periodic (cron) schedules run only in the first database (one schedule, one enqueue).
+
 It does not start inside the web app (tests and gunicorn workers must never run jobs) and does
 not measure anything itself.
 """
@@ -131,13 +139,17 @@ def _alive(conn: psycopg.Connection) -> bool:
 class Scheduler:
     """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
 
-    def __init__(self, dsn: str, config: Any, *, node_id: str | None = None):
+    def __init__(self, dsn: str, config: Any, *, node_id: str | None = None, database: str = "default",
+                 run_periodic: bool = True):
         self.dsn = dsn
         self.config = config
+        self.database = database
+        self._schema_ok = False
+        self._down_reason: str | None = None  # why the last election failed (logged once per outage)
         s = config.scheduler
         self.election_interval = s.election_interval
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.options = Options.from_config(config)
+        self.options = Options.from_config(config, database=database)
         self.retention_settings = sample_retention.RetentionSettings.from_config(config)
         self.is_leader = False
         self.leader_since: datetime | None = None
@@ -160,7 +172,8 @@ class Scheduler:
         self.alerts = AlertJobs(config)
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self.periodic_entries = periodic.load_entries(config)
-        self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
+        if run_periodic:
+            self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
         self._by_name = {j.name: j for j in self.jobs}
         self._aps: BlockingScheduler | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -172,7 +185,14 @@ class Scheduler:
         try:
             if self._lock_conn is None or self._lock_conn.closed or self._lock_conn.broken:
                 self._step_down("no election connection")
-                self._lock_conn = connect(self.dsn, application_name=LEADER_APP)
+                self._lock_conn = connect(self.dsn, application_name=LEADER_APP,
+                                          connect_timeout=max(1, int(round(self.election_interval))))
+            if not self._schema_ok:  # a database met down at start-up is checked when it answers
+                require_schema(self._lock_conn)
+                self._schema_ok = True
+            if self._down_reason is not None:
+                log.info("database %s answers again", self.database)
+                self._down_reason = None
             with self._lock_conn.cursor() as cur:
                 if self.is_leader:
                     cur.execute(query("scheduler", "still_alive"), {})  # the lock lives with the session
@@ -181,13 +201,17 @@ class Scheduler:
                     if got:
                         self.is_leader = True
                         self.leader_since = datetime.now(UTC)
-                        log.info("scheduler %s is now the leader", self.node_id)
+                        log.info("scheduler %s is now the leader of database %s", self.node_id, self.database)
                 cur.execute(query("scheduler", "node_seen"), {
                     "id": self.node_id, "host": socket.gethostname(), "pid": os.getpid(),
                     "is_leader": self.is_leader, "leader_since": self.leader_since,
                 })
         except (psycopg.Error, DatabaseError) as exc:
-            log.warning("election connection lost (%s); standing by", type(exc).__name__)
+            reason = str(exc) if isinstance(exc, DatabaseError) else type(exc).__name__
+            # Said once per outage, not on every tick of a database that stays down.
+            (log.debug if reason == self._down_reason else log.warning)(
+                "database %s: election connection lost (%s); standing by", self.database, reason)
+            self._down_reason = reason
             self._step_down("election connection lost")
             if self._lock_conn is not None:
                 self._lock_conn.close()
@@ -196,7 +220,7 @@ class Scheduler:
 
     def _step_down(self, why: str) -> None:
         if self.is_leader:
-            log.warning("scheduler %s stops leading: %s", self.node_id, why)
+            log.warning("scheduler %s stops leading database %s: %s", self.node_id, self.database, why)
         self.is_leader = False
         self.leader_since = None
 
@@ -231,7 +255,7 @@ class Scheduler:
             work()
         except Exception as exc:  # a job's failure is recorded, never the scheduler's death
             error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
-            log.warning("job %s failed: %s", name, error)
+            log.warning("database %s: job %s failed: %s", self.database, name, error)
             if spec is not None:
                 conn = self._conns.get(spec.name)
                 if conn is not None and (conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
@@ -301,22 +325,22 @@ class Scheduler:
     # --- lifecycle ---------------------------------------------------------------------
 
     def build(self) -> BlockingScheduler:
-        grace = max(1, int(round(self.config.scheduler.misfire_grace)))
         self._executor = ThreadPoolExecutor(max_workers=len(self.jobs) + 1)
-        aps = BlockingScheduler(
-            timezone="UTC",
-            executors={"default": self._executor},
-            job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": grace},
-        )
-        aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect", name="elect")
-        for spec in self.jobs:
-            aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name, name=spec.name,
-                        next_run_time=datetime.now(UTC))
+        aps = _blocking_scheduler(self.config, self._executor)
+        self.add_jobs(aps)
         return aps
+
+    def add_jobs(self, aps: BlockingScheduler, suffix: str = "") -> None:
+        """This database's election and jobs on `aps` (ids end with `suffix`, e.g. ":east")."""
+        aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect" + suffix, name="elect" + suffix)
+        for spec in self.jobs:
+            aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name + suffix,
+                        name=spec.name + suffix, next_run_time=datetime.now(UTC))
 
     def run(self) -> int:
         with connect(self.dsn, application_name=JOB_APP) as conn:
             require_schema(conn)
+        self._schema_ok = True
         # APScheduler logs every run at INFO; the runs' health is in skiplock.scheduler_jobs.
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
         self.elect()  # before the first runs, so a winner runs them at once
@@ -356,3 +380,81 @@ class Scheduler:
         self._lock_conn = None
         self._conns.clear()
         self.is_leader = False
+
+
+def _blocking_scheduler(config: Any, executor: ThreadPoolExecutor) -> BlockingScheduler:
+    grace = max(1, int(round(config.scheduler.misfire_grace)))
+    return BlockingScheduler(
+        timezone="UTC",
+        executors={"default": executor},
+        job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": grace},
+    )
+
+
+class Fleet:
+    """One scheduler process over several databases: a `Scheduler` per database, one APScheduler.
+
+    `members[name]` is that database's Scheduler (its own election, lock and connections). A
+    database that is down at start-up does not stop the start: its member stands by and
+    checks the schema once the database answers. `run()` blocks until `stop()`.
+    """
+
+    def __init__(self, databases: list[Any], config: Any, *, node_id: str | None = None):
+        if not databases:
+            raise ValueError("a fleet needs at least one database")
+        self.config = config
+        self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.members: dict[str, Scheduler] = {
+            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, run_periodic=(i == 0))
+            for i, d in enumerate(databases)
+        }
+        self._aps: BlockingScheduler | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+
+    def elect(self) -> dict[str, bool]:
+        """One election tick in every database, in turn; {name: is_leader}."""
+        return {name: member.elect() for name, member in self.members.items()}
+
+    def build(self) -> BlockingScheduler:
+        workers = sum(len(m.jobs) + 1 for m in self.members.values())
+        self._executor = ThreadPoolExecutor(max_workers=workers)
+        aps = _blocking_scheduler(self.config, self._executor)
+        for name, member in self.members.items():
+            member.add_jobs(aps, f":{name}")
+        return aps
+
+    def run(self) -> int:
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+        self.elect()
+        self._aps = self.build()
+        log.info("scheduler %s starting over %d databases (%s; election every %gs)", self.node_id,
+                 len(self.members), ", ".join(self.members), self.config.scheduler.election_interval)
+        try:
+            self._aps.start()
+        finally:
+            self._stop.set()
+            for member in self.members.values():
+                member._stop.set()
+            self._executor.shutdown(wait=True)
+            self.close()
+        return 0
+
+    def stop(self) -> None:
+        self._stop.set()
+        for member in self.members.values():
+            member._stop.set()
+        if self._aps is not None and self._aps.running:
+            self._aps.shutdown(wait=False)
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum, _frame):
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    def close(self) -> None:
+        for member in self.members.values():
+            member.close()

@@ -62,8 +62,8 @@ def test_metrics_expose_the_late_ratio_and_missed_slots(client_as, conn, dsn):
     conn.execute("UPDATE skiplock.periodic SET created_at = now() - interval '10 days', missed = 2")
     collectors.collect_once(dsn)
     body = client_as(None).get("/metrics").get_data(as_text=True)
-    assert 'skiplock_periodic_missed_total{name="nightly-report"} 2.0' in body
-    ratio = next(line for line in body.splitlines() if line.startswith('skiplock_periodic_late_ratio{name="nightly-report"}'))
+    assert 'skiplock_periodic_missed_total{database="default",name="nightly-report"} 2.0' in body
+    ratio = next(line for line in body.splitlines() if line.startswith('skiplock_periodic_late_ratio{database="default",name="nightly-report"}'))
     assert float(ratio.split()[-1]) > 2  # weekdays: the longest gap is 3 days; 10 days without success
     assert "skiplock_periodic_interval_seconds" in body
 

@@ -14,6 +14,7 @@ import click
 
 from console.advisor import checks as advisor_checks
 from console.cli.common import dsn_option, friendly_errors, main_group
+from console.databases import select
 from console.db import connect
 
 MARKS = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL", "unknown": "n/a "}
@@ -86,6 +87,9 @@ def _external_report(obj, name: str) -> advisor_checks.Report:
         known = ", ".join(sorted(found)) or "none in the config file"
         raise click.UsageError(f"no [[external_queues]] entry named {name!r} (known: {known})")
     adapter = found[name]
-    with connect(adapter.entry.dsn or obj.dsn, application_name="skiplock-advisor") as conn:
+    home = obj.dsn
+    if adapter.entry.database and not adapter.entry.dsn:  # read in the database that watches it
+        home = select(obj.databases, adapter.entry.database).dsn
+    with connect(adapter.entry.dsn or home, application_name="skiplock-advisor") as conn:
         validate(conn, adapter, obj.config.database.statement_timeout_ms)
         return run_external(conn, adapter, obj.config)

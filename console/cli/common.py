@@ -1,5 +1,9 @@
-"""What every command shares: the `skiplock` group, --dsn/--config, error reporting, and
-`--reason`/`--actor` (`who_and_why`) for every command that acts."""
+"""What every command shares: the `skiplock` group, --dsn/--config/--database, error reporting,
+and `--reason`/`--actor` (`who_and_why`) for every command that acts.
+
+A command that acts on one database reads `obj.dsn`: the database `--database NAME` picks from
+`[[databases]]` (the first when not given), or the one `--dsn` / DATABASE_URL names. A command
+that acts on all of them (`migrate --all`, `scheduler`, `collect`) reads `obj.databases`."""
 
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ import click
 
 from console.actions import ACTIONS, ReasonRequired, cli_actor, require_reason
 from console.config import Config, ConfigError, load_config
+from console.databases import Database, load_databases, select
 from console.db import DatabaseError, resolve_dsn
 from console.timefmt import MAX_SPAN_DAYS
 
 
 class Context:
-    def __init__(self, dsn: str | None, config_path: str | None):
+    def __init__(self, dsn: str | None, config_path: str | None, database: str | None = None):
         self._dsn = dsn
         self._config_path = config_path
         self._config: Config | None = None
+        self.database_name = database
 
     @property
     def config(self) -> Config:
@@ -30,7 +36,19 @@ class Context:
         return self._config
 
     @property
+    def databases(self) -> list[Database]:
+        """Every configured database, in config order (ConfigError/DatabaseError when none or both ways)."""
+        return load_databases(self.config, self._dsn)
+
+    @property
+    def database(self) -> Database:
+        """The database this command acts on: `--database NAME`, else the first (or only) one."""
+        return select(self.databases, self.database_name)
+
+    @property
     def dsn(self) -> str:
+        if self.config.tables.get("databases") or self.database_name:
+            return self.database.dsn
         return resolve_dsn(self._dsn, self.config)
 
 
@@ -38,9 +56,12 @@ class Context:
 @click.option("--dsn", envvar="DATABASE_URL", help="PostgreSQL connection string [env: DATABASE_URL].")
 @click.option("--config", "config_path", envvar="SKIPLOCK_CONFIG", type=click.Path(dir_okay=False),
               help="TOML configuration file [env: SKIPLOCK_CONFIG].")
+@click.option("--database", "database", default=None, metavar="NAME",
+              help="Which of the configured [[databases]] a command acts on (default: the first).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
 @click.pass_context
-def main_group(ctx: click.Context, dsn: str | None, config_path: str | None, verbose: bool) -> None:
+def main_group(ctx: click.Context, dsn: str | None, config_path: str | None, database: str | None,
+               verbose: bool) -> None:
     """Skiplock: a PostgreSQL job queue and the console that keeps it healthy."""
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -48,18 +69,23 @@ def main_group(ctx: click.Context, dsn: str | None, config_path: str | None, ver
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             stream=sys.stderr,
         )
-    ctx.obj = Context(dsn, config_path)
+    ctx.obj = Context(dsn, config_path, database)
 
 
 def dsn_option(func):
-    """Lets `--dsn` also follow the subcommand (`skiplock migrate --dsn ...`)."""
+    """Lets `--dsn` and `--database` also follow the subcommand (`skiplock migrate --dsn ...`,
+    `skiplock reap --database east`)."""
 
     @click.option("--dsn", "sub_dsn", envvar=None, default=None, help="PostgreSQL connection string [env: DATABASE_URL].")
+    @click.option("--database", "sub_database", default=None, metavar="NAME",
+                  help="Which of the configured [[databases]] to act on (default: the first).")
     @functools.wraps(func)
-    def wrapper(*args, sub_dsn=None, **kwargs):
+    def wrapper(*args, sub_dsn=None, sub_database=None, **kwargs):
         ctx = click.get_current_context()
         if sub_dsn:
             ctx.obj._dsn = sub_dsn
+        if sub_database:
+            ctx.obj.database_name = sub_database
         return func(*args, **kwargs)
 
     return wrapper

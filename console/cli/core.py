@@ -11,22 +11,35 @@ import click
 from console import queue as q
 from console import tasks
 from console.cli.common import dsn_option, friendly_errors, main_group
-from console.db import connect, migrate, require_schema
+from console.db import DatabaseError, connect, migrate, require_schema
 
 
 @main_group.command("migrate")
 @dsn_option
+@click.option("--all", "all_databases", is_flag=True,
+              help="Migrate every database of [[databases]], in order; stops at the first that fails.")
 @friendly_errors
 @click.pass_obj
-def migrate_cmd(obj) -> None:
+def migrate_cmd(obj, all_databases: bool) -> None:
     """Create or update the skiplock schema (idempotent; safe to run from several processes)."""
-    with connect(obj.dsn, application_name="skiplock-migrate") as conn:
-        applied = migrate(conn)
-    if applied:
-        for name in applied:
-            click.echo(f"applied {name}")
-    else:
-        click.echo("schema is up to date")
+    if all_databases and obj.database_name:
+        raise click.UsageError("--all migrates every database: drop --database, or drop --all")
+    targets = obj.databases if all_databases else [None]
+    for database in targets:
+        prefix = f"{database.name}: " if database is not None else ""
+        dsn = database.dsn if database is not None else obj.dsn
+        try:
+            with connect(dsn, application_name="skiplock-migrate") as conn:
+                applied = migrate(conn)
+        except DatabaseError as exc:
+            if database is None:
+                raise
+            raise click.ClickException(f"{prefix}{exc}") from None
+        if applied:
+            for name in applied:
+                click.echo(f"{prefix}applied {name}")
+        else:
+            click.echo(f"{prefix}schema is up to date")
 
 
 @main_group.command("worker")

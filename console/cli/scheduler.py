@@ -8,7 +8,7 @@ import sys
 import click
 
 from console.cli.common import dsn_option, friendly_errors, main_group
-from console.db import require_schema
+from console.db import DatabaseError, require_schema
 from console.external import validate_all
 
 
@@ -25,18 +25,51 @@ def _format_labels(labels: dict[str, str]) -> str:
 def collect_cmd(obj, once: bool, as_json: bool) -> None:
     """Run every collector once and print what was stored (for cron and debugging).
 
-    Exits 1 when a collector failed (its error is printed; the others still stored their samples).
+    With [[databases]] it collects every database (or the one --database names), each into its
+    own samples; a database that is down is reported and the others are still collected.
+    Exits 1 when a collector or a database failed (its error is printed; the others still
+    stored their samples).
     """
     from console.collectors import Options, collect, collector_connection
 
-    options = Options.from_config(obj.config)
-    validate_all(obj.config, obj.dsn, timeout_ms=options.statement_timeout_ms)
-    with collector_connection(obj.dsn, options) as conn:
-        require_schema(conn)
-        report = collect(conn, options, leader="cli")
+    if not obj.config.tables.get("databases"):
+        options = Options.from_config(obj.config)
+        validate_all(obj.config, obj.dsn, timeout_ms=options.statement_timeout_ms, database="default")
+        with collector_connection(obj.dsn, options) as conn:
+            require_schema(conn)
+            report = collect(conn, options, leader="cli")
+        _print_report(report, as_json)
+        if report.errors:
+            sys.exit(1)
+        return
+    targets = [obj.database] if obj.database_name else obj.databases
+    failed = False
+    for database in targets:
+        if not as_json:
+            click.echo(f"== database {database.name}")
+        options = Options.from_config(obj.config, database=database.name)
+        try:
+            validate_all(obj.config, database.dsn, timeout_ms=options.statement_timeout_ms, database=database.name)
+            with collector_connection(database.dsn, options) as conn:
+                require_schema(conn)
+                report = collect(conn, options, leader="cli")
+        except DatabaseError as exc:
+            click.echo(f"database {database.name}: not collected: {exc}", err=True)
+            failed = True
+            continue
+        _print_report(report, as_json, database.name)
+        failed = failed or bool(report.errors)
+    if failed:
+        sys.exit(1)
+
+
+def _print_report(report, as_json: bool, database: str | None = None) -> None:
     if as_json:
         for s in report.samples:
-            click.echo(json.dumps({"metric": s.metric, "labels": s.labels, "value": s.value}))
+            line = {"metric": s.metric, "labels": s.labels, "value": s.value}
+            if database is not None:
+                line["database"] = database
+            click.echo(json.dumps(line))
     else:
         width = max((len(s.metric) for s in report.samples), default=10)
         for s in report.samples:
@@ -46,8 +79,6 @@ def collect_cmd(obj, once: bool, as_json: bool) -> None:
         for name, info in report.collectors.items():
             status = f"error: {info['error']}" if info["error"] else "ok"
             click.echo(f"  {name:<12} {info['ms']:8.1f} ms  {info['samples']:4d} samples  {status}", err=bool(info["error"]))
-    if report.errors:
-        sys.exit(1)
 
 
 @main_group.command("scheduler")
@@ -60,17 +91,26 @@ def scheduler_cmd(obj, collect_interval: float | None) -> None:
     """Run the scheduler until SIGTERM/Ctrl-C: collectors, reaper, archiver, sample retention.
 
     Run one or several (for failover) per database: one leads, elected with an advisory lock,
-    and a standby takes over within [scheduler] election_interval seconds when it dies.
+    and a standby takes over within [scheduler] election_interval seconds when it dies. With
+    [[databases]] one process serves every database (or the one --database names), with an
+    election per database; a database that is down does not stop the others.
     """
     from console.config import load_config
-    from console.scheduler import Scheduler
+    from console.scheduler import Fleet, Scheduler
 
     config = obj.config
     if collect_interval is not None:
         config = load_config(config.path, overrides={"scheduler.collect_interval": collect_interval})
     # A bad [[external_queues]] entry (missing table or column, a predicate that does not
-    # parse, an unknown schema version) stops start-up here, naming the entry.
-    validate_all(config, obj.dsn, timeout_ms=config.database.statement_timeout_ms)
-    scheduler = Scheduler(obj.dsn, config)
+    # parse, an unknown schema version) stops start-up here, naming the entry; each entry is
+    # checked in the database that watches it.
+    if config.tables.get("databases"):
+        targets = [obj.database] if obj.database_name else obj.databases
+        for database in targets:
+            validate_all(config, database.dsn, timeout_ms=config.database.statement_timeout_ms, database=database.name)
+        scheduler = Fleet(targets, config)
+    else:
+        validate_all(config, obj.dsn, timeout_ms=config.database.statement_timeout_ms, database="default")
+        scheduler = Scheduler(obj.dsn, config)
     scheduler.install_signal_handlers()
     sys.exit(scheduler.run())

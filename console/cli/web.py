@@ -26,8 +26,14 @@ def serve_cmd(obj, host: str | None, port: int | None, debug: bool) -> None:
     from console.web import create_app
 
     cfg = obj.config
-    dsn = resolve_dsn(obj._dsn, cfg)
-    app = create_app({**_overrides(cfg), "database.dsn": dsn, "web.production": False})
+    if cfg.tables.get("databases"):
+        # Every database of the list (the first is home); the file's other tables come along.
+        from console.config import load_config
+
+        app = create_app(load_config(cfg.path, overrides={"web.production": False}))
+    else:
+        dsn = resolve_dsn(obj._dsn, cfg)
+        app = create_app({**_overrides(cfg), "database.dsn": dsn, "web.production": False})
     host = host or cfg.web.host
     port = port or cfg.web.port
     click.echo(f"Skiplock console on http://{host}:{port}/ (development server, production mode off: cookies "

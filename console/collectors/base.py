@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from console.config import external_queues
+from console.config import database_names, external_queues
 from console.db import connect
 from console.samples import Sample
 from console.sqlfiles import query
@@ -58,7 +58,9 @@ class Options:
     external: tuple[Any, ...] = ()
 
     @classmethod
-    def from_config(cls, config: Any | None) -> Options:
+    def from_config(cls, config: Any | None, database: str | None = None) -> Options:
+        """The collectors' options for the cycle of `database` (None: the first database), whose
+        [[external_queues]] are the entries that belong to it."""
         if config is None:
             return cls()
         s = config.scheduler
@@ -70,8 +72,14 @@ class Options:
             failed_total_limit=s.failed_total_limit,
             probe_queues=s.probe_queues,
             live_worker_within=3 * config.worker.flush_interval,
-            external=tuple(external_queues(config)),
+            external=tuple(sources_of(config, database)),
         )
+
+
+def sources_of(config: Any, database: str | None = None) -> list[Any]:
+    """The [[external_queues]] entries watched by `database`'s console (None: the first)."""
+    first = database_names(config)[0]
+    return [e for e in external_queues(config) if e.belongs_to(database or first, first)]
 
 
 def collector_connection(dsn: str, options: Options | None = None) -> psycopg.Connection:

@@ -126,10 +126,17 @@ def adapter_for(entry: ExternalQueue) -> Adapter:
     return _registry()[entry.system](entry)
 
 
-def adapters(config: Any) -> list[Adapter]:
-    from console.config import external_queues
+def adapters(config: Any, database: str | None = None) -> list[Adapter]:
+    """Adapters of every entry, or of the entries `database` watches (see ExternalQueue.database)."""
+    from console.config import database_names, external_queues
 
-    return [adapter_for(e) for e in external_queues(config)] if config is not None else []
+    if config is None:
+        return []
+    entries = external_queues(config)
+    if database is not None:
+        first = database_names(config)[0]
+        entries = [e for e in entries if e.belongs_to(database, first)]
+    return [adapter_for(e) for e in entries]
 
 
 def read_only(cur: psycopg.Cursor, timeout_ms: int) -> None:
@@ -154,11 +161,12 @@ def validate(conn: psycopg.Connection, adapter: Adapter, timeout_ms: int = 2000)
         raise ConfigError(f"{adapter.entry.where}: {first}") from None
 
 
-def validate_all(config: Any, default_dsn: str, *, timeout_ms: int = 2000) -> list[Adapter]:
-    """Start-up check of every entry (scheduler, `skiplock check --external`, `skiplock collect`)."""
+def validate_all(config: Any, default_dsn: str, *, timeout_ms: int = 2000, database: str | None = None) -> list[Adapter]:
+    """Start-up check of every entry `database` watches (all when None), an entry without its
+    own dsn read in `default_dsn` (scheduler, `skiplock check --external`, `skiplock collect`)."""
     from console.db import DatabaseError, connect
 
-    out = adapters(config)
+    out = adapters(config, database)
     for adapter in out:
         try:
             conn = connect(adapter.entry.dsn or default_dsn, application_name="skiplock-console-external")

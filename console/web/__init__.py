@@ -83,12 +83,11 @@ from flask import Flask, request
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from console.config import Config, ConfigError, load_config
+from console.databases import Registry, load_databases
 from console.db import (
     DatabaseError,
     MigrationChanged,
     connect,
-    make_pool,
-    resolve_dsn,
     verify_migrations,
 )
 from console.resources import resource_dir
@@ -124,6 +123,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL
     "console.web.periodic:bp",     # /periodic: cron schedules, pause/resume, run now (+ /api/v1/periodic)
     "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
+    "console.web.fleet:bp",        # /databases, /api/v1/databases: one row per configured database
 )
 
 
@@ -133,16 +133,20 @@ class WebState:
 
     config: Config
     dsn: str
-    pool: Any
+    pool: Any  # the home database's pool (the first of `databases`)
     limits: LoginLimits
     sessions: SessionLimits
     redact_keys: frozenset[str]
     redact_hook: Any = None
     redact_text_hook: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    databases: Any = None  # console.databases.Registry: every database's pool, opened on first use
 
     def close(self) -> None:
-        self.pool.close()
+        if self.databases is not None:
+            self.databases.close()  # the home pool is one of its pools
+        else:
+            self.pool.close()
 
 
 def _load_config(config: Config | Mapping[str, Any] | None) -> tuple[Config, dict[str, Any], str | None]:
@@ -218,20 +222,23 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.config.update(flask_keys)
+    from console.web.database import DatabasePrefix
+
+    # /db/<name>/... is every page scoped to one database (inside ProxyFix, which sees the real path).
+    app.wsgi_app = DatabasePrefix(app.wsgi_app)
     if web.proxy_count:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=web.proxy_count, x_proto=web.proxy_count, x_host=web.proxy_count)
 
     # Hooks load before the pool opens: a bad one refuses to start without leaving connections.
     redact_hook = _load_hook(web.redact_hook)
     redact_text_hook = _load_hook(web.redact_text_hook, "web.redact_text_hook")
-    dsn = explicit_dsn or resolve_dsn(None, cfg)
-    _check_migrations_at_start(dsn, web.db_wait)
-    pool = make_pool(
-        dsn,
-        application_name="skiplock-web",
-        size=cfg.database.pool_size,
-        statement_timeout_ms=cfg.database.statement_timeout_ms,
-    )
+    databases = load_databases(cfg, explicit_dsn)
+    dsn = databases[0].dsn
+    for database in databases:
+        _check_migrations_at_start(database.dsn, web.db_wait)
+    registry = Registry(databases, application_name="skiplock-web", size=cfg.database.pool_size,
+                        statement_timeout_ms=cfg.database.statement_timeout_ms)
+    pool = registry.pool(databases[0].name)
     app.extensions["skiplock"] = WebState(
         config=cfg,
         dsn=dsn,
@@ -241,6 +248,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
         redact_hook=redact_hook,
         redact_text_hook=redact_text_hook,
+        databases=registry,
     )
 
     from console.web import auth, database, errors, templating

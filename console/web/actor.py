@@ -19,7 +19,7 @@ from flask import g, request
 
 from console import users as users_mod
 from console.actions import require_reason
-from console.web.database import get_conn
+from console.web.database import home_conn
 
 
 def actor() -> str:
@@ -31,7 +31,7 @@ def actor() -> str:
     name = user.name
     if user.via == "token":
         token = request.headers.get("Authorization", "").partition(" ")[2].strip()
-        label = users_mod.token_label(get_conn(), token) or "?"
+        label = users_mod.token_label(home_conn(), token) or "?"
         name = f"{user.name} (token {label})"
     g.skiplock_actor = name
     return name

@@ -12,6 +12,7 @@ GET  /api/v1/users (admin)
 
 from __future__ import annotations
 
+import psycopg
 from flask import (
     Blueprint,
     abort,
@@ -27,16 +28,22 @@ from flask import (
 
 from console import audit
 from console import users as users_mod
+from console.db import time_limited
 from console.web.actor import actor, reason_for
 from console.web.api import INT, STR, api_doc, arr, obj
 from console.web.auth import requires
-from console.web.database import get_conn, run_limited
+from console.web.database import QueryTooSlow, home_conn, timeout_ms
 
 bp = Blueprint("admin", __name__)
 
 
 def _listing():
-    return {"users": run_limited(users_mod.list_users), "tokens": run_limited(users_mod.list_tokens)}
+    conn = home_conn()  # users live in the home database, whatever /db/<name>/ the page is under
+    try:
+        with time_limited(conn, timeout_ms()):
+            return {"users": users_mod.list_users(conn), "tokens": users_mod.list_tokens(conn)}
+    except psycopg.errors.QueryCanceled:
+        raise QueryTooSlow(timeout_ms()) from None
 
 
 @bp.get("/admin/users")
@@ -61,7 +68,7 @@ def save_user():
     role = request.form.get("role") or ""
     password = request.form.get("password") or None
     reason = reason_for("user_add")
-    conn = get_conn()
+    conn = home_conn()
     with conn.transaction():
         exists = users_mod.get_user(conn, users_mod.check_name(name)) is not None
         if not exists and password is None:
@@ -77,7 +84,7 @@ def save_user():
 @bp.post("/admin/users/<name>/<action>")
 @requires("admin")
 def user_action(name: str, action: str):
-    conn = get_conn()
+    conn = home_conn()
     if action in ("disable", "enable"):
         if action == "disable" and name == g.user.name:
             abort(409, "you cannot disable yourself")
@@ -106,7 +113,7 @@ def user_action(name: str, action: str):
 @requires("admin")
 def revoke(token_id: int):
     reason = reason_for("token_revoke")
-    conn = get_conn()
+    conn = home_conn()
     with conn.transaction():
         if not users_mod.revoke_token(conn, token_id):
             abort(409, f"token {token_id} does not exist or is already revoked")

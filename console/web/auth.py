@@ -59,7 +59,7 @@ from flask import (
 from console import audit
 from console import users as users_mod
 from console.users import User, has_role
-from console.web.database import get_conn
+from console.web.database import home_conn
 
 bp = Blueprint("auth", __name__)
 
@@ -137,7 +137,7 @@ def _session_user(touch: bool) -> User | None:
     token = session.get("sid")
     if not token:
         return None
-    user = users_mod.session_user(get_conn(), token, _state().sessions, touch=touch)
+    user = users_mod.session_user(home_conn(), token, _state().sessions, touch=touch)
     if user is None:
         session.pop("sid", None)  # ended, idle, expired or unknown: the cookie forgets it
     return user
@@ -149,7 +149,7 @@ def _identify() -> User | None:
         scheme, _, token = header.partition(" ")
         if scheme.lower() == "bearer" and request.path.startswith("/api/"):
             try:
-                user = users_mod.user_for_token(get_conn(), token.strip())
+                user = users_mod.user_for_token(home_conn(), token.strip())
             except users_mod.TokenExpired:
                 abort(401, "token expired")
             if user is None:
@@ -158,7 +158,7 @@ def _identify() -> User | None:
     trusted = _state().config.web.trusted_header
     if trusted and request.headers.get(trusted):
         name = request.headers[trusted].strip()
-        user = users_mod.active_user(get_conn(), name, via="header")
+        user = users_mod.active_user(home_conn(), name, via="header")
         if user is None:
             abort(403, f"user {name!r} (from the SSO proxy) is not a console user or is disabled")
         return user
@@ -245,7 +245,7 @@ def login():
     password = request.form.get("password") or ""
     if not name or not password:
         return render_template("login.html", next=next_url, error="enter a user name and a password", name=name), 400
-    conn = get_conn()
+    conn = home_conn()
     state = _state()
     ip = request.remote_addr or "unknown"
     address = users_mod.client_key(ip)
@@ -275,7 +275,7 @@ def logout():
     """Ends every session of this user on the server: a copy of any of its cookies saved before
     no longer works. One click ends a session someone else may have picked up (a stolen cookie,
     a forgotten kiosk), which is what an operator who signs out on suspicion expects."""
-    users_mod.end_session(get_conn(), session.get("sid"))
-    users_mod.end_user_sessions(get_conn(), g.user.name)
+    users_mod.end_session(home_conn(), session.get("sid"))
+    users_mod.end_user_sessions(home_conn(), g.user.name)
     session.clear()
     return redirect(url_for("auth.login"))

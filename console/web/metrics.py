@@ -4,22 +4,27 @@ No sign-in session (Prometheus has none). When `web.metrics_token` is set, only 
 `Authorization: Bearer <that token>` (401 otherwise). Without a token, production mode (the
 default) answers 401 unless `web.metrics_public = true` says the figures may be read by anyone
 who can reach the port; the development server (`skiplock serve`) serves them openly. The body comes from
-`console.metrics.render_metrics` under the console's statement timeout; a timeout or an
-unreachable database answers 503, never a stale page.
+`console.metrics.render_databases`: every database's newest samples, read in parallel, each under
+the console's statement timeout, every series labelled `database` (`database="default"` for a
+single database). A database that cannot be read has only `skiplock_collection_age_seconds` = NaN;
+when none can be read the answer is 503, never a stale page.
 """
 
 from __future__ import annotations
 
+import functools
 import hmac
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
-from flask import Blueprint, Response, current_app, request
+from flask import Blueprint, Response, copy_current_request_context, current_app, request
 from psycopg_pool import PoolTimeout
 
 from console.db import time_limited
-from console.metrics import render_metrics
+from console.metrics import CONTENT_TYPE, render_databases
+from console.samples import latest_cycle
 from console.web.auth import public
-from console.web.database import DatabaseUnreachable, get_conn
+from console.web.database import DatabaseUnreachable, get_conn, use_database
 
 bp = Blueprint("metrics", __name__)
 
@@ -44,11 +49,26 @@ def metrics():
     if not expected and config.web.production and not config.web.metrics_public:
         return _unauthorized("/metrics is closed: set web.metrics_token (SKIPLOCK_WEB_METRICS_TOKEN) and scrape "
                              "with that bearer token, or set web.metrics_public = true")
-    try:
-        conn = get_conn()
-        with time_limited(conn, config.database.statement_timeout_ms):
-            body, content_type = render_metrics(conn)
-    except (DatabaseUnreachable, PoolTimeout, psycopg.Error) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    names = current_app.extensions["skiplock"].databases.names
+    timeout = config.database.statement_timeout_ms
+
+    def read(name: str) -> tuple[list | None, str | None]:
+        use_database(name)
+        try:
+            conn = get_conn()
+            with time_limited(conn, timeout):
+                return latest_cycle(conn), None
+        except (DatabaseUnreachable, PoolTimeout, psycopg.Error) as exc:
+            return None, f"{name}: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+    # Each database in a copy of this request's context (its own app context, `g` and connection).
+    calls = [copy_current_request_context(functools.partial(read, name)) for name in names]
+    # Always in a thread, even for one database: in this thread the copy would share the
+    # request's app context (and any connection it already borrowed).
+    with ThreadPoolExecutor(max_workers=min(len(calls), 16), thread_name_prefix="skiplock-metrics") as pool:
+        results = list(pool.map(lambda call: call(), calls))
+    if all(samples is None for samples, _ in results):
+        reason = "; ".join(error for _, error in results if error)
         return Response(f"metrics not available: {reason}\n", status=503, mimetype="text/plain")
-    return Response(body, status=200, content_type=content_type, headers={"Cache-Control": "no-store"})
+    body = render_databases({name: samples for name, (samples, _) in zip(names, results, strict=True)})
+    return Response(body, status=200, content_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

@@ -17,9 +17,11 @@ class NavEntry:
     label: str
     order: int = 50
     role: str = "viewer"
+    several_databases: bool = False  # shown only when [[databases]] lists more than one
 
 
 NAV: list[NavEntry] = [
+    NavEntry("fleet.index", "Databases", 5, several_databases=True),
     NavEntry("overview.index", "Overview", 10),
     NavEntry("queues.index", "Queues", 20),
     NavEntry("jobs.index", "Jobs", 30),
@@ -38,7 +40,10 @@ NAV: list[NavEntry] = [
 def entries_for(app: Flask, user) -> list[NavEntry]:
     if user is None:
         return []
+    registry = app.extensions["skiplock"].databases
+    several = registry is not None and len(registry) > 1
     return sorted(
-        (e for e in NAV if e.endpoint in app.view_functions and user.can(e.role)),
+        (e for e in NAV if e.endpoint in app.view_functions and user.can(e.role)
+         and (several or not e.several_databases)),
         key=lambda e: e.order,
     )

@@ -101,6 +101,23 @@ def safe_link(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and link_problem(value) is None
 
 
+def _switcher() -> list[dict[str, Any]]:
+    """[{name, url, current}] for the database switcher: this page under each database
+    (`/db/<name>/<path>`); empty with one database. Unprefixed pages are the first database."""
+    from flask import request
+
+    from console.web import state
+    from console.web.database import current_database
+
+    names = state().databases.names
+    if len(names) < 2:
+        return []
+    here = current_database()
+    root = request.root_path
+    base = root[: root.rfind("/db/")] if "/db/" in root else root
+    return [{"name": n, "url": f"{base}/db/{n}{request.path}", "current": n == here} for n in names]
+
+
 def install(app: Flask) -> None:
     from console.web.auth import csrf_token
 
@@ -124,6 +141,7 @@ def install(app: Flask) -> None:
         web = state().config.web
         user = g.get("user")
         return {
+            "database_switcher": _switcher,
             "user": user,
             # False for actions (any role above viewer) when the console is read-only.
             "can": may_act,

@@ -1,0 +1,265 @@
+"""Several databases in one console: `[[databases]]` validated at start-up, `--database NAME`,
+`migrate --all`, the scheduler's election per database, and a database that goes down while
+the others keep working (a second real cluster, stopped mid-test) in `collect --once`,
+`/api/v1/databases`, the fleet page and `/metrics`."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+
+from console import queue as q
+from console.cli import main
+from console.config import ConfigError, load_config
+from console.databases import UnknownDatabase, load_databases, parse_databases, select
+from console.db import connect, migrate
+from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
+from console.scheduler import Fleet
+from tests.collector_helpers import eventually
+from tests.web_fixtures import CSRF
+
+
+def write_config(tmp_path, databases: dict[str, str], extra: str = "") -> str:
+    path = tmp_path / "skiplock.toml"
+    body = "".join(f'[[databases]]\nname = "{name}"\ndsn = "{dsn}"\n\n' for name, dsn in databases.items())
+    path.write_text(extra + "\n" + body, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _no_database_url(monkeypatch):
+    # [[databases]] and DATABASE_URL together are refused; these tests name theirs in the file.
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+
+
+# --- the configuration ----------------------------------------------------------------------
+
+@pytest.mark.parametrize(("records", "complaint"), [
+    ([{"name": "east", "dsn": "postgresql:///a"}, {"name": "east", "dsn": "postgresql:///b"}],
+     "entry 2 (name 'east'): name is used by an earlier entry"),
+    ([{"name": "East side", "dsn": "postgresql:///a"}], "entry 1 (name 'East side'): name must be lower-case"),
+    ([{"name": "east"}], "entry 1 (name 'east'): dsn is required"),
+    ([{"dsn": "postgresql:///a"}], "entry 1: name is required"),
+    ([{"name": "east", "dsn": "postgresql:///a", "replica": "x"}], "unknown key 'replica'"),
+])
+def test_a_bad_databases_entry_stops_start_up_naming_it(records, complaint):
+    with pytest.raises(ConfigError, match="databases") as raised:
+        parse_databases(records)
+    assert complaint in str(raised.value)
+
+
+def test_one_dsn_alone_is_the_database_default_and_both_ways_at_once_are_refused(tmp_path):
+    plain = load_config(env={})
+    [only] = load_databases(plain, "postgresql:///x", env={})
+    assert (only.name, only.dsn) == ("default", "postgresql:///x")
+    assert load_databases(plain, None, env={"DATABASE_URL": "postgresql:///y"})[0].name == "default"
+    listed = load_config(write_config(tmp_path, {"east": "postgresql:///e", "west": "postgresql:///w"}), env={})
+    assert [d.name for d in load_databases(listed, None, env={})] == ["east", "west"]
+    with pytest.raises(ConfigError, match="--database NAME"):
+        load_databases(listed, None, env={"DATABASE_URL": "postgresql:///y"})
+    with pytest.raises(UnknownDatabase, match=r"unknown database 'north' \(configured: east, west\)"):
+        select(load_databases(listed, None, env={}), "north")
+
+
+def test_migrate_all_and_database_picks_one(make_database, tmp_path):
+    first, second = make_database(template=None), make_database(template=None)
+    config = write_config(tmp_path, {"first": first, "second": second})
+    runner = CliRunner()
+
+    def run(*args):
+        return runner.invoke(main, ["--config", config, *args], catch_exceptions=False)
+
+    result = run("migrate", "--all")
+    assert result.exit_code == 0, result.output
+    assert "first: applied 001_" in result.output and "second: applied 001_" in result.output
+    assert "second: schema is up to date" in run("migrate", "--all").output
+    job = run("enqueue", "--database", "second", "noop").output.strip()
+    with connect(second) as conn:
+        assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = %s", (int(job),)).fetchone()[0] == 1
+    with connect(first) as conn:
+        assert conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0] == 0
+    unknown = run("enqueue", "--database", "third", "noop")
+    assert unknown.exit_code != 0
+    assert "unknown database 'third' (configured: first, second)" in unknown.output
+
+
+# --- a second real cluster ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def west_cluster():
+    cluster = PrivateCluster(settings=RELAXED_DURABILITY, exit_guard=True)
+    try:
+        cluster.start()
+        with connect(cluster.dsn) as conn:
+            conn.execute("CREATE DATABASE west")
+        with connect(cluster.dsn_for("west")) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            migrate(conn)
+        yield cluster
+    finally:
+        cluster.stop(mode="immediate")
+
+
+@pytest.fixture
+def west(west_cluster):
+    if not west_cluster.running:
+        west_cluster.start()
+    return west_cluster.dsn_for("west")
+
+
+@pytest.fixture
+def two_databases(tmp_path, dsn, west):
+    """The config file: `east` (this test's database in the session cluster) and `west`."""
+    return write_config(tmp_path, {"east": dsn, "west": west},
+                        extra='[web]\nsecret_key = "k"\nproduction = false\ndb_wait = 1.0\n'
+                              '[scheduler]\nelection_interval = 0.5\n')
+
+
+def test_each_database_has_its_own_leader_and_a_dead_leader_is_replaced(two_databases):
+    config = load_config(two_databases, env={})
+    databases = load_databases(config, env={})
+    first, second = Fleet(databases, config), Fleet(databases, config)
+    try:
+        assert first.elect() == {"east": True, "west": True}
+        assert second.elect() == {"east": False, "west": False}
+        # The first process's session in east ends (as when it dies): the second takes east over
+        # at its next tick, and west stays with the first.
+        first.members["east"].close()
+        eventually(lambda: second.members["east"].elect(), timeout=5, interval=0.05)
+        assert second.elect() == {"east": True, "west": False}
+        assert first.members["west"].elect() is True
+    finally:
+        first.close()
+        second.close()
+
+
+@pytest.fixture
+def web_app(request, web_settings):
+    """The app of conftest's `client_as`: over east and west when the test uses them."""
+    from console.web import create_app
+
+    if "two_databases" in request.fixturenames:
+        app = create_app(load_config(request.getfixturevalue("two_databases"), env={}))
+    else:
+        app = create_app(web_settings)
+    yield app
+    app.extensions["skiplock"].close()
+
+
+def metric_families(body: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(body)}
+
+
+def test_a_database_that_goes_down_shows_as_down_and_the_others_keep_working(
+        two_databases, west_cluster, west, conn, client_as):
+    runner = CliRunner()
+    q.enqueue(conn, "noop", queue="mail")
+    with connect(west) as wconn:
+        q.enqueue(wconn, "noop", queue="bulk")
+        q.enqueue(wconn, "noop", queue="bulk")
+    collected = runner.invoke(main, ["--config", two_databases, "collect", "--once"], catch_exceptions=False)
+    assert collected.exit_code == 0, collected.output
+    assert "== database east" in collected.output and "== database west" in collected.output
+    viewer = client_as("viewer")
+
+    rows = {r["name"]: r for r in viewer.get("/api/v1/databases").get_json()["databases"]}
+    assert list(rows) == ["east", "west"]
+    assert rows["east"]["reachable"] and rows["west"]["reachable"]
+    assert (rows["east"]["depth"], rows["west"]["depth"]) == (1, 2)  # each from its own samples
+    metrics = metric_families(viewer.get("/metrics").get_data(as_text=True))
+    depth = {(s.labels["database"], s.labels["queue"]): s.value for s in metrics["skiplock_queue_depth"].samples
+             if s.labels["state"] == "eligible"}
+    assert depth == {("east", "mail"): 1, ("west", "bulk"): 2}
+    assert all("database" in s.labels for f in metrics.values() for s in f.samples)
+
+    west_cluster.halt()  # west goes down while the console watches it
+
+    config = load_config(two_databases, env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "west": False}
+        assert fleet.members["east"].run_job("collect") is True
+        assert fleet.members["west"].run_job("collect") is False
+    finally:
+        fleet.close()
+    collected = runner.invoke(main, ["--config", two_databases, "collect", "--once"], catch_exceptions=False)
+    assert collected.exit_code == 1
+    assert "database west: not collected" in collected.output
+    assert "stored " in collected.output.split("== database west")[0]  # east was collected
+
+    rows = {r["name"]: r for r in viewer.get("/api/v1/databases").get_json()["databases"]}
+    assert rows["west"]["reachable"] is False and rows["west"]["verdict"] == "down"
+    assert rows["east"]["reachable"] is True and rows["east"]["depth"] == 1
+    page = viewer.get("/databases")
+    assert page.status_code == 200
+    assert b'data-database="west" data-verdict="down"' in page.data
+    scrape = viewer.get("/metrics")
+    assert scrape.status_code == 200
+    metrics = metric_families(scrape.get_data(as_text=True))
+    ages = {s.labels["database"]: s.value for s in metrics["skiplock_collection_age_seconds"].samples}
+    assert math.isnan(ages["west"]) and ages["east"] >= 0
+    assert {s.labels["database"] for s in metrics["skiplock_queue_depth"].samples} == {"east"}
+
+
+def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, west, conn, client_as):
+    q.enqueue(conn, "noop", queue="mail")
+    with connect(west) as wconn:
+        q.enqueue(wconn, "noop", queue="bulk")
+    viewer, operator = client_as("viewer"), client_as("operator")  # users live in east, the home database
+    assert {r["queue"] for r in viewer.get("/api/v1/queues").get_json()["queues"]} == {"mail"}
+    assert {r["queue"] for r in viewer.get("/db/west/api/v1/queues").get_json()["queues"]} == {"bulk"}
+    assert {r["queue"] for r in viewer.get("/db/east/api/v1/queues").get_json()["queues"]} == {"mail"}
+    unknown = viewer.get("/db/north/queues")
+    assert unknown.status_code == 404 and b"configured: east, west" in unknown.data
+    page = viewer.get("/db/west/queues").get_data(as_text=True)
+    assert 'href="/db/west/jobs"' in page  # links stay inside the database
+    assert 'href="/db/east/queues" data-switch-database="east"' in page
+    assert 'data-switch-database="west" aria-current="true"' in page
+    paused = operator.post("/db/west/api/v1/queues/bulk/pause", data={"reason": "west drill"},
+                           headers={"X-CSRF-Token": CSRF})
+    assert paused.status_code == 200, paused.data
+    with connect(west) as wconn:
+        assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'bulk'").fetchone()[0] is True
+        assert wconn.execute("SELECT actor FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == "operator"
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == 0
+
+
+def test_one_database_alone_is_labelled_default_in_metrics(web_settings, dsn, conn):
+    from console.web import create_app
+    from tests.collector_helpers import cycle
+
+    q.enqueue(conn, "noop")
+    cycle(dsn)
+    web_settings.pop("TESTING")
+    app = create_app(web_settings)
+    try:
+        body = app.test_client().get("/metrics").get_data(as_text=True)
+    finally:
+        app.extensions["skiplock"].close()
+    found = metric_families(body)
+    assert {s.labels["database"] for f in found.values() for s in f.samples} == {"default"}
+
+
+
+def test_the_fleet_of_one_database_answers_for_a_signed_in_viewer(client_as):
+    [row] = client_as("viewer").get("/api/v1/databases").get_json()["databases"]
+    assert row["name"] == "default" and row["reachable"] is True
+
+
+def test_a_database_not_migrated_or_with_a_changed_migration_does_not_lead(make_database, dsn, tmp_path):
+    bare, changed = make_database(template=None), make_database()
+    with connect(changed) as conn:
+        conn.execute("UPDATE skiplock.schema_migrations SET checksum = 'edited' WHERE version = 1")
+    config = load_config(write_config(tmp_path, {"east": dsn, "bare": bare, "changed": changed}), env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "bare": False, "changed": False}
+        assert fleet.members["bare"].run_job("reap") is False
+        with connect(bare) as conn:
+            migrate(conn)
+        assert fleet.elect() == {"east": True, "bare": True, "changed": False}
+    finally:
+        fleet.close()
