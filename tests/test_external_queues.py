@@ -211,3 +211,35 @@ def test_a_bad_entry_stops_the_collect_command_naming_it(subprocess_env, tmp_pat
                           env={**subprocess_env, "SKIPLOCK_CONFIG": str(config)}, timeout=60)
     assert proc.returncode != 0
     assert "[[external_queues]] 'app': table public.app_jobs does not exist" in proc.stderr, proc.stderr
+
+
+def test_an_entry_belongs_to_one_database_and_an_unknown_one_is_refused(tmp_path, make_database):
+    """With [[databases]], an entry is collected, checked and shown by one database's console:
+    the one its `database` key names, else the first. Collecting it in every database would
+    look for its table where it is not and store its series twice."""
+    from console.collectors.base import sources_of
+    from console.scheduler import Scheduler
+
+    east, west = make_database(), make_database()
+    body = (f'[[databases]]\nname = "east"\ndsn = "{east}"\n\n[[databases]]\nname = "west"\ndsn = "{west}"\n\n'
+            '[[external_queues]]\nname = "app"\nsystem = "table"\ntable = "public.app_jobs"\npending = "true"\n'
+            'database = "west"\n\n'
+            '[[external_queues]]\nname = "legacy"\nsystem = "table"\ntable = "public.app_jobs"\npending = "true"\n')
+    path = tmp_path / "skiplock.toml"
+    path.write_text(body)
+    config = load_config(path, env={})
+    assert [e.name for e in sources_of(config, "west")] == ["app"]
+    assert [e.name for e in sources_of(config, "east")] == ["legacy"]
+    assert [e.name for e in sources_of(config)] == ["legacy"]  # None: the first database
+    assert [a.name for a in external.adapters(config, "west")] == ["app"]
+    # the scheduler member of each database collects its own sources only
+    members = {name: Scheduler(dsn, config, database=name) for name, dsn in (("east", east), ("west", west))}
+    try:
+        assert [e.name for e in members["west"].options.external] == ["app"]
+        assert [e.name for e in members["east"].options.external] == ["legacy"]
+    finally:
+        for member in members.values():
+            member.close()
+    path.write_text(body.replace('database = "west"', 'database = "north"'))
+    with pytest.raises(ConfigError, match=r"'app': database = 'north' is not one of the configured databases \(east, west\)"):
+        sources_of(load_config(path, env={}))
