@@ -10,7 +10,7 @@ demo:
 
 test:
 	scripts/bootstrap.sh --test
-	.venv/bin/python -m pytest -n 2 --dist loadfile $(ARGS)
+	.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder $(ARGS)
 
 lint:
 	.venv/bin/ruff check .

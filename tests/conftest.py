@@ -46,7 +46,8 @@ def _file_weight(items) -> dict[str, int]:
 def pytest_collection_modifyitems(config, items):
     """Files with slow tests first, then browser tests, then the rest, each file kept whole and
     in its own order. `make test` runs two pytest workers that take whole files in this order
-    (`-n 2 --dist loadfile`): handing out the long files first keeps one worker from starting
+    (`-n 2 --dist loadfile --no-loadscope-reorder`; by default xdist would hand out the
+    files with the most tests first, which left the one-test soak for last): handing out the long files first keeps one worker from starting
     the soak or the demo's end to end when the other has nothing left to do.
 
     In CI, browser tests must run: no Chromium is an error, never a quiet skip."""

@@ -270,7 +270,9 @@ def test_a_real_prometheus_scrapes_the_console_and_fires_a_default_rule(promethe
     depth = _wait_for("the scraped queue depth", lambda: _query(
         base, 'skiplock_queue_depth{job="skiplock",queue="mail",state="eligible"}'), log)
     assert float(depth[0]["value"][1]) == 1
-    # The dashboard's query with the database variable at "All" finds the series without the label.
+    # Every series carries the database it came from (database="default" with one database).
+    assert depth[0]["metric"]["database"] == "default"
+    # The dashboard's query with the database variable at "All" matches every database.
     panel = next(p for p in dashboard_document()["panels"] if p["title"] == "Queue depth")
     promql = panel["targets"][0]["expr"].replace("$job", ".*").replace("$database", ".*")
     assert any(r["metric"].get("queue") == "mail" for r in _query(base, promql))
@@ -281,7 +283,7 @@ def test_a_real_prometheus_scrapes_the_console_and_fires_a_default_rule(promethe
 
     alert = _wait_for("collectors_stale firing", firing, log)[0]
     assert alert["labels"] == {"alertname": "collectors_stale", "severity": "critical", "job": "skiplock",
-                               "instance": depth[0]["metric"]["instance"]}
+                               "database": "default", "instance": depth[0]["metric"]["instance"]}
     assert float(alert["value"]) >= 600
     assert alert["annotations"]["runbook_url"] == "docs/alerts.md#collectors_stale"
     assert alert["annotations"]["summary"].startswith("No collection cycle finished for 6")
