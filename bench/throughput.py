@@ -71,7 +71,7 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits", "skiplock-before")
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits", "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
 NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
@@ -252,6 +252,53 @@ class Clock:
         return bool(self._stop.value)
 
 
+def cpu_seconds(pids) -> dict[int, float]:
+    """user+system CPU seconds of each live process (all its threads), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return seconds
+
+
+def server_pids(data_dir: Path) -> list[int]:
+    """The postmaster and its children (backends, autovacuum, checkpointer...)."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    children.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return [postmaster, *children]
+
+
+class CpuMeter:
+    """CPU the contender's processes and the server spent in the window. On a saturated machine
+    throughput follows CPU per job, and CPU per job does not depend on the neighbours' load the
+    way jobs/s does (it still rises somewhat with cache and scheduler pressure)."""
+
+    def __init__(self, client_pids, data_dir: Path | None) -> None:
+        self.client_pids, self.data_dir = list(client_pids), data_dir
+
+    def start(self) -> None:
+        self._c0 = cpu_seconds(self.client_pids)
+        self._s0 = cpu_seconds(server_pids(self.data_dir)) if self.data_dir else {}
+
+    def stop(self) -> tuple[float, float]:
+        c1 = cpu_seconds(self.client_pids)
+        s1 = cpu_seconds(server_pids(self.data_dir)) if self.data_dir else {}
+        client = sum(v - self._c0[pid] for pid, v in c1.items() if pid in self._c0)
+        server = sum(v - self._s0.get(pid, 0.0) for pid, v in s1.items())
+        return client, server
+
+
 def wait_ready(count, n: int, procs_alive, what: str, timeout: float = 120.0) -> None:
     """Wait until all `n` processes of a contender report ready (symmetric warm-up)."""
     deadline = time.time() + timeout
@@ -262,7 +309,7 @@ def wait_ready(count, n: int, procs_alive, what: str, timeout: float = 120.0) ->
 
 
 def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | None = None,
-                           tree: Path = ROOT) -> list[subprocess.Popen]:
+                           tree: Path = ROOT, tasks: str = "noop_tasks") -> list[subprocess.Popen]:
     """`n` real `skiplock worker` processes, run from `tree` (this checkout, or --before-tree)."""
     env = dict(os.environ)
     env.update({
@@ -272,7 +319,7 @@ def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | N
         "SKIPLOCK_WORKER_POLL_INTERVAL": "0.2",
         **(extra_env or {}),
     })
-    cmd = [sys.executable, "-m", "console", "worker", "--tasks", "noop_tasks",
+    cmd = [sys.executable, "-m", "console", "worker", "--tasks", tasks,
            "--concurrency", str(args.concurrency), "--batch-size", str(args.batch)]
     return [subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for _ in range(n)]
@@ -317,15 +364,19 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     with connect(dsn) as conn:
         if contender.startswith("skiplock"):
             tree = args.before_tree if contender == "skiplock-before" else ROOT
-            procs = start_skiplock_workers(dsn, workers, args, tree=tree)
+            tasks = "noop_inline_tasks" if contender == "skiplock-inline" else "noop_tasks"
+            procs = start_skiplock_workers(dsn, workers, args, tree=tree, tasks=tasks)
             try:
                 wait_ready(lambda: conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0], workers,
                            lambda: all(p.poll() is None for p in procs), contender)
                 time.sleep(warmup)
+                meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 before_hist, _ = registry_histogram(conn)
+                meter.start()
                 t0, c0 = time.time(), completed_skiplock(conn)
                 time.sleep(window)
                 t1, c1 = time.time(), completed_skiplock(conn)
+                cpu = meter.stop()
                 time.sleep(1.1)  # one more counter flush covering the window's end
                 after_hist, _ = registry_histogram(conn)
             finally:
@@ -346,12 +397,15 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
             try:
                 wait_ready(clock.count_ready, workers, lambda: all(p.is_alive() for p in procs), contender)
                 time.sleep(warmup)
+                meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 clock.open_window(time.time(), time.time() + window)
+                meter.start()
                 t0 = time.time()
                 c0 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
                 time.sleep(window)
                 t1 = time.time()
                 c1 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+                cpu = meter.stop()
             finally:
                 clock.stop()
             hist = [0] * len(Histogram().counts)
@@ -364,7 +418,9 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     p50, p99 = quantile(hist, 0.5), quantile(hist, 0.99)
     note = "ran dry" if c1 >= jobs - args.batch * workers else ""
     load = (load_before, os.getloadavg()[0])
-    return {"rate": rate, "p50": p50, "p99": p99, "note": note, "load": load}
+    done = max(c1 - c0, 1)
+    return {"rate": rate, "p50": p50, "p99": p99, "note": note, "load": load,
+            "cpu_client": cpu[0] / done, "cpu_server": cpu[1] / done}
 
 
 def ms(value: float | None) -> str:
@@ -391,7 +447,8 @@ def run_grid(mode: str, dsn: str, args) -> dict:
                 cell["round"] = r
                 results.setdefault((contender, n), []).append(cell)
                 print(f"  round {r + 1} {contender:15s} workers={n:2d}  {cell['rate']:8.0f} jobs/s  claim p50 {ms(cell['p50'])} ms"
-                      f"  p99 {ms(cell['p99'])} ms  load {cell['load'][0]:.1f}->{cell['load'][1]:.1f} {cell['note']}", flush=True)
+                      f"  p99 {ms(cell['p99'])} ms  cpu/job client {cell['cpu_client'] * 1e6:5.0f} us server {cell['cpu_server'] * 1e6:5.0f} us"
+                      f"  load {cell['load'][0]:.1f}->{cell['load'][1]:.1f} {cell['note']}", flush=True)
     print_table(mode, results, args)
     return results
 
@@ -418,8 +475,24 @@ def print_table(mode: str, results: dict, args) -> None:
             notes = " ran dry" if any(c["note"] for c in runs) else ""
             cells.append(f"{m:,.0f}{spread} ({ms(mid['p50'])} / {ms(mid['p99'])}){notes}")
         print(f"| {n} | " + " | ".join(cells) + f" | {min(loads):.1f}-{max(loads):.1f} |")
+    print(f"\n### {mode} durability: CPU per job in microseconds, client + server = total, median of {args.runs} run(s)\n")
+    print(header)
+    print("|---:|" + "---:|" * len(args.contenders) + "---:|")
+    for n in args.workers:
+        cells, loads = [], []
+        for contender in args.contenders:
+            runs = results.get((contender, n)) or []
+            if not runs:
+                cells.append("-")
+                continue
+            loads += [x for c in runs for x in c["load"]]
+            client = median([c["cpu_client"] for c in runs]) * 1e6
+            server = median([c["cpu_server"] for c in runs]) * 1e6
+            total = median([c["cpu_client"] + c["cpu_server"] for c in runs]) * 1e6
+            cells.append(f"{client:,.0f} + {server:,.0f} = {total:,.0f}")
+        print(f"| {n} | " + " | ".join(cells) + f" | {min(loads):.1f}-{max(loads):.1f} |")
     lines = []
-    for name in ("skiplock", "skiplock-before"):
+    for name in ("skiplock", "skiplock-before", "skiplock-inline"):
         if name not in args.contenders:
             continue
         sk = {n: med[(name, n)] for n in args.workers}
@@ -434,6 +507,9 @@ def print_table(mode: str, results: dict, args) -> None:
                 ratios.append(f"{n}: {median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})")
             lines.append(f"{name} / bare loop at the same process count, median (min-max) of the per-round ratios: "
                          + ", ".join(ratios) + ".")
+            cpu = ", ".join(f"{n}: {median([c['cpu_client'] + c['cpu_server'] for c in results[('bare', n)]]) / median([c['cpu_client'] + c['cpu_server'] for c in results[(name, n)]]):.2f}"
+                            for n in args.workers)
+            lines.append(f"{name}: bare loop's CPU per job / {name}'s (the throughput ratio on a saturated machine): {cpu}.")
         if "pgqueuer" in args.contenders:
             ratios = ", ".join(f"{n}: {sk[n] / med[('pgqueuer', n)]:.1f}x" for n in args.workers if med[("pgqueuer", n)] > 0)
             lines.append(f"{name} / PGQueuer (medians): {ratios}.")
@@ -618,6 +694,7 @@ def main(argv=None) -> None:
         modes.append(args.sustained_mode)
     for mode in modes:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
+            args.data_dir = cluster.data_dir
             dsn = prepare_database(cluster, pgqueuer="pgqueuer" in args.contenders
                                    or (args.sustained and "pgqueuer" in args.sustained_contenders))
             if args.with_limits:
