@@ -629,8 +629,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default="durable,relaxed", help="durable,relaxed")
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
-    parser.add_argument("--contenders", default="skiplock,naive,pgqueuer,bare",
-                        help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree)")
+    parser.add_argument("--contenders", default=None,
+                        help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree); "
+                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer,bare)")
     parser.add_argument("--runs", type=int, default=3,
                         help="rounds per worker count; each round runs every contender once, in rotated order")
     parser.add_argument("--before-tree", type=Path, default=None,
@@ -655,14 +656,17 @@ def parse_args(argv=None):
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     parser.add_argument("--headline", action="store_true",
                         help="the headline comparison `make bench` runs (about 8 minutes): relaxed only, "
-                             "skiplock,pgqueuer,bare at 1,2,4,16 workers, 3 rounds, 2 s warm-up, 5 s windows, no sustained test")
+                             "skiplock,pgqueuer,bare at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
+                             "80k jobs per cell, no sustained test")
     args = parser.parse_args(argv)
     if args.headline:
-        args.modes, args.workers, args.contenders, args.runs = "relaxed", "1,2,4,16", "skiplock,pgqueuer,bare", 3
-        args.window, args.warmup, args.cell_jobs, args.sustained = 5.0, 2.0, 100_000, False
+        args.modes, args.workers, args.runs = "relaxed", "1,2,4,16", 3
+        args.contenders = args.contenders or "skiplock,pgqueuer,bare"
+        args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 80_000, False
     if args.quick:
         args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0
         args.cell_jobs, args.backlog, args.duration = 100_000, 200_000, 60.0
+    args.contenders = args.contenders or "skiplock,naive,pgqueuer,bare"
     args.modes = [m for m in args.modes.split(",") if m]
     args.workers = [int(n) for n in args.workers.split(",")]
     args.contenders = [c for c in args.contenders.split(",") if c]

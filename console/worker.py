@@ -6,9 +6,10 @@ One process runs:
   records failures, and writes the worker's counters every `flush_interval` seconds;
 - `concurrency` handler threads that run the user's functions and report back. The main loop
   hands them groups, not single jobs: the jobs of a batch whose kinds ran fast so far (under
-  FAST_JOB on average here) go to one thread together, one hand-off each way for the group; a
-  thread gives the rest of its group back to the pool as soon as one job runs long (SPLIT_AFTER),
-  so a kind that turns slow holds the others up by one job at most. Other jobs go one per thread.
+  FAST_JOB on average here) go to one thread together, one hand-off each way for the group; when
+  one job of a group has run SPLIT_AFTER, the main loop hands the group's remaining jobs to the
+  pool one by one, so a kind that turns slow holds the others up by milliseconds, not by its own
+  runtime. Other jobs go one per thread.
   Handlers registered `inline=True` run on the main loop's thread itself (no hand-off at all);
 - while a batch of fast jobs runs, the main loop already claims the next one (prefetch: at most
   one batch beyond `concurrency`, and only while every job of the last batch was fast, so a
@@ -52,6 +53,7 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -72,8 +74,19 @@ BATCH_WAIT = 0.05
 # its jobs are handed to a handler thread as one group, and the worker prefetches its batches.
 FAST_JOB = 0.001
 RUNTIME_WEIGHT = 0.2
-# A thread working through a group gives the rest back to the pool after a job this long.
+# When one job of a group has run this long, the group's remaining jobs go back to the pool.
 SPLIT_AFTER = 0.005
+
+
+class Group:
+    """Jobs one handler thread runs in turn. Its thread and the main loop both take jobs from
+    the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it."""
+
+    __slots__ = ("jobs", "current_since")
+
+    def __init__(self, jobs: list[q.Job]) -> None:
+        self.jobs = deque(jobs)
+        self.current_since: float | None = None  # when the job running now started
 # How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
 # meanwhile the fast claim already leaves a newly limited queue alone, in the database).
 LIMITS_REFRESH = 2.0
@@ -152,7 +165,8 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
 
-        self._work: queue_module.Queue[list[q.Job] | None] = queue_module.Queue()
+        self._work: queue_module.Queue[Group | None] = queue_module.Queue()
+        self._groups: list[Group] = []  # groups of more than one job that may still have jobs to give
         self._results: queue_module.Queue[list[Outcome]] = queue_module.Queue()
         self._runtime: dict[str, float] = {}  # kind -> moving average of its runs here (seconds)
         self._ahead = False  # every job of the last batch was fast: prefetch the next one
@@ -205,12 +219,13 @@ class Worker:
             if group is None:
                 return
             outcomes: list[Outcome] = []
-            for i, job in enumerate(group):
-                outcomes.append(self._run_one(job))
-                if outcomes[-1].seconds >= SPLIT_AFTER and i + 1 < len(group):
-                    for rest in group[i + 1:]:  # not fast after all: let idle threads take the rest
-                        self._work.put([rest])
+            while True:
+                try:
+                    job = group.jobs.popleft()
+                except IndexError:
                     break
+                group.current_since = time.monotonic()
+                outcomes.append(self._run_one(job))
             self._results.put(outcomes)  # one report per group
             self._wake.set()
 
@@ -365,12 +380,41 @@ class Worker:
                 fast.append(job)
             else:
                 slow = True
-                self._work.put([job])
+                self._work.put(Group([job]))
         if fast:
-            self._work.put(fast)
+            group = Group(fast)
+            if len(fast) > 1:
+                self._groups.append(group)
+            self._work.put(group)
         self._ahead = not slow
         if inline:
             self._results.put([self._run_one(job) for job in inline])
+
+    def _split_long_groups(self) -> float | None:
+        """Hand the rest of every group whose current job has run SPLIT_AFTER to the pool, one
+        job per hand-off. Returns how soon to look again (None: no group left to watch); a
+        group no thread has started yet is looked at every BATCH_WAIT, a started one sooner."""
+        if not self._groups:
+            return None
+        now = time.monotonic()
+        keep: list[Group] = []
+        for group in self._groups:
+            if not group.jobs:
+                continue  # all taken: nothing left to give
+            if group.current_since is not None and now - group.current_since >= SPLIT_AFTER:
+                while True:
+                    try:
+                        job = group.jobs.popleft()
+                    except IndexError:
+                        break
+                    self._work.put(Group([job]))
+                continue
+            keep.append(group)
+        self._groups = keep
+        if not keep:
+            return None
+        started = [g.current_since for g in keep if g.current_since is not None]
+        return max(min(started) + SPLIT_AFTER - now, 0.001) if started else BATCH_WAIT
 
     def _take_results(self, done: list[q.Job], failures: list[Outcome]) -> float | None:
         """Drain the handlers' reports into `done` and `failures`; returns the time the first
@@ -424,6 +468,7 @@ class Worker:
         target = min(self.batch_size, self.concurrency)
         while True:
             self._wake.clear()
+            self._split_long_groups()
             since = self._take_results(done, failures)
             if since is not None:
                 done_since = since
@@ -496,6 +541,9 @@ class Worker:
             if not self._results.empty():
                 continue
             timeout = self.poll_interval
+            look_again = self._split_long_groups()
+            if look_again is not None:  # a group is running: look when it may need splitting
+                timeout = min(timeout, look_again)
             if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
                 timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
             last_flush = self._idle(time.monotonic() + timeout, last_flush)
