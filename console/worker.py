@@ -567,6 +567,16 @@ class Worker:
             last_flush = time.monotonic()
 
     def _shutdown(self) -> int:
+        # Jobs no thread has started are released below: take them out of the pool first, so
+        # a thread does not start one after its release (fencing would refuse its completion,
+        # but it would have run for nothing).
+        for group in self._groups:
+            group.jobs.clear()
+        while True:
+            try:
+                self._work.get_nowait()
+            except queue_module.Empty:
+                break
         for _ in range(self.concurrency):
             self._work.put(None)
         finished: list[q.Job] = []
