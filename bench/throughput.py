@@ -71,7 +71,7 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits")
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits", "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
 NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
@@ -134,8 +134,11 @@ def add_limits(dsn: str) -> None:
 
 # --- the contenders' worker processes ------------------------------------------------------------
 
-def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_at: float, counts, out) -> None:
-    """Complete the previous batch and claim the next in one statement, nothing else."""
+def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None:
+    """Complete the previous batch and claim the next in one statement, nothing else.
+
+    `clock` is the cell's shared state (see Clock): the process reports ready once connected,
+    observes latencies only inside the window the parent opens, and stops when told."""
     worker = f"loop-{os.getpid()}"
     hist = Histogram()
     params = {"worker": worker, "ids": [], "attempts": [], "queues": None, "limit": batch, "lease": 300.0}
@@ -143,7 +146,8 @@ def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_
         cur = conn.cursor()
         id_at = attempts_at = None
         deadlocks = 0
-        while time.time() < stop_at:
+        clock.ready()
+        while not clock.stopped():
             started = time.perf_counter()
             try:
                 cur.execute(sql_text, params, prepare=True)
@@ -157,8 +161,7 @@ def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_
             if id_at is None:
                 names = [c.name for c in cur.description]
                 id_at, attempts_at = names.index("id"), names.index("attempts")
-            now = time.time()
-            if t0 <= now <= t1:
+            if clock.in_window():
                 hist.observe(elapsed)
             claimed = [r for r in rows if r[id_at] is not None]
             params["ids"] = [r[id_at] for r in claimed]
@@ -175,11 +178,11 @@ def loop_worker(dsn: str, sql_text: str, batch: int, t0: float, t1: float, stop_
     out.put(hist.counts)
 
 
-def pgqueuer_worker(dsn: str, batch: int, t0: float, t1: float, stop_at: float, counts, out) -> None:
-    asyncio.run(_pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out))
+def pgqueuer_worker(dsn: str, batch: int, clock, counts, out) -> None:
+    asyncio.run(_pgqueuer_worker(dsn, batch, clock, counts, out))
 
 
-async def _pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out) -> None:
+async def _pgqueuer_worker(dsn, batch, clock, counts, out) -> None:
     from pgqueuer import QueueManager
     from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
     from pgqueuer.queries import Queries
@@ -193,37 +196,132 @@ async def _pgqueuer_worker(dsn, batch, t0, t1, stop_at, counts, out) -> None:
     async def timed_dequeue(*args, **kwargs):
         started = time.perf_counter()
         jobs = await dequeue(*args, **kwargs)
-        if t0 <= time.time() <= t1:
+        if clock.in_window():
             hist.observe(time.perf_counter() - started)
         return jobs
 
     queries.dequeue = timed_dequeue
 
+    # The grid counts completed rows in the database (counts is None): the handler does
+    # nothing, and takes no cross-process lock. The sustained test's counter is per process.
     @manager.entrypoint("noop")
     async def noop(job) -> None:
         if counts is not None:
-            with counts.get_lock():
-                counts.value += 1
+            counts.value += 1  # this process's own slot: no lock shared with the others
 
-    loop = asyncio.get_running_loop()
-    loop.call_later(max(stop_at - time.time(), 0), manager.shutdown.set)
+    async def stop_when_told() -> None:
+        while not clock.stopped():
+            await asyncio.sleep(0.05)
+        manager.shutdown.set()
+
+    stopper = asyncio.create_task(stop_when_told())
+    clock.ready()
     await manager.run(batch_size=batch, dequeue_timeout=timedelta(seconds=1))
+    await stopper
     await conn.close()
     out.put(hist.counts)
 
 
-def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | None = None) -> list[subprocess.Popen]:
+class Clock:
+    """A cell's shared state between the parent and its forked contender processes: how many
+    processes are ready, the measurement window (opened by the parent after all are ready and
+    the warm-up has passed) and the stop flag."""
+
+    def __init__(self, ctx) -> None:
+        self._ready = ctx.Value("i", 0)
+        self._window = ctx.Array("d", [float("inf"), float("inf")], lock=False)
+        self._stop = ctx.Value("b", 0, lock=False)
+
+    def ready(self) -> None:
+        with self._ready.get_lock():
+            self._ready.value += 1
+
+    def count_ready(self) -> int:
+        return self._ready.value
+
+    def open_window(self, t0: float, t1: float) -> None:
+        self._window[0], self._window[1] = t0, t1
+
+    def in_window(self) -> bool:
+        return self._window[0] <= time.time() <= self._window[1]
+
+    def stop(self) -> None:
+        self._stop.value = 1
+
+    def stopped(self) -> bool:
+        return bool(self._stop.value)
+
+
+def cpu_seconds(pids) -> dict[int, float]:
+    """user+system CPU seconds of each live process (all its threads), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    seconds = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds[pid] = (int(fields[11]) + int(fields[12])) / tick
+    return seconds
+
+
+def server_pids(data_dir: Path) -> list[int]:
+    """The postmaster and its children (backends, autovacuum, checkpointer...)."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    children.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return [postmaster, *children]
+
+
+class CpuMeter:
+    """CPU the contender's processes and the server spent in the window. On a saturated machine
+    throughput follows CPU per job, and CPU per job does not depend on the neighbours' load the
+    way jobs/s does (it still rises somewhat with cache and scheduler pressure)."""
+
+    def __init__(self, client_pids, data_dir: Path | None) -> None:
+        self.client_pids, self.data_dir = list(client_pids), data_dir
+
+    def start(self) -> None:
+        self._c0 = cpu_seconds(self.client_pids)
+        self._s0 = cpu_seconds(server_pids(self.data_dir)) if self.data_dir else {}
+
+    def stop(self) -> tuple[float, float]:
+        c1 = cpu_seconds(self.client_pids)
+        s1 = cpu_seconds(server_pids(self.data_dir)) if self.data_dir else {}
+        client = sum(v - self._c0[pid] for pid, v in c1.items() if pid in self._c0)
+        server = sum(v - self._s0.get(pid, 0.0) for pid, v in s1.items())
+        return client, server
+
+
+def wait_ready(count, n: int, procs_alive, what: str, timeout: float = 120.0) -> None:
+    """Wait until all `n` processes of a contender report ready (symmetric warm-up)."""
+    deadline = time.time() + timeout
+    while count() < n:
+        if time.time() > deadline or not procs_alive():
+            raise RuntimeError(f"{what}: {count()} of {n} processes ready")
+        time.sleep(0.02)
+
+
+def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | None = None,
+                           tree: Path = ROOT, tasks: str = "noop_tasks") -> list[subprocess.Popen]:
+    """`n` real `skiplock worker` processes, run from `tree` (this checkout, or --before-tree)."""
     env = dict(os.environ)
     env.update({
         "DATABASE_URL": dsn,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "bench")]),
+        "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT / "bench")]),
         "SKIPLOCK_WORKER_FLUSH_INTERVAL": "1",
         "SKIPLOCK_WORKER_POLL_INTERVAL": "0.2",
         **(extra_env or {}),
     })
-    cmd = [sys.executable, "-m", "console", "worker", "--tasks", "noop_tasks",
+    cmd = [sys.executable, "-m", "console", "worker", "--tasks", tasks,
            "--concurrency", str(args.concurrency), "--batch-size", str(args.batch)]
-    return [subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return [subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             for _ in range(n)]
 
 
@@ -253,26 +351,32 @@ def registry_histogram(conn) -> tuple[list[int], int]:
 # --- one cell of the grid ----------------------------------------------------------------------
 
 def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
+    """One measurement: fill, start `workers` processes, wait until every one reports ready
+    (Skiplock: its registry row; the loops and PGQueuer: connected and about to loop), let
+    them run `warmup` seconds, then count completed rows over `window` seconds."""
     jobs = args.cell_jobs
     if contender == "pgqueuer":
         reset_pgqueuer(dsn, jobs)
     else:
         reset_skiplock(dsn, jobs)
     warmup, window = args.warmup, args.window
+    load_before = os.getloadavg()[0]
     with connect(dsn) as conn:
-        if contender == "skiplock":
-            procs = start_skiplock_workers(dsn, workers, args)
+        if contender.startswith("skiplock"):
+            tree = args.before_tree if contender == "skiplock-before" else ROOT
+            tasks = "noop_inline_tasks" if contender == "skiplock-inline" else "noop_tasks"
+            procs = start_skiplock_workers(dsn, workers, args, tree=tree, tasks=tasks)
             try:
-                deadline = time.time() + 60
-                while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < workers:
-                    if time.time() > deadline or any(p.poll() is not None for p in procs):
-                        raise RuntimeError("skiplock workers did not start")
-                    time.sleep(0.05)
+                wait_ready(lambda: conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0], workers,
+                           lambda: all(p.poll() is None for p in procs), contender)
                 time.sleep(warmup)
+                meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 before_hist, _ = registry_histogram(conn)
+                meter.start()
                 t0, c0 = time.time(), completed_skiplock(conn)
                 time.sleep(window)
                 t1, c1 = time.time(), completed_skiplock(conn)
+                cpu = meter.stop()
                 time.sleep(1.1)  # one more counter flush covering the window's end
                 after_hist, _ = registry_histogram(conn)
             finally:
@@ -281,24 +385,29 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
         else:
             ctx = mp.get_context("fork")
             out = ctx.Queue()
-            start = time.time() + 1.0  # time to fork and connect
-            t0_planned, t1_planned = start + warmup, start + warmup + window
-            stop_at = t1_planned + 0.5
+            clock = Clock(ctx)
             if contender == "pgqueuer":
                 target, extra = pgqueuer_worker, (args.batch,)
             else:
                 sql_text = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL}.get(contender, CLAIM_SQL)
                 target, extra = loop_worker, (sql_text, args.batch)
-            procs = [ctx.Process(target=target, args=(dsn, *extra, t0_planned, t1_planned, stop_at, None, out))
-                     for _ in range(workers)]
+            procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out)) for _ in range(workers)]
             for p in procs:
                 p.start()
-            time.sleep(max(t0_planned - time.time(), 0))
-            t0 = time.time()
-            c0 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
-            time.sleep(max(t1_planned - time.time(), 0))
-            t1 = time.time()
-            c1 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+            try:
+                wait_ready(clock.count_ready, workers, lambda: all(p.is_alive() for p in procs), contender)
+                time.sleep(warmup)
+                meter = CpuMeter([p.pid for p in procs], args.data_dir)
+                clock.open_window(time.time(), time.time() + window)
+                meter.start()
+                t0 = time.time()
+                c0 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+                time.sleep(window)
+                t1 = time.time()
+                c1 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+                cpu = meter.stop()
+            finally:
+                clock.stop()
             hist = [0] * len(Histogram().counts)
             for _ in procs:
                 counts = out.get(timeout=120)
@@ -308,48 +417,103 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     rate = (c1 - c0) / (t1 - t0)
     p50, p99 = quantile(hist, 0.5), quantile(hist, 0.99)
     note = "ran dry" if c1 >= jobs - args.batch * workers else ""
-    return {"rate": rate, "p50": p50, "p99": p99, "note": note}
+    load = (load_before, os.getloadavg()[0])
+    done = max(c1 - c0, 1)
+    return {"rate": rate, "p50": p50, "p99": p99, "note": note, "load": load,
+            "cpu_client": cpu[0] / done, "cpu_server": cpu[1] / done}
 
 
 def ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.2f}"
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def run_grid(mode: str, dsn: str, args) -> dict:
+    """Every worker count, `runs` rounds; in each round every contender once, the order
+    rotated from round to round so no contender always runs first (or last) on a machine
+    whose load moves."""
     print(f"\n## grid, {mode} durability ({describe(mode)})", flush=True)
-    results: dict[tuple[str, int], dict] = {}
+    results: dict[tuple[str, int], list[dict]] = {}
     for n in args.workers:
-        for contender in args.contenders:
-            cell = run_cell(contender, dsn, n, args)
-            results[(contender, n)] = cell
-            print(f"  {contender:9s} workers={n:2d}  {cell['rate']:8.0f} jobs/s  claim p50 {ms(cell['p50'])} ms"
-                  f"  p99 {ms(cell['p99'])} ms {cell['note']}", flush=True)
+        for r in range(args.runs):
+            shift = r % len(args.contenders)
+            for contender in args.contenders[shift:] + args.contenders[:shift]:
+                cell = run_cell(contender, dsn, n, args)
+                cell["round"] = r
+                results.setdefault((contender, n), []).append(cell)
+                print(f"  round {r + 1} {contender:15s} workers={n:2d}  {cell['rate']:8.0f} jobs/s  claim p50 {ms(cell['p50'])} ms"
+                      f"  p99 {ms(cell['p99'])} ms  cpu/job client {cell['cpu_client'] * 1e6:5.0f} us server {cell['cpu_server'] * 1e6:5.0f} us"
+                      f"  load {cell['load'][0]:.1f}->{cell['load'][1]:.1f} {cell['note']}", flush=True)
     print_table(mode, results, args)
     return results
 
 
 def print_table(mode: str, results: dict, args) -> None:
-    print(f"\n### {mode} durability: jobs/s (claim p50 / p99 ms)\n")
-    header = "| workers | " + " | ".join(args.contenders) + " |"
+    print(f"\n### {mode} durability: jobs/s, median (min-max) of {args.runs} run(s); claim p50 / p99 ms of the median run;"
+          " 1-min load average during the cells\n")
+    header = "| workers | " + " | ".join(args.contenders) + " | load avg |"
     print(header)
-    print("|---:|" + "---:|" * len(args.contenders))
+    print("|---:|" + "---:|" * len(args.contenders) + "---:|")
+    med: dict[tuple[str, int], float] = {}
     for n in args.workers:
-        cells = []
+        cells, loads = [], []
         for contender in args.contenders:
-            cell = results.get((contender, n))
-            cells.append("-" if cell is None else f"{cell['rate']:,.0f} ({ms(cell['p50'])} / {ms(cell['p99'])}){' ' + cell['note'] if cell['note'] else ''}")
-        print(f"| {n} | " + " | ".join(cells) + " |")
-    if "skiplock" in args.contenders:
-        sk = {n: results[("skiplock", n)]["rate"] for n in args.workers if ("skiplock", n) in results}
+            runs = results.get((contender, n)) or []
+            if not runs:
+                cells.append("-")
+                continue
+            rates = [c["rate"] for c in runs]
+            med[(contender, n)] = m = median(rates)
+            mid = min(runs, key=lambda c: abs(c["rate"] - m))
+            loads += [x for c in runs for x in c["load"]]
+            spread = f" ({min(rates):,.0f}-{max(rates):,.0f})" if len(rates) > 1 else ""
+            notes = " ran dry" if any(c["note"] for c in runs) else ""
+            cells.append(f"{m:,.0f}{spread} ({ms(mid['p50'])} / {ms(mid['p99'])}){notes}")
+        print(f"| {n} | " + " | ".join(cells) + f" | {min(loads):.1f}-{max(loads):.1f} |")
+    print(f"\n### {mode} durability: CPU per job in microseconds, client + server = total, median of {args.runs} run(s)\n")
+    print(header)
+    print("|---:|" + "---:|" * len(args.contenders) + "---:|")
+    for n in args.workers:
+        cells, loads = [], []
+        for contender in args.contenders:
+            runs = results.get((contender, n)) or []
+            if not runs:
+                cells.append("-")
+                continue
+            loads += [x for c in runs for x in c["load"]]
+            client = median([c["cpu_client"] for c in runs]) * 1e6
+            server = median([c["cpu_server"] for c in runs]) * 1e6
+            total = median([c["cpu_client"] + c["cpu_server"] for c in runs]) * 1e6
+            cells.append(f"{client:,.0f} + {server:,.0f} = {total:,.0f}")
+        print(f"| {n} | " + " | ".join(cells) + f" | {min(loads):.1f}-{max(loads):.1f} |")
+    lines = []
+    for name in ("skiplock", "skiplock-before", "skiplock-inline"):
+        if name not in args.contenders:
+            continue
+        sk = {n: med[(name, n)] for n in args.workers}
         peak = max(sk.values())
-        lines = [f"Skiplock peak {peak:,.0f} jobs/s; at {max(args.workers)} workers {sk[max(args.workers)] / peak:.0%} of peak."]
-        if "pgqueuer" in args.contenders:
-            pq = {n: results[("pgqueuer", n)]["rate"] for n in args.workers}
-            lines.append(f"PGQueuer best {max(pq.values()):,.0f}; Skiplock peak / PGQueuer best = {peak / max(pq.values()):.2f}x; "
-                         f"Skiplock ahead at every count: {all(sk[n] > pq[n] for n in args.workers)}.")
+        lines.append(f"{name}: peak {peak:,.0f} jobs/s; at {max(args.workers)} workers {sk[max(args.workers)] / peak:.0%} of peak.")
         if "bare" in args.contenders:
-            ratios = ", ".join(f"{n}: {sk[n] / results[('bare', n)]['rate']:.0%}" for n in args.workers)
-            lines.append(f"Skiplock / bare loop at the same process count: {ratios}.")
+            ratios = []
+            for n in args.workers:
+                # per round (the contenders of a round ran back to back), then the median
+                paired = [a["rate"] / b["rate"] for a in results[(name, n)] for b in results[("bare", n)]
+                          if a["round"] == b["round"] and b["rate"] > 0]
+                ratios.append(f"{n}: {median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})")
+            lines.append(f"{name} / bare loop at the same process count, median (min-max) of the per-round ratios: "
+                         + ", ".join(ratios) + ".")
+            cpu = ", ".join(f"{n}: {median([c['cpu_client'] + c['cpu_server'] for c in results[('bare', n)]]) / median([c['cpu_client'] + c['cpu_server'] for c in results[(name, n)]]):.2f}"
+                            for n in args.workers)
+            lines.append(f"{name}: bare loop's CPU per job / {name}'s (the throughput ratio on a saturated machine): {cpu}.")
+        if "pgqueuer" in args.contenders:
+            ratios = ", ".join(f"{n}: {sk[n] / med[('pgqueuer', n)]:.1f}x" for n in args.workers if med[("pgqueuer", n)] > 0)
+            lines.append(f"{name} / PGQueuer (medians): {ratios}.")
+    if lines:
         print("\n" + "\n".join(lines))
 
 
@@ -386,21 +550,24 @@ def sustained(dsn: str, args) -> None:
             else:
                 ctx = mp.get_context("fork")
                 out = ctx.Queue()
-                counts = ctx.Value("q", 0)
-                start = time.time() + 1.0
-                stop_at = start + args.duration
-                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, start, stop_at, stop_at, counts, out))
-                         for _ in range(n)]
+                counters = [ctx.Value("q", 0, lock=False) for _ in range(n)]  # one per process, no shared lock
+                clock = Clock(ctx)
+                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, clock, counters[i], out))
+                         for i in range(n)]
                 for p in procs:
                     p.start()
-                time.sleep(max(start - time.time(), 0))
-                last_t, last_c = time.time(), counts.value
+                wait_ready(clock.count_ready, n, lambda procs=procs: all(p.is_alive() for p in procs), contender)
+                start = time.time()
+                stop_at = start + args.duration
+                clock.open_window(start, stop_at)
+                last_t, last_c = time.time(), sum(c.value for c in counters)
                 while time.time() < stop_at - 0.1:
                     time.sleep(args.interval)
-                    now, done = time.time(), counts.value
+                    now, done = time.time(), sum(c.value for c in counters)
                     rates.append((done - last_c) / (now - last_t))
                     last_t, last_c = now, done
                     print(f"    {contender} t={now - start:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
+                clock.stop()
                 for _ in procs:
                     out.get(timeout=120)
                 for p in procs:
@@ -462,7 +629,13 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", default="durable,relaxed", help="durable,relaxed")
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
-    parser.add_argument("--contenders", default=",".join(CONTENDERS))
+    parser.add_argument("--contenders", default=None,
+                        help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree); "
+                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer,bare)")
+    parser.add_argument("--runs", type=int, default=3,
+                        help="rounds per worker count; each round runs every contender once, in rotated order")
+    parser.add_argument("--before-tree", type=Path, default=None,
+                        help="another checkout of Skiplock (e.g. main) whose worker runs as contender skiplock-before")
     parser.add_argument("--window", type=float, default=10.0, help="measured seconds per cell")
     parser.add_argument("--warmup", type=float, default=2.0, help="seconds before the window opens")
     parser.add_argument("--cell-jobs", type=int, default=200_000, help="pre-filled jobs per cell")
@@ -481,10 +654,19 @@ def parse_args(argv=None):
                         help="give another queue and another kind limits first (the benchmarked queue has none)")
     parser.add_argument("--quick", action="store_true",
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
+    parser.add_argument("--headline", action="store_true",
+                        help="the headline comparison `make bench` runs (about 8 minutes): relaxed only, "
+                             "skiplock,pgqueuer,bare at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
+                             "80k jobs per cell, no sustained test")
     args = parser.parse_args(argv)
+    if args.headline:
+        args.modes, args.workers, args.runs = "relaxed", "1,2,4,16", 3
+        args.contenders = args.contenders or "skiplock,pgqueuer,bare"
+        args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 80_000, False
     if args.quick:
         args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0
         args.cell_jobs, args.backlog, args.duration = 100_000, 200_000, 60.0
+    args.contenders = args.contenders or "skiplock,naive,pgqueuer,bare"
     args.modes = [m for m in args.modes.split(",") if m]
     args.workers = [int(n) for n in args.workers.split(",")]
     args.contenders = [c for c in args.contenders.split(",") if c]
@@ -492,6 +674,10 @@ def parse_args(argv=None):
     unknown = set(args.contenders) - set(CONTENDERS)
     if unknown or any(m not in MODES for m in args.modes):
         parser.error(f"unknown contender or mode: {sorted(unknown) or args.modes}")
+    if "skiplock-before" in args.contenders and args.before_tree is None:
+        parser.error("contender skiplock-before needs --before-tree PATH")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     return args
 
 
@@ -501,6 +687,7 @@ def main(argv=None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     print(f"# bench/throughput.py {' '.join(sys.argv[1:])}")
     print(f"host: {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, psycopg {psycopg.__version__}")
+    print(f"started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average {loadavg()}")
     try:
         from importlib.metadata import version
         print(f"pgqueuer {version('pgqueuer')}")
@@ -511,6 +698,7 @@ def main(argv=None) -> None:
         modes.append(args.sustained_mode)
     for mode in modes:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
+            args.data_dir = cluster.data_dir
             dsn = prepare_database(cluster, pgqueuer="pgqueuer" in args.contenders
                                    or (args.sustained and "pgqueuer" in args.sustained_contenders))
             if args.with_limits:
@@ -521,6 +709,11 @@ def main(argv=None) -> None:
                 run_grid(mode, dsn, args)
             if args.sustained and mode == args.sustained_mode:
                 sustained(dsn, args)
+    print(f"\nfinished {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load average {loadavg()}")
+
+
+def loadavg() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg()) + " (1 / 5 / 15 min)"
 
 
 if __name__ == "__main__":

@@ -112,8 +112,10 @@ class Job:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
-        names = cls.__dataclass_fields__.keys() - {"extra"}
-        return cls(**{name: row[name] for name in names})
+        return cls(**{name: row[name] for name in _JOB_COLUMNS})
+
+
+_JOB_COLUMNS = tuple(name for name in Job.__dataclass_fields__ if name != "extra")
 
 
 def _payload(payload: Any) -> Jsonb:
@@ -411,11 +413,27 @@ def complete_and_claim(
         "limit": limit,
         "lease": float(lease),
     }
-    with _own_transaction(conn, "complete_and_claim"), conn.cursor(row_factory=dict_row) as cur:
+    with _own_transaction(conn, "complete_and_claim"), conn.cursor() as cur:
         rows = cur.execute(query("queue", "complete_and_claim"), params, prepare=True).fetchall()
-    completed = list(rows[0]["completed_ids"]) if rows else []
-    claimed = [Job.from_row(row) for row in rows if row["id"] is not None]
+        _check_job_columns(cur, skip=1)
+    completed = list(rows[0][0]) if rows else []
+    # Tuple rows, the job's columns in Job's field order (checked above): the worker's hot path.
+    claimed = [Job(*row[1:]) for row in rows if row[1] is not None]
     return completed, claimed
+
+
+_checked_descriptions: set[tuple[str, ...]] = set()
+
+
+def _check_job_columns(cur: psycopg.Cursor, *, skip: int) -> None:
+    """Refuse a statement whose columns after the first `skip` are not Job's fields in order
+    (so a positional Job(*row) cannot silently swap two of them); checked once per shape."""
+    names = tuple(c.name for c in cur.description or ())
+    if names in _checked_descriptions:
+        return
+    if names[skip:] != _JOB_COLUMNS:
+        raise RuntimeError(f"complete_and_claim returns {names[skip:]}, expected Job's fields {_JOB_COLUMNS}")
+    _checked_descriptions.add(names)
 
 
 def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:

@@ -6,6 +6,10 @@ side_effect_key, ...). Returning normally completes the job; raising fails the a
 
 `@console.task("kind", concurrency=N)` also caps how many jobs of that kind run at once across
 the whole fleet (console.limits; each worker writes its kinds' limits when it starts).
+
+`@console.task("kind", inline=True)` runs the handler on the worker's claim thread instead of a
+handler thread: no hand-off between threads, but while it runs the worker claims nothing, so
+mark only handlers that finish in about a millisecond and never block (no network, no sleep).
 """
 
 from __future__ import annotations
@@ -18,18 +22,22 @@ Handler = Callable[[Any], Any]
 
 _registry: dict[str, Handler] = {}
 _concurrency: dict[str, int | None] = {}
+_inline: set[str] = set()
 
 
 class UnknownTask(LookupError):
     """A job's kind has no handler in this worker."""
 
 
-def task(kind: str, *, concurrency: int | None = None) -> Callable[[Handler], Handler]:
-    """Bind `kind` to the decorated function; `concurrency` caps its running jobs fleet-wide."""
+def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> Callable[[Handler], Handler]:
+    """Bind `kind` to the decorated function; `concurrency` caps its running jobs fleet-wide;
+    `inline` runs it on the worker's claim thread (short, non-blocking handlers only)."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("a task kind must be a non-empty string")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
         raise ValueError(f"task {kind!r}: concurrency must be a positive whole number (got {concurrency!r})")
+    if not isinstance(inline, bool):
+        raise ValueError(f"task {kind!r}: inline must be True or False (got {inline!r})")
 
     def register(func: Handler) -> Handler:
         existing = _registry.get(kind)
@@ -37,6 +45,7 @@ def task(kind: str, *, concurrency: int | None = None) -> Callable[[Handler], Ha
             raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
         _registry[kind] = func
         _concurrency[kind] = concurrency
+        (_inline.add if inline else _inline.discard)(kind)
         return func
 
     return register
@@ -47,6 +56,11 @@ def handler_for(kind: str) -> Handler:
         return _registry[kind]
     except KeyError:
         raise UnknownTask(f"no handler registered for kind {kind!r} in this worker (known: {', '.join(sorted(_registry)) or 'none'})") from None
+
+
+def is_inline(kind: str) -> bool:
+    """True when the kind's handler was registered with inline=True."""
+    return kind in _inline
 
 
 def registered() -> dict[str, Handler]:

@@ -4,7 +4,18 @@ One process runs:
 - the main loop (this module's `Worker.run`), the only user of the main connection: it
   completes what finished and claims the next batch in one statement (`complete_and_claim`),
   records failures, and writes the worker's counters every `flush_interval` seconds;
-- `concurrency` handler threads that run the user's functions and report back;
+- `concurrency` handler threads that run the user's functions and report back. The main loop
+  hands them groups, not single jobs: the jobs of a batch whose kinds ran fast so far (under
+  FAST_JOB on average here) go to one thread together, one hand-off each way for the group; when
+  one job of a group has run SPLIT_AFTER, the main loop hands the group's remaining jobs to the
+  pool one by one, so a kind that turns slow holds the others up by milliseconds, not by its own
+  runtime. Other jobs go one per thread.
+  Handlers registered `inline=True` run on the main loop's thread itself (no hand-off at all);
+- while a batch of fast jobs runs, the main loop already claims the next one (prefetch: at most
+  one batch beyond `concurrency`, and only while every job of the last batch was fast, so a
+  prefetched job waits milliseconds, not a good part of its lease; the heartbeat extends the
+  leases of everything the worker holds, waiting or running). Limited queues and kinds never
+  prefetch: they are claimed only into free handler slots;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
   main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
 - a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
@@ -42,6 +53,7 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,6 +70,23 @@ log = logging.getLogger("skiplock.worker")
 
 # Longest a finished job waits for its completion to ride along with the next batch claim.
 BATCH_WAIT = 0.05
+# A kind whose runs took less than this on average (RUNTIME_WEIGHT for the newest run) is fast:
+# its jobs are handed to a handler thread as one group, and the worker prefetches its batches.
+FAST_JOB = 0.001
+RUNTIME_WEIGHT = 0.2
+# When one job of a group has run this long, the group's remaining jobs go back to the pool.
+SPLIT_AFTER = 0.005
+
+
+class Group:
+    """Jobs one handler thread runs in turn. Its thread and the main loop both take jobs from
+    the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it."""
+
+    __slots__ = ("jobs", "current_since")
+
+    def __init__(self, jobs: list[q.Job]) -> None:
+        self.jobs = deque(jobs)
+        self.current_since: float | None = None  # when the job running now started
 # How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
 # meanwhile the fast claim already leaves a newly limited queue alone, in the database).
 LIMITS_REFRESH = 2.0
@@ -136,8 +165,11 @@ class Worker:
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
 
-        self._work: queue_module.Queue[q.Job | None] = queue_module.Queue()
-        self._results: queue_module.Queue[Outcome] = queue_module.Queue()
+        self._work: queue_module.Queue[Group | None] = queue_module.Queue()
+        self._groups: list[Group] = []  # groups of more than one job that may still have jobs to give
+        self._results: queue_module.Queue[list[Outcome]] = queue_module.Queue()
+        self._runtime: dict[str, float] = {}  # kind -> moving average of its runs here (seconds)
+        self._ahead = False  # every job of the last batch was fast: prefetch the next one
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._stop_now = threading.Event()
@@ -171,18 +203,30 @@ class Worker:
 
     # --- threads -------------------------------------------------------------------------
 
+    @staticmethod
+    def _run_one(job: q.Job) -> Outcome:
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            tasks.handler_for(job.kind)(job)
+        except BaseException as exc:  # a handler's failure is the job's, never the worker's
+            error = exc
+        return Outcome(job, error, time.monotonic() - started)
+
     def _handler_loop(self) -> None:
         while True:
-            job = self._work.get()
-            if job is None:
+            group = self._work.get()
+            if group is None:
                 return
-            started = time.monotonic()
-            error: BaseException | None = None
-            try:
-                tasks.handler_for(job.kind)(job)
-            except BaseException as exc:  # a handler's failure is the job's, never the worker's
-                error = exc
-            self._results.put(Outcome(job, error, time.monotonic() - started))
+            outcomes: list[Outcome] = []
+            while True:
+                try:
+                    job = group.jobs.popleft()
+                except IndexError:
+                    break
+                group.current_since = time.monotonic()
+                outcomes.append(self._run_one(job))
+            self._results.put(outcomes)  # one report per group
             self._wake.set()
 
     def _listen_loop(self) -> None:
@@ -310,19 +354,94 @@ class Worker:
                      outcome.job.attempts, type(error).__name__, status or "claim lost")
 
     def _dispatch(self, jobs: list[q.Job], claim_seconds: float) -> None:
+        """Count the claim, hand the jobs to the pool (fast ones as one group) and run the
+        inline ones here, after the pool has its share."""
         self.counters.claim_calls += 1
         self.counters.claim_seconds_sum += claim_seconds
         self.counters.claim_histogram.observe(claim_seconds)
+        if not jobs:
+            return
         now = time.monotonic()
+        with self._lock:
+            for job in jobs:
+                self._in_flight[job.id] = (job, now)
+        self.counters.claimed += len(jobs)
+        self.counters.pickup_count += len(jobs)
+        fast: list[q.Job] = []
+        inline: list[q.Job] = []
+        slow = False
         for job in jobs:
-            self.counters.claimed += 1
             pickup = max((job.locked_at - job.run_at).total_seconds(), 0.0)
-            self.counters.pickup_count += 1
             self.counters.pickup_seconds_sum += pickup
             self.counters.pickup_histogram.observe(pickup)
+            if tasks.is_inline(job.kind):
+                inline.append(job)
+            elif self._runtime.get(job.kind, FAST_JOB) < FAST_JOB:
+                fast.append(job)
+            else:
+                slow = True
+                self._work.put(Group([job]))
+        if fast:
+            group = Group(fast)
+            if len(fast) > 1:
+                self._groups.append(group)
+            self._work.put(group)
+        self._ahead = not slow
+        if inline:
+            self._results.put([self._run_one(job) for job in inline])
+
+    def _split_long_groups(self) -> float | None:
+        """Hand the rest of every group whose current job has run SPLIT_AFTER to the pool, one
+        job per hand-off. Returns how soon to look again (None: no group left to watch); a
+        group no thread has started yet is looked at every BATCH_WAIT, a started one sooner."""
+        if not self._groups:
+            return None
+        now = time.monotonic()
+        keep: list[Group] = []
+        for group in self._groups:
+            if not group.jobs:
+                continue  # all taken: nothing left to give
+            if group.current_since is not None and now - group.current_since >= SPLIT_AFTER:
+                while True:
+                    try:
+                        job = group.jobs.popleft()
+                    except IndexError:
+                        break
+                    self._work.put(Group([job]))
+                continue
+            keep.append(group)
+        self._groups = keep
+        if not keep:
+            return None
+        started = [g.current_since for g in keep if g.current_since is not None]
+        return max(min(started) + SPLIT_AFTER - now, 0.001) if started else BATCH_WAIT
+
+    def _take_results(self, done: list[q.Job], failures: list[Outcome]) -> float | None:
+        """Drain the handlers' reports into `done` and `failures`; returns the time the first
+        finished job joined an empty `done` (None if none did)."""
+        since: float | None = None
+        while True:
+            try:
+                outcomes = self._results.get_nowait()
+            except queue_module.Empty:
+                return since
             with self._lock:
-                self._in_flight[job.id] = (job, now)
-            self._work.put(job)
+                for outcome in outcomes:
+                    self._in_flight.pop(outcome.job.id, None)
+            for outcome in outcomes:
+                self.counters.runtime_histogram.observe(outcome.seconds)
+                kind = outcome.job.kind
+                previous = self._runtime.get(kind)
+                self._runtime[kind] = outcome.seconds if previous is None else \
+                    previous + RUNTIME_WEIGHT * (outcome.seconds - previous)
+                if self._limits.units:  # a slot of its queue (kind) is free now: try it
+                    self._limits.poke(queue=outcome.job.queue, kind=kind)
+                if outcome.error is None:
+                    if not done and since is None:
+                        since = time.monotonic()
+                    done.append(outcome.job)
+                else:
+                    failures.append(outcome)
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
@@ -349,33 +468,23 @@ class Worker:
         target = min(self.batch_size, self.concurrency)
         while True:
             self._wake.clear()
-            while True:
-                try:
-                    outcome = self._results.get_nowait()
-                except queue_module.Empty:
-                    break
-                self.counters.runtime_histogram.observe(outcome.seconds)
-                if self._limits.units:  # a slot of its queue (kind) is free now: try it
-                    self._limits.poke(queue=outcome.job.queue, kind=outcome.job.kind)
-                with self._lock:
-                    self._in_flight.pop(outcome.job.id, None)
-                if outcome.error is None:
-                    if not done:
-                        done_since = time.monotonic()
-                    done.append(outcome.job)
-                else:
-                    failures.append(outcome)
+            self._split_long_groups()
+            since = self._take_results(done, failures)
+            if since is not None:
+                done_since = since
 
             stopping = self._stopping.is_set()
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
-                free = self.concurrency - len(self._in_flight)
+                free = self.concurrency - len(self._in_flight)  # handler slots
+                room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
                 overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
-                if stopping or free == 0:
+                if stopping or room <= 0:
                     limit = 0
-                elif free >= target or not self._in_flight or overdue:
-                    limit = min(self.batch_size, free)
+                elif room >= (min(self.batch_size, self.concurrency + self.batch_size) if self._ahead else target) \
+                        or not self._in_flight or overdue:
+                    limit = min(self.batch_size, room)
                 else:
                     limit = 0
                 claimed: list[q.Job] = []
@@ -390,7 +499,8 @@ class Worker:
                             self.counters.completed += len(completed)
                             self.counters.lost += len(done) - len(completed)
                             done = []
-                        claimed = self._limits.claim(conn, limit, now=started)
+                        if free > 0:  # limited units fill free slots only, never ahead
+                            claimed = self._limits.claim(conn, min(limit, free), now=started)
                     if len(claimed) < limit:
                         completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
                                                                limit=limit - len(claimed), lease=self.lease)
@@ -431,6 +541,9 @@ class Worker:
             if not self._results.empty():
                 continue
             timeout = self.poll_interval
+            look_again = self._split_long_groups()
+            if look_again is not None:  # a group is running: look when it may need splitting
+                timeout = min(timeout, look_again)
             if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
                 timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
             last_flush = self._idle(time.monotonic() + timeout, last_flush)
@@ -454,15 +567,25 @@ class Worker:
             last_flush = time.monotonic()
 
     def _shutdown(self) -> int:
+        # Jobs no thread has started are released below: take them out of the pool first, so
+        # a thread does not start one after its release (fencing would refuse its completion,
+        # but it would have run for nothing).
+        for group in self._groups:
+            group.jobs.clear()
+        while True:
+            try:
+                self._work.get_nowait()
+            except queue_module.Empty:
+                break
         for _ in range(self.concurrency):
             self._work.put(None)
         finished: list[q.Job] = []
         failures: list[Outcome] = []
         while not self._results.empty():
-            outcome = self._results.get_nowait()
-            with self._lock:
-                self._in_flight.pop(outcome.job.id, None)
-            (finished.append(outcome.job) if outcome.error is None else failures.append(outcome))
+            for outcome in self._results.get_nowait():
+                with self._lock:
+                    self._in_flight.pop(outcome.job.id, None)
+                (finished.append(outcome.job) if outcome.error is None else failures.append(outcome))
         with self._lock:
             left = [job for job, _ in self._in_flight.values()]
         try:
