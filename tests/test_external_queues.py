@@ -211,3 +211,35 @@ def test_a_bad_entry_stops_the_collect_command_naming_it(subprocess_env, tmp_pat
                           env={**subprocess_env, "SKIPLOCK_CONFIG": str(config)}, timeout=60)
     assert proc.returncode != 0
     assert "[[external_queues]] 'app': table public.app_jobs does not exist" in proc.stderr, proc.stderr
+
+
+def test_the_advisor_page_shows_each_sources_checks_from_the_stored_run(conn, web_app, client_as):
+    """The page's stored run (re-run once per cycle or by the button) includes the external
+    checks, under the source's own heading with its system; a missing table is "not available"."""
+    from tests.web_fixtures import CSRF
+
+    conn.execute(APP_JOBS)
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE")
+    web_app.extensions["skiplock"].config.tables["external_queues"] = [
+        {k: v for k, v in APP.items() if k not in ("running", "failed")},
+        {"name": "gone", "system": "table", "table": "public.nope", "pending": "true"}]
+    viewer = client_as("viewer")
+    html = viewer.get("/advisor").get_data(as_text=True)
+    assert '<h2 data-external="app">External queue app (table)' in html and 'data-system="table"' in html
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="fail"' in html
+    assert 'id="check-gone-ext-autovacuum" data-check="ext-autovacuum" data-status="unknown"' in html
+    assert "not available: table public.nope does not exist" in html
+    assert 'data-check="claim-plan"' in html  # Skiplock's own checks are still there
+
+    # Fixed: the poll shows the stored run (no re-run per request); the Re-run button runs it now.
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED")
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="fail"' in viewer.get(
+        "/advisor/_checks").get_data(as_text=True)
+    rerun = client_as("operator").post("/advisor/run", data={"csrf_token": CSRF}, headers={"HX-Request": "true"})
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="ok"' in rerun.get_data(as_text=True)
+    api = viewer.get("/api/v1/advisor?check=ext-foreign-keys").get_json()["checks"]
+    assert [(c["external"], c["system"], c["status"]) for c in api] == [("app", "table", "ok"), ("gone", "table", "unknown")]

@@ -3,9 +3,12 @@ the claim skips locked rows (pg_stat_statements), a partial index serves the cla
 transaction holds the queue table, no foreign key points at it, autovacuum keeps up with it.
 
 `run_external(conn, adapter, config)` -> `Report` (the same results as the checklist's, area
-"External queue NAME (system)"); `conn` is a connection to the source's database. Every check
-only reads (catalogs, statistics, EXPLAIN without ANALYZE); docs/external-queues.md#advisor
-explains them. `skiplock check --external NAME` is the face.
+"External queue NAME (system)", each result carrying `system` and `external`); `conn` is a
+connection to the source's database. `run_sources(conn, config)` runs them for every entry, as
+the advisor page's stored run does: a source that cannot be reached or read as declared gets
+each check "not available" with its error. Every check only reads (catalogs, statistics,
+EXPLAIN without ANALYZE); docs/external-queues.md#advisor explains them. `skiplock check
+--external NAME` and the advisor page are the faces.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from console.advisor.base import (
     UNKNOWN,
     WARN,
     Check,
+    CheckResult,
     Outcome,
     Probe,
     Report,
@@ -194,6 +198,44 @@ def run_external(conn: psycopg.Connection, adapter: Adapter, config: Config, *, 
 
     area = f"External queue {adapter.name} ({adapter.system})"
     timeout_ms = timeout_ms or config.database.statement_timeout_ms
-    results = [run_one(conn, ExternalCheck(cid, title, area, lambda probe, fn=fn: fn(probe, adapter)), config, timeout_ms)
+    results = [run_one(conn, ExternalCheck(cid, title, area, lambda probe, fn=fn: fn(probe, adapter), adapter.system,
+                                           adapter.name), config, timeout_ms)
                for cid, title, fn in CHECKS]
     return Report(results, database=conn.info.dbname, server_version=conn.info.server_version)
+
+
+def _not_available(adapter: Adapter, error: str) -> list[CheckResult]:
+    area = f"External queue {adapter.name} ({adapter.system})"
+    return [CheckResult(cid, title, area, UNKNOWN, f"not available: {error}", [], "", f"{DOCS}#{cid}", {}, 0.0,
+                        adapter.system, adapter.name) for cid, title, _ in CHECKS]
+
+
+def run_sources(conn: psycopg.Connection, config: Config, *, timeout_ms: int | None = None) -> list[CheckResult]:
+    """The checks of every [[external_queues]] source, in the config file's order. `conn` is the
+    console's database (autocommit); an entry with its own `dsn` gets a connection of its own for
+    the run, opened with a connect timeout of the statement timeout."""
+    from console.config import ConfigError, external_queues
+    from console.db import DatabaseError, connect
+    from console.external import adapter_for, validate
+
+    timeout_ms = timeout_ms or config.database.statement_timeout_ms
+    out: list[CheckResult] = []
+    for entry in external_queues(config):
+        adapter = adapter_for(entry)
+        try:
+            own = connect(entry.dsn, application_name="skiplock-advisor",
+                          connect_timeout=max(1, round(timeout_ms / 1000))) if entry.dsn else None
+        except DatabaseError as exc:
+            out += _not_available(adapter, str(exc))
+            continue
+        try:
+            source = own or conn
+            validate(source, adapter, timeout_ms)
+            out += run_external(source, adapter, config, timeout_ms=timeout_ms).results
+        except (ConfigError, psycopg.Error) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            out += _not_available(adapter, first.removeprefix(f"{entry.where}: "))
+        finally:
+            if own is not None:
+                own.close()
+    return out
