@@ -13,7 +13,7 @@ from console import external
 from console.collectors import Options
 from console.config import ConfigError, ExternalQueue, load_config
 from console.metrics import render_samples
-from tests.collector_helpers import cycle, value
+from tests.collector_helpers import cycle, value, values
 
 APP_JOBS = """
 CREATE TABLE public.app_jobs (
@@ -243,3 +243,34 @@ def test_the_advisor_page_shows_each_sources_checks_from_the_stored_run(conn, we
     assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="ok"' in rerun.get_data(as_text=True)
     api = viewer.get("/api/v1/advisor?check=ext-foreign-keys").get_json()["checks"]
     assert [(c["external"], c["system"], c["status"]) for c in api] == [("app", "table", "ok"), ("gone", "table", "unknown")]
+
+
+def test_claim_latency_per_source_from_pg_stat_statements(dsn, conn, client_as):
+    """The source's claim (claim_query_like) timed from pg_stat_statements deltas between two
+    cycles: on /metrics and the Queues page; a table has no completion log, and says so."""
+    from console.samples import Sample, store
+
+    conn.execute(APP_JOBS)
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'fast' FROM generate_series(1, 5)")
+    src = entry(claim_query_like="%FOR UPDATE SKIP LOCKED%")
+    lbl = {"system": "table", "external": "app"}
+    first = cycle(dsn, Options(external=(src,)))
+    assert values(first, "claim_latency_seconds", **lbl) == []  # a latency needs two readings
+    stop, done = threading.Event(), []
+    skip_locked_worker(dsn, stop, done)
+    assert len(done) == 5
+    report = cycle(dsn, Options(external=(src,)))
+    latency = value(report, "claim_latency_seconds", queue="all", source="pg_stat_statements", quantile="mean", **lbl)
+    assert latency is not None and 0 < latency < 1
+    assert values(report, "throughput", **lbl) == []
+    info = report.details["external_sources"]["app"]
+    assert info["throughput"].startswith("not available: a declared table has no log")
+    assert ('skiplock_claim_latency_seconds{external="app",quantile="mean",queue="all",source="pg_stat_statements",'
+            'system="table"}') in render_samples(report.samples).decode()
+    page = client_as("viewer").get("/queues").get_data(as_text=True)
+    assert f"<strong>{latency * 1000:.2f} ms</strong>" in page
+
+    # An external source's throughput stays out of Skiplock's own throughput chart.
+    store(conn, [Sample("throughput", {"outcome": "completed", "queue": "q", **lbl}, 5.0)])
+    figures = {f["key"]: f for f in client_as("viewer").get("/api/v1/overview").get_json()["figures"]}
+    assert not any(p[1] for s in figures["throughput"]["series"] for p in s["points"]), figures["throughput"]  # no worker ran

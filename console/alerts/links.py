@@ -179,6 +179,12 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
     return [_queue_page(_queue(labels))]
 
 
+def _external(labels: Mapping[str, str]) -> Pairs:
+    """An [[external_queues]] source's series: its panel on the Queues page (read-only there)."""
+    name = labels.get("external")
+    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues"))]
+
+
 def _periodic(labels: Mapping[str, str]) -> Pairs:
     """The periodic job named by the alert's `name` label (or `entry`): its row on /periodic."""
     entry = labels.get("entry") or labels.get("name")
@@ -203,6 +209,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "workers_live": _workers,
     "workers_in_flight": _in_flight,
     "queue_depth_estimated": _queues,
+    "external_source_errors": _external,
     "completed_rows_estimate": _archive,
     "vacuum_removed_nothing": _horizon,
     "table_xid_age": _wraparound,
@@ -245,6 +252,8 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     if fn is None:
         return []
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
+    if "external" in labels:  # a queue Skiplock did not create: Skiplock's own pages do not show it
+        fn = _external
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 

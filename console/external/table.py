@@ -21,6 +21,7 @@ def col(name: str) -> sql.Composable:
 class TableAdapter(Adapter):
     system = "table"
     schema_version = "declared by the operator"
+    no_completions = "a declared table has no log of finished jobs Skiplock can read within bounds"
 
     def shape(self) -> Shape:
         e = self.entry
