@@ -105,6 +105,17 @@ SELECT 1
 FROM {table} AS j
 WHERE ({predicate});
 
+-- name: count_capped
+-- Rows matching a predicate, counted up to %(cap)s (the caller runs it only on a table the
+-- planner puts under the cap, so the scan stays small).
+SELECT count(*)::float8 AS n
+FROM (
+    SELECT 1
+    FROM {table} AS j
+    WHERE ({predicate})
+    LIMIT %(cap)s
+) AS c;
+
 -- name: table_exists
 SELECT
     to_regclass(%(qualified)s) IS NOT NULL AS found,

@@ -213,6 +213,13 @@ def test_procrastinate_throughput_from_its_job_events(procrastinate_db):
     assert value(report, "throughput", outcome="completed", queue="fast", **lbl) * interval == pytest.approx(2, abs=0.01)
     assert value(report, "throughput", outcome="failed", queue="fast", **lbl) * interval == pytest.approx(1, abs=0.01)
     assert value(report, "throughput", outcome="completed", queue="idle", **lbl) == 0
+    # Procrastinate keeps its succeeded jobs in procrastinate_jobs: the advisor counts them.
+    from console.advisor.external import run_external
+    from console.config import load_config
+
+    with connect(procrastinate_db) as c:
+        kept = run_external(c, external.adapter_for(PROC), load_config(env={})).by_id("ext-completed-rows")
+    assert (kept.status, kept.data["completed"]) == ("ok", 3), kept
 
 
 def test_an_unknown_procrastinate_schema_is_refused(procrastinate_db):

@@ -274,3 +274,23 @@ def test_claim_latency_per_source_from_pg_stat_statements(dsn, conn, client_as):
     store(conn, [Sample("throughput", {"outcome": "completed", "queue": "q", **lbl}, 5.0)])
     figures = {f["key"]: f for f in client_as("viewer").get("/api/v1/overview").get_json()["figures"]}
     assert not any(p[1] for s in figures["throughput"]["series"] for p in s["points"]), figures["throughput"]  # no worker ran
+
+
+def test_the_advisor_says_whether_completed_rows_leave_the_table(conn, tmp_path):
+    from console.advisor.external import run_external
+
+    conn.execute(APP_JOBS)
+    conn.execute("INSERT INTO public.app_jobs (queue, status) SELECT 'q', 'done' FROM generate_series(1, 5)")
+    (tmp_path / "s.toml").write_text("[advisor]\ncompleted_rows_warn = 3\n")
+    config = load_config(tmp_path / "s.toml", env={})
+
+    def check(**over):
+        return run_external(conn, external.adapter_for(entry(**over)), config).by_id("ext-completed-rows")
+
+    warned = check(completed="status = 'done'")
+    assert (warned.status, warned.data["completed"], warned.data["exact"]) == ("warn", 5, True), warned
+    conn.execute("INSERT INTO public.app_jobs (queue, status) SELECT 'q', 'done' FROM generate_series(1, 30)")
+    assert check(completed="status = 'done'").status == "fail"
+    assert check(completed="status = 'gone'").status == "ok"
+    assert check().status == "unknown"  # no `completed` predicate: cannot tell
+    assert external.adapter_for(ExternalQueue(name="p", system="pgqueuer")).completed is None  # PGQueuer deletes them

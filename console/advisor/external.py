@@ -1,6 +1,7 @@
 """The checks that apply to any table-as-queue, run against one [[external_queues]] source:
 the claim skips locked rows (pg_stat_statements), a partial index serves the claim, no long
-transaction holds the queue table, no foreign key points at it, autovacuum keeps up with it.
+transaction holds the queue table, completed rows leave it, no foreign key points at it,
+autovacuum keeps up with it.
 
 `run_external(conn, adapter, config)` -> `Report` (the same results as the checklist's, area
 "External queue NAME (system)", each result carrying `system` and `external`); `conn` is a
@@ -21,6 +22,7 @@ import psycopg
 from psycopg import sql
 
 from console.advisor.base import (
+    COUNT_CAP,
     FAIL,
     OK,
     UNKNOWN,
@@ -149,6 +151,43 @@ def long_transactions(probe: Probe, adapter: Adapter) -> Outcome:
     return Outcome(worst, f"{sum(lv != OK for lv in levels)} long transaction(s) hold the queue table", evidence, remedy, data)
 
 
+def completed_rows(probe: Probe, adapter: Adapter) -> Outcome:
+    """Finished rows the library (or the team's code) leaves in the queue table. Counted exactly
+    when the planner puts the whole table under COUNT_CAP rows, else the planner's estimate of
+    the `completed` predicate: never a scan of a large table."""
+    predicate = adapter.completed
+    if predicate is None:
+        if adapter.system == "table":
+            return Outcome(UNKNOWN, "not available: the entry has no `completed` predicate, so finished rows cannot be "
+                           "told apart", [], "Add completed = \"<predicate of finished rows>\" to the entry (leave it "
+                           "out only if finished rows are deleted).")
+        return Outcome(OK, adapter.completed_note, [], "", {"completed": 0, "kept_by_library": False})
+    from console.external import estimate_rows
+
+    warn_at = probe.setting("advisor.completed_rows_warn")
+    total = estimate_rows(probe.cur, adapter, sql.SQL("true"))
+    if total <= COUNT_CAP:
+        probe.cur.execute(sql.SQL(query("external", "count_capped")).format(table=adapter.table_ident(), predicate=predicate),
+                          {"cap": COUNT_CAP, "stuck_after": adapter.entry.stuck_after})
+        completed, how = probe.cur.fetchone()["n"], "counted"
+    else:
+        completed, how = estimate_rows(probe.cur, adapter, predicate), "the planner's estimate"
+    schema, table = adapter.queue_table
+    approx = "" if how == "counted" else "about "
+    evidence = [f"{approx}{count(completed, COUNT_CAP)} finished row(s) in {schema}.{table} ({how}; "
+                f"the table holds about {count(total)} rows); the advisor warns at {count(warn_at)}"]
+    data = {"completed": round(completed), "table_rows_estimate": round(total), "exact": how == "counted",
+            "warn_at": warn_at}
+    how_to = adapter.completed_note or ("Delete or archive them in bounded batches from a scheduled job "
+                                        "(a thousand rows per statement, by id).")
+    remedy = f"Finished rows in the hot table make every claim scan, vacuum and index larger. {how_to}"
+    if completed >= 10 * warn_at:
+        return Outcome(FAIL, f"{approx}{count(completed, COUNT_CAP)} finished rows stay in the queue table", evidence, remedy, data)
+    if completed >= warn_at:
+        return Outcome(WARN, f"{approx}{count(completed, COUNT_CAP)} finished rows stay in the queue table", evidence, remedy, data)
+    return Outcome(OK, f"{approx}{count(completed, COUNT_CAP)} finished rows in the queue table", evidence, "", data)
+
+
 def foreign_keys(probe: Probe, adapter: Adapter) -> Outcome:
     rows = _rows(probe, "advisor_foreign_keys", qualified=_qualified(adapter))
     evidence = [f"{r['referencing']}.{r['name']}: {r['definition']}" for r in rows]
@@ -188,6 +227,7 @@ CHECKS: tuple[tuple[str, str, Callable[[Probe, Adapter], Outcome]], ...] = (
     ("ext-claim-skip-locked", "The claim skips locked rows", claim_skip_locked),
     ("ext-partial-index", "A partial index serves the claim", partial_index),
     ("ext-long-transactions", "No long transaction holds the queue table", long_transactions),
+    ("ext-completed-rows", "Completed rows leave the queue table", completed_rows),
     ("ext-foreign-keys", "No foreign keys point at the queue table", foreign_keys),
     ("ext-autovacuum", "Autovacuum keeps up with the queue table", autovacuum),
 )

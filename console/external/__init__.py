@@ -173,6 +173,8 @@ def validate(conn: psycopg.Connection, adapter: Adapter, timeout_ms: int = 2000)
             shape = adapter.shape()
             for part in ("pending", "due", "running", "stuck", "failed"):
                 cur.execute(_estimate_sql(adapter, getattr(shape, part)), _params(adapter, {}))
+            if adapter.completed is not None:
+                cur.execute(_estimate_sql(adapter, adapter.completed), _params(adapter, {}))
     except SourceError as exc:
         raise ConfigError(f"{adapter.entry.where}: {exc}") from None
     except psycopg.Error as exc:

@@ -36,6 +36,14 @@ class PgBossAdapter(Adapter):
     no_completions = ("pg-boss keeps completed jobs in its job table (state completed, completed_on), but no index "
                       "serves completed_on, so counting recent completions would scan the table every cycle")
 
+    completed_note = ("pg-boss moves completed jobs to pgboss.archive after archiveCompletedAfterSeconds (12 h by "
+                      "default) and deletes them after deleteAfterDays; only a running supervisor does this "
+                      "(new PgBoss({supervise: true}), the default).")
+
+    @property
+    def completed(self) -> sql.Composable:
+        return sql.SQL("j.state IN ('completed', 'cancelled')")
+
     @property
     def claim_pattern(self) -> str | None:
         # pg-boss 10's fetch (src/plans.js): "... FROM <schema>.job ... FOR UPDATE SKIP LOCKED";

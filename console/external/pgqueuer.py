@@ -36,6 +36,8 @@ class PgQueuerAdapter(Adapter):
         _, table = self.queue_table
         return self.entry.claim_query_like or f"%{table}%FOR UPDATE%SKIP LOCKED%"
 
+    completed_note = "PGQueuer deletes a job's row when it finishes (its history is the pgqueuer_log table)."
+
     def completions(self) -> Completions:
         # Every status change is a row of pgqueuer_log (kept after aggregation into
         # pgqueuer_statistics: it is only flagged `aggregated`).

@@ -37,6 +37,14 @@ class ProcrastinateAdapter(Adapter):
         schema, _ = self.queue_table
         return [*super().tables(), (f"{self.name}:{schema}.procrastinate_events", f"{schema}.procrastinate_events")]
 
+    completed_note = ("Procrastinate keeps finished jobs in procrastinate_jobs unless the worker deletes them "
+                      "(`procrastinate worker --delete-jobs=successful`, or App(worker_defaults={'delete_jobs': "
+                      "'successful'})) or the builtin task procrastinate.builtin_tasks.remove_old_jobs runs periodically.")
+
+    @property
+    def completed(self) -> sql.Composable:
+        return sql.SQL("j.status IN ('succeeded', 'cancelled', 'aborted')")
+
     def completions(self) -> Completions:
         schema, table = self.queue_table
         jobs = sql.Identifier(schema, table)
