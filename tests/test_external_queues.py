@@ -132,7 +132,16 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
     conn.execute("ANALYZE public.app_jobs")
     capped = cycle(dsn, Options(external=(entry(),), depth_exact_limit=50))
     assert value(capped, "queue_depth_estimated", **lbl) == 1
-    assert 250 <= value(capped, "queue_depth", queue="slow", state="eligible", **lbl) <= 360
+    eligible = value(capped, "queue_depth", queue="slow", state="eligible", **lbl)
+    assert 250 <= eligible <= 360
+
+    # The panel refreshes with the pages' poll: both include the fragment the poll returns.
+    fragment = viewer.get("/queues/_external").get_data(as_text=True)
+    poll = '<section class="panel" id="external-queues" hx-get="/queues/_external" hx-trigger="poll" data-poll'
+    assert poll in fragment and "<html" not in fragment, fragment[:400]
+    assert f'<td class="num">{int(eligible):,}</td>' in fragment  # the new cycle's figures
+    for url in ("/queues", "/overview"):
+        assert poll in viewer.get(url).get_data(as_text=True), url
 
 
 def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
