@@ -303,3 +303,16 @@ def test_the_advisor_says_whether_completed_rows_leave_the_table(conn, tmp_path)
     assert check(completed="status = 'gone'").status == "ok"
     assert check().status == "unknown"  # no `completed` predicate: cannot tell
     assert external.adapter_for(ExternalQueue(name="p", system="pgqueuer")).completed is None  # PGQueuer deletes them
+
+
+def test_an_external_sources_claim_latency_does_not_move_skiplocks_verdict(conn):
+    from datetime import UTC, datetime, timedelta
+
+    from console.advisor.verdict import evaluate_verdict
+    from console.samples import Sample, store
+
+    now = datetime.now(UTC)
+    lbl = {"queue": "all", "source": "pg_stat_statements", "quantile": "mean", "system": "table", "external": "app"}
+    store(conn, [Sample("claim_latency_seconds", lbl, 0.003 + 0.002 * i, now - timedelta(hours=48 - i)) for i in range(49)])
+    signal = {s.id: s for s in evaluate_verdict(conn).signals}["claim-latency"]
+    assert signal.level == "unknown", signal
