@@ -367,7 +367,7 @@ def load_config(
 # here without a database; `console.external.validate` then checks each entry against the real
 # tables at start-up (table and columns exist, every predicate parses and is boolean).
 #
-# The predicates of a `table` entry (pending, running, failed) are SQL fragments written by
+# The predicates of a `table` entry (pending, running, failed, completed) are SQL fragments written by
 # the operator. They come from the config file only, never from the web or the API, and they are
 # the one piece of SQL the console composes from text it did not write: identifiers still go
 # through psycopg.sql, values are bound, and every query over them runs in a READ ONLY
@@ -384,7 +384,8 @@ NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 _COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database"}
-_TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "enqueued_at", "lease_until", "claim_query_like"}
+_TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "completed", "enqueued_at", "lease_until",
+               "claim_query_like"}
 _LIBRARY_KEYS = {"table", "claim_query_like"}
 
 
@@ -401,6 +402,7 @@ class ExternalQueue:
     pending: str = ""
     running: str = ""
     failed: str = ""
+    completed: str = ""  # finished rows that stay in the table (the advisor's ext-completed-rows)
     enqueued_at: str = ""
     lease_until: str = ""
     claim_query_like: str = ""
@@ -487,7 +489,7 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
         for key in ("queue_column", "enqueued_at", "lease_until"):
             if key in raw:
                 values[key] = _ident(where, key, raw[key])
-        for key in ("pending", "running", "failed"):
+        for key in ("pending", "running", "failed", "completed"):
             if key in raw:
                 values[key] = _predicate(where, key, raw[key])
     return ExternalQueue(**values)

@@ -64,12 +64,57 @@ SELECT
         ) AS f
     ) AS failed;
 
+-- name: completions
+-- Finished jobs a library recorded in its append-only log (PGQueuer's pgqueuer_log,
+-- Procrastinate's procrastinate_events) after the previous cycle's cursor %(after)s: at most
+-- %(cap)s log rows in primary-key order, so the read is bounded however busy the log is; and
+-- the log's newest id (one step down the primary key), the next cursor. {outcomes} and
+-- {counts} are built from the adapter's outcome predicates over the log row e.
+WITH slice AS (
+    SELECT e.*
+    FROM {log} AS e
+    WHERE e.id > %(after)s::bigint
+    ORDER BY e.id
+    LIMIT %(cap)s
+),
+done AS (
+    SELECT
+        ({queue})::text AS queue,
+        {outcomes}
+    FROM slice AS e
+    WHERE {any_outcome}
+)
+SELECT
+    (SELECT max(e.id) FROM {log} AS e)::bigint AS head_id,
+    (SELECT max(s.id) FROM slice AS s)::bigint AS last_id,
+    (
+        SELECT coalesce(jsonb_agg(q ORDER BY q.queue), '[]'::jsonb)
+        FROM (
+            SELECT
+                d.queue,
+                {counts}
+            FROM done AS d
+            GROUP BY d.queue
+        ) AS q
+    ) AS queues;
+
 -- name: estimate_rows
 -- The planner's estimate of rows matching a predicate (EXPLAIN plans, runs nothing).
 EXPLAIN (FORMAT JSON)
 SELECT 1
 FROM {table} AS j
 WHERE ({predicate});
+
+-- name: count_capped
+-- Rows matching a predicate, counted up to %(cap)s (the caller runs it only on a table the
+-- planner puts under the cap, so the scan stays small).
+SELECT count(*)::float8 AS n
+FROM (
+    SELECT 1
+    FROM {table} AS j
+    WHERE ({predicate})
+    LIMIT %(cap)s
+) AS c;
 
 -- name: table_exists
 SELECT
@@ -112,6 +157,7 @@ FROM pg_stat_statements AS s
 WHERE s.dbid = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
   AND s.query LIKE %(pattern)s
   AND s.query NOT LIKE '%%pg_stat_statements%%'
+  AND s.query !~* '^\s*explain\M'
 ORDER BY s.calls DESC, s.queryid
 LIMIT 20;
 

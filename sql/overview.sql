@@ -1,7 +1,8 @@
 -- Chart series for the overview and queue pages, reduced in the database to about one point per
 -- pixel column: values sharing a collection time are summed (or maxed) across labels, split by
 -- one label or not, then averaged (or maxed) per time bucket. Walks samples_metric_time_idx /
--- the rollup's primary key; bounded by time.
+-- the rollup's primary key; bounded by time. Skiplock's own series only: those of
+-- [[external_queues]] sources (label external) have their own panel.
 
 -- name: series_raw
 WITH per_time AS (
@@ -13,6 +14,7 @@ WITH per_time AS (
     WHERE s.metric = %(metric)s
       AND s.collected_at >= %(since)s
       AND (%(labels)s::jsonb IS NULL OR s.labels @> %(labels)s::jsonb)
+      AND NOT s.labels ? 'external'
     GROUP BY 1, 2
 )
 SELECT
@@ -34,6 +36,7 @@ WITH per_time AS (
       AND r.metric = %(metric)s
       AND r.bucket >= %(since)s
       AND (%(labels)s::jsonb IS NULL OR r.labels @> %(labels)s::jsonb)
+      AND NOT r.labels ? 'external'
     GROUP BY 1, 2
 )
 SELECT

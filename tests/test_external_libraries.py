@@ -127,6 +127,28 @@ def test_pgqueuer_depth_age_stuck_and_dead_letters_match_the_library(pgqueuer_db
     assert 'skiplock_dead_letters{external="legacy",queue="boom",system="pgqueuer"} 1.0' in render_samples(report.samples).decode()
 
 
+def test_pgqueuer_throughput_from_its_log_and_claim_latency_from_its_dequeue(pgqueuer_db):
+    """Two cycles around a real QueueManager finishing two `ok` jobs and failing one `boom` (and a
+    `waiting` job logged as queued, never picked)."""
+    lbl = {"system": "pgqueuer", "external": "legacy"}
+    first = cycle(pgqueuer_db, Options(external=(PGQ,)))
+    asyncio.run(w.pgqueuer_produce(url(pgqueuer_db), ["ok", "ok", "boom", "waiting"]))
+    consumer = start([sys.executable, "-m", "tests.external_workers", "pgqueuer-consume", url(pgqueuer_db)])
+    try:
+        eventually(lambda: scalar(pgqueuer_db, "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'ok'") == 0
+                   and scalar(pgqueuer_db, "SELECT count(*) FROM pgqueuer WHERE status = 'failed'") == 2)
+    finally:
+        kill(consumer)
+    report = cycle(pgqueuer_db, Options(external=(PGQ,)))
+    interval = (report.started_at - first.started_at).total_seconds()
+    assert value(report, "throughput", outcome="completed", queue="ok", **lbl) * interval == pytest.approx(2, abs=0.01)
+    assert value(report, "throughput", outcome="failed", queue="boom", **lbl) * interval == pytest.approx(1, abs=0.01)
+    assert value(report, "throughput", outcome="completed", queue="waiting", **lbl) == 0
+    assert value(report, "throughput", outcome="completed", queue="boom", **lbl) == 0
+    assert value(report, "claim_latency_seconds", source="pg_stat_statements", **lbl) > 0  # its dequeue ran
+    assert report.details["external_sources"]["legacy"]["throughput"] == "from the completion log"
+
+
 def test_an_unknown_pgqueuer_schema_is_refused(pgqueuer_db):
     with connect(pgqueuer_db) as c:
         c.execute("CREATE SCHEMA old; CREATE TYPE old.pgqueuer_status AS ENUM ('queued', 'picked');"
@@ -173,6 +195,31 @@ def test_procrastinate_depth_age_stuck_and_dead_letters_match_the_library(procra
                                          WHERE j.status = 'todo' AND e.type = 'deferred'""")
     assert abs(value(report, "queue_age_seconds", queue="idle", **lbl) - float(oldest)) < 5
     assert value(report, "table_dead_tuples", table="tasks:public.procrastinate_jobs", system="procrastinate") is not None
+
+
+def test_procrastinate_throughput_from_its_job_events(procrastinate_db):
+    lbl = {"system": "procrastinate", "external": "tasks"}
+    first = cycle(procrastinate_db, Options(external=(PROC,)))
+    asyncio.run(w.procrastinate_defer(url(procrastinate_db), ["ok", "ok", "boom", "waiting"]))
+    worker = start([str(BIN / "procrastinate"), "--app=tests.external_workers.app", "worker", "-q", "fast"],
+                   {"PROCRASTINATE_DSN": url(procrastinate_db)})
+    try:
+        eventually(lambda: scalar(procrastinate_db, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'failed'") == 2
+                   and scalar(procrastinate_db, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'") == 3)
+    finally:
+        kill(worker)
+    report = cycle(procrastinate_db, Options(external=(PROC,)))
+    interval = (report.started_at - first.started_at).total_seconds()
+    assert value(report, "throughput", outcome="completed", queue="fast", **lbl) * interval == pytest.approx(2, abs=0.01)
+    assert value(report, "throughput", outcome="failed", queue="fast", **lbl) * interval == pytest.approx(1, abs=0.01)
+    assert value(report, "throughput", outcome="completed", queue="idle", **lbl) == 0
+    # Procrastinate keeps its succeeded jobs in procrastinate_jobs: the advisor counts them.
+    from console.advisor.external import run_external
+    from console.config import load_config
+
+    with connect(procrastinate_db) as c:
+        kept = run_external(c, external.adapter_for(PROC), load_config(env={})).by_id("ext-completed-rows")
+    assert (kept.status, kept.data["completed"]) == ("ok", 3), kept
 
 
 def test_an_unknown_procrastinate_schema_is_refused(procrastinate_db):

@@ -13,7 +13,7 @@ from console import external
 from console.collectors import Options
 from console.config import ConfigError, ExternalQueue, load_config
 from console.metrics import render_samples
-from tests.collector_helpers import cycle, value
+from tests.collector_helpers import cycle, value, values
 
 APP_JOBS = """
 CREATE TABLE public.app_jobs (
@@ -132,7 +132,16 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
     conn.execute("ANALYZE public.app_jobs")
     capped = cycle(dsn, Options(external=(entry(),), depth_exact_limit=50))
     assert value(capped, "queue_depth_estimated", **lbl) == 1
-    assert 250 <= value(capped, "queue_depth", queue="slow", state="eligible", **lbl) <= 360
+    eligible = value(capped, "queue_depth", queue="slow", state="eligible", **lbl)
+    assert 250 <= eligible <= 360
+
+    # The panel refreshes with the pages' poll: both include the fragment the poll returns.
+    fragment = viewer.get("/queues/_external").get_data(as_text=True)
+    poll = '<section class="panel" id="external-queues" hx-get="/queues/_external" hx-trigger="poll" data-poll'
+    assert poll in fragment and "<html" not in fragment, fragment[:400]
+    assert f'<td class="num">{int(eligible):,}</td>' in fragment  # the new cycle's figures
+    for url in ("/queues", "/overview"):
+        assert poll in viewer.get(url).get_data(as_text=True), url
 
 
 def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
@@ -243,3 +252,99 @@ def test_an_entry_belongs_to_one_database_and_an_unknown_one_is_refused(tmp_path
     path.write_text(body.replace('database = "west"', 'database = "north"'))
     with pytest.raises(ConfigError, match=r"'app': database = 'north' is not one of the configured databases \(east, west\)"):
         sources_of(load_config(path, env={}))
+
+
+def test_the_advisor_page_shows_each_sources_checks_from_the_stored_run(conn, web_app, client_as):
+    """The page's stored run (re-run once per cycle or by the button) includes the external
+    checks, under the source's own heading with its system; a missing table is "not available"."""
+    from tests.web_fixtures import CSRF
+
+    conn.execute(APP_JOBS)
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE")
+    web_app.extensions["skiplock"].config.tables["external_queues"] = [
+        {k: v for k, v in APP.items() if k not in ("running", "failed")},
+        {"name": "gone", "system": "table", "table": "public.nope", "pending": "true"}]
+    viewer = client_as("viewer")
+    html = viewer.get("/advisor").get_data(as_text=True)
+    assert '<h2 data-external="app">External queue app (table)' in html and 'data-system="table"' in html
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="fail"' in html
+    assert 'id="check-gone-ext-autovacuum" data-check="ext-autovacuum" data-status="unknown"' in html
+    assert "not available: table public.nope does not exist" in html
+    assert 'data-check="claim-plan"' in html  # Skiplock's own checks are still there
+
+    # Fixed: the poll shows the stored run (no re-run per request); the Re-run button runs it now.
+    conn.execute("SELECT pg_stat_statements_reset()")
+    with conn.transaction():
+        conn.execute("SELECT id FROM public.app_jobs WHERE status = 'new' ORDER BY created_at LIMIT 1 FOR UPDATE SKIP LOCKED")
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="fail"' in viewer.get(
+        "/advisor/_checks").get_data(as_text=True)
+    rerun = client_as("operator").post("/advisor/run", data={"csrf_token": CSRF}, headers={"HX-Request": "true"})
+    assert 'id="check-app-ext-claim-skip-locked" data-check="ext-claim-skip-locked" data-status="ok"' in rerun.get_data(as_text=True)
+    api = viewer.get("/api/v1/advisor?check=ext-foreign-keys").get_json()["checks"]
+    assert [(c["external"], c["system"], c["status"]) for c in api] == [("app", "table", "ok"), ("gone", "table", "unknown")]
+
+
+def test_claim_latency_per_source_from_pg_stat_statements(dsn, conn, client_as):
+    """The source's claim (claim_query_like) timed from pg_stat_statements deltas between two
+    cycles: on /metrics and the Queues page; a table has no completion log, and says so."""
+    from console.samples import Sample, store
+
+    conn.execute(APP_JOBS)
+    conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'fast' FROM generate_series(1, 5)")
+    src = entry(claim_query_like="%FOR UPDATE SKIP LOCKED%")
+    lbl = {"system": "table", "external": "app"}
+    first = cycle(dsn, Options(external=(src,)))
+    assert values(first, "claim_latency_seconds", **lbl) == []  # a latency needs two readings
+    stop, done = threading.Event(), []
+    skip_locked_worker(dsn, stop, done)
+    assert len(done) == 5
+    report = cycle(dsn, Options(external=(src,)))
+    latency = value(report, "claim_latency_seconds", queue="all", source="pg_stat_statements", quantile="mean", **lbl)
+    assert latency is not None and 0 < latency < 1
+    assert values(report, "throughput", **lbl) == []
+    info = report.details["external_sources"]["app"]
+    assert info["throughput"].startswith("not available: a declared table has no log")
+    assert ('skiplock_claim_latency_seconds{external="app",quantile="mean",queue="all",source="pg_stat_statements",'
+            'system="table"}') in render_samples(report.samples).decode()
+    page = client_as("viewer").get("/queues").get_data(as_text=True)
+    assert f"<strong>{latency * 1000:.2f} ms</strong>" in page
+
+    # An external source's throughput stays out of Skiplock's own throughput chart.
+    store(conn, [Sample("throughput", {"outcome": "completed", "queue": "q", **lbl}, 5.0)])
+    figures = {f["key"]: f for f in client_as("viewer").get("/api/v1/overview").get_json()["figures"]}
+    assert not any(p[1] for s in figures["throughput"]["series"] for p in s["points"]), figures["throughput"]  # no worker ran
+
+
+def test_the_advisor_says_whether_completed_rows_leave_the_table(conn, tmp_path):
+    from console.advisor.external import run_external
+
+    conn.execute(APP_JOBS)
+    conn.execute("INSERT INTO public.app_jobs (queue, status) SELECT 'q', 'done' FROM generate_series(1, 5)")
+    (tmp_path / "s.toml").write_text("[advisor]\ncompleted_rows_warn = 3\n")
+    config = load_config(tmp_path / "s.toml", env={})
+
+    def check(**over):
+        return run_external(conn, external.adapter_for(entry(**over)), config).by_id("ext-completed-rows")
+
+    warned = check(completed="status = 'done'")
+    assert (warned.status, warned.data["completed"], warned.data["exact"]) == ("warn", 5, True), warned
+    conn.execute("INSERT INTO public.app_jobs (queue, status) SELECT 'q', 'done' FROM generate_series(1, 30)")
+    assert check(completed="status = 'done'").status == "fail"
+    assert check(completed="status = 'gone'").status == "ok"
+    assert check().status == "unknown"  # no `completed` predicate: cannot tell
+    assert external.adapter_for(ExternalQueue(name="p", system="pgqueuer")).completed is None  # PGQueuer deletes them
+
+
+def test_an_external_sources_claim_latency_does_not_move_skiplocks_verdict(conn):
+    from datetime import UTC, datetime, timedelta
+
+    from console.advisor.verdict import evaluate_verdict
+    from console.samples import Sample, store
+
+    now = datetime.now(UTC)
+    lbl = {"queue": "all", "source": "pg_stat_statements", "quantile": "mean", "system": "table", "external": "app"}
+    store(conn, [Sample("claim_latency_seconds", lbl, 0.003 + 0.002 * i, now - timedelta(hours=48 - i)) for i in range(49)])
+    signal = {s.id: s for s in evaluate_verdict(conn).signals}["claim-latency"]
+    assert signal.level == "unknown", signal

@@ -54,6 +54,8 @@ class CheckResult:
     docs: str
     data: dict[str, Any]
     elapsed_ms: float
+    system: str = "skiplock"  # whose queue the check is about (an external source's system)
+    external: str | None = None  # the [[external_queues]] entry's name
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +107,8 @@ class Check:
     title: str
     area: str
     func: Callable[[Probe], Outcome]
+    system: str = "skiplock"
+    external: str | None = None
 
     @property
     def docs(self) -> str:

@@ -111,7 +111,7 @@ def run_one(conn: psycopg.Connection, chk: Check, config: Config, timeout_ms: in
         outcome = Outcome(UNKNOWN, f"not available: the check itself failed ({exc.__class__.__name__}: {exc})")
     elapsed = (time.perf_counter() - started) * 1000.0
     return CheckResult(chk.id, chk.title, chk.area, outcome.status, outcome.summary, outcome.evidence,
-                       outcome.remedy, chk.docs, _jsonable(outcome.data), round(elapsed, 1))
+                       outcome.remedy, chk.docs, _jsonable(outcome.data), round(elapsed, 1), chk.system, chk.external)
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,11 +1,15 @@
 """The checks that apply to any table-as-queue, run against one [[external_queues]] source:
 the claim skips locked rows (pg_stat_statements), a partial index serves the claim, no long
-transaction holds the queue table, no foreign key points at it, autovacuum keeps up with it.
+transaction holds the queue table, completed rows leave it, no foreign key points at it,
+autovacuum keeps up with it.
 
 `run_external(conn, adapter, config)` -> `Report` (the same results as the checklist's, area
-"External queue NAME (system)"); `conn` is a connection to the source's database. Every check
-only reads (catalogs, statistics, EXPLAIN without ANALYZE); docs/external-queues.md#advisor
-explains them. `skiplock check --external NAME` is the face.
+"External queue NAME (system)", each result carrying `system` and `external`); `conn` is a
+connection to the source's database. `run_sources(conn, config)` runs them for every entry, as
+the advisor page's stored run does: a source that cannot be reached or read as declared gets
+each check "not available" with its error. Every check only reads (catalogs, statistics,
+EXPLAIN without ANALYZE); docs/external-queues.md#advisor explains them. `skiplock check
+--external NAME` and the advisor page are the faces.
 """
 
 from __future__ import annotations
@@ -18,11 +22,13 @@ import psycopg
 from psycopg import sql
 
 from console.advisor.base import (
+    COUNT_CAP,
     FAIL,
     OK,
     UNKNOWN,
     WARN,
     Check,
+    CheckResult,
     Outcome,
     Probe,
     Report,
@@ -145,6 +151,43 @@ def long_transactions(probe: Probe, adapter: Adapter) -> Outcome:
     return Outcome(worst, f"{sum(lv != OK for lv in levels)} long transaction(s) hold the queue table", evidence, remedy, data)
 
 
+def completed_rows(probe: Probe, adapter: Adapter) -> Outcome:
+    """Finished rows the library (or the team's code) leaves in the queue table. Counted exactly
+    when the planner puts the whole table under COUNT_CAP rows, else the planner's estimate of
+    the `completed` predicate: never a scan of a large table."""
+    predicate = adapter.completed
+    if predicate is None:
+        if adapter.system == "table":
+            return Outcome(UNKNOWN, "not available: the entry has no `completed` predicate, so finished rows cannot be "
+                           "told apart", [], "Add completed = \"<predicate of finished rows>\" to the entry (leave it "
+                           "out only if finished rows are deleted).")
+        return Outcome(OK, adapter.completed_note, [], "", {"completed": 0, "kept_by_library": False})
+    from console.external import estimate_rows
+
+    warn_at = probe.setting("advisor.completed_rows_warn")
+    total = estimate_rows(probe.cur, adapter, sql.SQL("true"))
+    if total <= COUNT_CAP:
+        probe.cur.execute(sql.SQL(query("external", "count_capped")).format(table=adapter.table_ident(), predicate=predicate),
+                          {"cap": COUNT_CAP, "stuck_after": adapter.entry.stuck_after})
+        completed, how = probe.cur.fetchone()["n"], "counted"
+    else:
+        completed, how = estimate_rows(probe.cur, adapter, predicate), "the planner's estimate"
+    schema, table = adapter.queue_table
+    approx = "" if how == "counted" else "about "
+    evidence = [f"{approx}{count(completed, COUNT_CAP)} finished row(s) in {schema}.{table} ({how}; "
+                f"the table holds about {count(total)} rows); the advisor warns at {count(warn_at)}"]
+    data = {"completed": round(completed), "table_rows_estimate": round(total), "exact": how == "counted",
+            "warn_at": warn_at}
+    how_to = adapter.completed_note or ("Delete or archive them in bounded batches from a scheduled job "
+                                        "(a thousand rows per statement, by id).")
+    remedy = f"Finished rows in the hot table make every claim scan, vacuum and index larger. {how_to}"
+    if completed >= 10 * warn_at:
+        return Outcome(FAIL, f"{approx}{count(completed, COUNT_CAP)} finished rows stay in the queue table", evidence, remedy, data)
+    if completed >= warn_at:
+        return Outcome(WARN, f"{approx}{count(completed, COUNT_CAP)} finished rows stay in the queue table", evidence, remedy, data)
+    return Outcome(OK, f"{approx}{count(completed, COUNT_CAP)} finished rows in the queue table", evidence, "", data)
+
+
 def foreign_keys(probe: Probe, adapter: Adapter) -> Outcome:
     rows = _rows(probe, "advisor_foreign_keys", qualified=_qualified(adapter))
     evidence = [f"{r['referencing']}.{r['name']}: {r['definition']}" for r in rows]
@@ -184,6 +227,7 @@ CHECKS: tuple[tuple[str, str, Callable[[Probe, Adapter], Outcome]], ...] = (
     ("ext-claim-skip-locked", "The claim skips locked rows", claim_skip_locked),
     ("ext-partial-index", "A partial index serves the claim", partial_index),
     ("ext-long-transactions", "No long transaction holds the queue table", long_transactions),
+    ("ext-completed-rows", "Completed rows leave the queue table", completed_rows),
     ("ext-foreign-keys", "No foreign keys point at the queue table", foreign_keys),
     ("ext-autovacuum", "Autovacuum keeps up with the queue table", autovacuum),
 )
@@ -194,6 +238,44 @@ def run_external(conn: psycopg.Connection, adapter: Adapter, config: Config, *, 
 
     area = f"External queue {adapter.name} ({adapter.system})"
     timeout_ms = timeout_ms or config.database.statement_timeout_ms
-    results = [run_one(conn, ExternalCheck(cid, title, area, lambda probe, fn=fn: fn(probe, adapter)), config, timeout_ms)
+    results = [run_one(conn, ExternalCheck(cid, title, area, lambda probe, fn=fn: fn(probe, adapter), adapter.system,
+                                           adapter.name), config, timeout_ms)
                for cid, title, fn in CHECKS]
     return Report(results, database=conn.info.dbname, server_version=conn.info.server_version)
+
+
+def _not_available(adapter: Adapter, error: str) -> list[CheckResult]:
+    area = f"External queue {adapter.name} ({adapter.system})"
+    return [CheckResult(cid, title, area, UNKNOWN, f"not available: {error}", [], "", f"{DOCS}#{cid}", {}, 0.0,
+                        adapter.system, adapter.name) for cid, title, _ in CHECKS]
+
+
+def run_sources(conn: psycopg.Connection, config: Config, *, timeout_ms: int | None = None) -> list[CheckResult]:
+    """The checks of every [[external_queues]] source, in the config file's order. `conn` is the
+    console's database (autocommit); an entry with its own `dsn` gets a connection of its own for
+    the run, opened with a connect timeout of the statement timeout."""
+    from console.config import ConfigError, external_queues
+    from console.db import DatabaseError, connect
+    from console.external import adapter_for, validate
+
+    timeout_ms = timeout_ms or config.database.statement_timeout_ms
+    out: list[CheckResult] = []
+    for entry in external_queues(config):
+        adapter = adapter_for(entry)
+        try:
+            own = connect(entry.dsn, application_name="skiplock-advisor",
+                          connect_timeout=max(1, round(timeout_ms / 1000))) if entry.dsn else None
+        except DatabaseError as exc:
+            out += _not_available(adapter, str(exc))
+            continue
+        try:
+            source = own or conn
+            validate(source, adapter, timeout_ms)
+            out += run_external(source, adapter, config, timeout_ms=timeout_ms).results
+        except (ConfigError, psycopg.Error) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            out += _not_available(adapter, first.removeprefix(f"{entry.where}: "))
+        finally:
+            if own is not None:
+                own.close()
+    return out

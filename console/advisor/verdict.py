@@ -85,8 +85,8 @@ class Series:
 def read(conn: psycopg.Connection, metric: str, window: timedelta) -> Series:
     groups: dict[tuple[tuple[str, str], ...], list[tuple[datetime, float]]] = {}
     for point in samples.series(conn, metric, since=window):
-        if point["value"] is None:
-            continue
+        if point["value"] is None or "external" in (point["labels"] or {}):
+            continue  # [[external_queues]] series (their claim latency, throughput) are not Skiplock's workload
         key = tuple(sorted((point["labels"] or {}).items()))
         groups.setdefault(key, []).append((point["at"], float(point["value"])))
     for pts in groups.values():

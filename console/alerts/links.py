@@ -185,10 +185,9 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
 
 
 def _external(labels: Mapping[str, str]) -> Pairs:
-    """An [[external_queues]] source that could not be read: its panel on the Queues page says why."""
+    """An [[external_queues]] source's series: its panel on the Queues page (read-only there)."""
     name = labels.get("external")
-    return [(f"Queues: the external source {name} and its error" if name else "Queues: external sources",
-             "/queues#external-queues")]
+    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues"))]
 
 
 def _periodic(labels: Mapping[str, str]) -> Pairs:
@@ -215,6 +214,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "workers_live": _workers,
     "workers_in_flight": _in_flight,
     "queue_depth_estimated": _queues,
+    "external_source_errors": _external,
     "completed_rows_estimate": _archive,
     "vacuum_removed_nothing": _horizon,
     "table_xid_age": _wraparound,
@@ -227,7 +227,6 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "connections": _connections,
     "max_connections": _connections,
     "notify_queue_usage": _notify,
-    "external_source_errors": _external,
 }
 
 _BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (
@@ -258,6 +257,8 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     if fn is None:
         return []
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
+    if "external" in labels:  # a queue Skiplock did not create: Skiplock's own pages do not show it
+        fn = _external
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 

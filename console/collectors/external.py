@@ -1,6 +1,12 @@
 """External queue sources ([[external_queues]]): the same queue figures as Skiplock's own
-(queue_depth by state, queue_age_seconds, stuck_leases, stuck_lease_age_seconds, dead_letters)
-plus the queue table's health through the table collector's `measure`, each series labelled
+(queue_depth by state, queue_age_seconds, stuck_leases, stuck_lease_age_seconds, dead_letters),
+throughput{outcome, queue} where the library records finished jobs (from its completion log
+after the previous cycle's id: console.external.finished_since; PGQueuer and Procrastinate),
+claim_latency_seconds{queue="all", source="pg_stat_statements", quantile="mean"} from the
+deltas of the statements LIKE the source's claim pattern (their ids found again only when the
+database's pg_stat_statements entries change or every `pgss_discovery_interval`, as the
+statements collector does, because reading query text is the expensive part), plus the queue
+table's health through the table collector's `measure`, each series labelled
 `system` (pgqueuer, procrastinate, table) and `external` (the entry's name).
 
 Each source is read in its own READ ONLY transaction under the collectors' statement_timeout,
@@ -9,6 +15,9 @@ that database opened for the cycle. A source that fails (missing table, timeout,
 gets `external_source_errors{external, system} = 1`, its previous series as "not available"
 and its error in the cycle's details (`external_sources`), which its panel shows; the other
 sources and collectors still run. Counts stop at the caps like Skiplock's own (estimates beyond).
+
+Neither series exists before a second cycle (a rate needs two readings); a counter that went
+down (a reset, a truncated log) skips one interval.
 
 `latest_sources(conn)` is what the pages read back: the newest cycle's sources and their figures.
 """
@@ -26,6 +35,7 @@ from console import external, samples
 from console.collectors import tables
 from console.collectors.base import Context, collector_connection
 from console.samples import Sample
+from console.sqlfiles import query
 
 
 def _source_samples(adapter: external.Adapter, snap: external.Snapshot) -> list[Sample]:
@@ -51,7 +61,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
     opts = ctx.options
     out: list[Sample] = []
     details: dict[str, Any] = {}
-    state: dict[str, Any] = {"sources": {}, "tables": {}}
+    state: dict[str, Any] = {"sources": {}, "tables": {}, "cursors": {}, "pgss": {}}
     previous_sources = ctx.previous.get("sources", {})
     for entry in opts.external:
         adapter = external.adapter_for(entry)
@@ -60,7 +70,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
                                 "error": None, "queues": []}
         labels = {"system": adapter.system, "external": adapter.name}
         try:
-            produced = _one(ctx, adapter, state["tables"], info)
+            produced = _one(ctx, adapter, state, info)
             state["sources"][adapter.name] = [[s.metric, s.labels] for s in produced]
             out += produced
             out.append(Sample("external_source_errors", labels, 0.0))
@@ -70,6 +80,9 @@ def collect(ctx: Context) -> Iterable[Sample]:
             out += [Sample(m, lbl, None) for m, lbl in previous_sources.get(adapter.name, [])]
             state["sources"][adapter.name] = previous_sources.get(adapter.name, [])
             out.append(Sample("external_source_errors", labels, 1.0))
+            for key in ("cursors", "pgss"):  # the next good cycle takes its deltas from the last good one
+                if adapter.name in ctx.previous.get(key, {}):
+                    state[key][adapter.name] = ctx.previous[key][adapter.name]
             if not ctx.conn.closed and ctx.conn.info.transaction_status != 0:
                 ctx.conn.rollback()
         details[adapter.name] = info
@@ -78,7 +91,70 @@ def collect(ctx: Context) -> Iterable[Sample]:
     return out
 
 
-def _one(ctx: Context, adapter: external.Adapter, table_state: dict[str, Any], info: dict[str, Any]) -> list[Sample]:
+def _throughput(ctx: Context, cur: psycopg.Cursor, adapter: external.Adapter, snap: external.Snapshot,
+                info: dict[str, Any], state: dict[str, Any]) -> list[Sample]:
+    before = ctx.previous.get("cursors", {}).get(adapter.name)
+    after = before["id"] if before else None
+    done = external.finished_since(cur, adapter, after, cap=ctx.options.depth_exact_limit)
+    if done is None:
+        info["throughput"] = f"not available: {adapter.no_completions}" if adapter.completions() is None else \
+            "not available: the library's completion log table is missing"
+        return []
+    now = ctx.now.timestamp()
+    state["cursors"][adapter.name] = {"id": done.head_id if done.head_id is not None else 0, "at": now}
+    interval = now - before["at"] if before else 0.0
+    if not before or interval <= 0 or (done.head_id or 0) < (after or 0):
+        info["throughput"] = "from the next cycle on (a rate needs two readings)"
+        return []
+    info["throughput"] = "estimated (more log rows than the cap)" if done.estimated else "from the completion log"
+    outcomes = [name for name, _ in adapter.completions().outcomes]
+    out = []
+    for queue in sorted({f.queue for f in snap.queues} | set(done.counts)):
+        counts = done.counts.get(queue, {})
+        for outcome in outcomes:
+            out.append(Sample("throughput", {"outcome": outcome, "queue": queue, "system": adapter.system,
+                                             "external": adapter.name}, counts.get(outcome, 0.0) / interval))
+    return out
+
+
+def _claim_latency(ctx: Context, cur: psycopg.Cursor, adapter: external.Adapter, info: dict[str, Any],
+                   state: dict[str, Any]) -> list[Sample]:
+    pattern = adapter.claim_pattern
+    avail = cur.execute(query("collectors_statements", "pgss_available")).fetchone()
+    if not pattern or not (avail["installed"] and avail["preloaded"]):
+        info["claim_latency"] = ("not available: no claim_query_like on the entry" if not pattern else
+                                 "not available: pg_stat_statements is not installed in the source's database")
+        return []
+    old = ctx.previous.get("pgss", {}).get(adapter.name) or {}
+    entries = cur.execute(query("collectors_statements", "pgss_entries")).fetchone()["entries"]
+    now = ctx.now.timestamp()
+    ids, discovered_at = old.get("ids"), old.get("discovered_at")
+    if (ids is None or discovered_at is None or entries != old.get("entries")
+            or now - discovered_at >= ctx.options.pgss_discovery_interval):
+        ids = [r["queryid"] for r in cur.execute(query("external", "claim_statements"), {"pattern": pattern}).fetchall()]
+        discovered_at = now
+    counters = {str(r["queryid"]): {"calls": r["calls"], "total_exec_ms": r["total_exec_ms"]} for r in cur.execute(
+        query("collectors_statements", "claim_statement_counters"), {"ids": [int(i) for i in ids]}).fetchall()}
+    state["pgss"][adapter.name] = {"ids": ids, "entries": entries, "discovered_at": discovered_at, "counters": counters}
+    before = old.get("counters")
+    if before is None:
+        info["claim_latency"] = "from the next cycle on (a latency needs two readings)"
+        return []
+    calls = total = 0.0
+    for qid, now_c in counters.items():
+        was = before.get(qid)
+        if was is None or now_c["calls"] < was["calls"]:
+            continue  # a new statement or a reset: no honest delta this interval
+        calls += now_c["calls"] - was["calls"]
+        total += now_c["total_exec_ms"] - was["total_exec_ms"]
+    info["claim_latency"] = (f"{len(ids)} statement(s) LIKE {pattern}" if ids else
+                             f"no statement LIKE {pattern} in pg_stat_statements yet")
+    labels = {"queue": "all", "source": "pg_stat_statements", "quantile": "mean", "system": adapter.system,
+              "external": adapter.name}
+    return [Sample("claim_latency_seconds", labels, total / calls / 1000.0 if calls else None)]
+
+
+def _one(ctx: Context, adapter: external.Adapter, state: dict[str, Any], info: dict[str, Any]) -> list[Sample]:
     opts = ctx.options
     own = adapter.entry.dsn or None
     conn = collector_connection(adapter.entry.dsn, opts) if own else ctx.conn
@@ -87,14 +163,16 @@ def _one(ctx: Context, adapter: external.Adapter, table_state: dict[str, Any], i
             external.read_only(cur, opts.statement_timeout_ms)
             adapter.check_schema(cur)
             snap = external.snapshot(cur, adapter, cap=opts.depth_exact_limit, failed_cap=opts.failed_total_limit)
+            produced = _source_samples(adapter, snap)
+            produced += _throughput(ctx, cur, adapter, snap, info, state)
+            produced += _claim_latency(ctx, cur, adapter, info, state)
         info["queues"] = [f.queue for f in snap.queues]
         info["estimated"] = snap.estimated
-        produced = _source_samples(adapter, snap)
         sub = Context(conn=conn, options=opts, now=ctx.now, name=ctx.name, previous_at=ctx.previous_at,
                       previous=ctx.previous, details={})
         table_samples, snapshot, _ = tables.measure(sub, adapter.tables(), ctx.previous.get("tables", {}),
                                                     {"system": adapter.system})
-        table_state.update(snapshot)
+        state["tables"].update(snapshot)
         return produced + table_samples
     finally:
         if own:
@@ -103,23 +181,28 @@ def _one(ctx: Context, adapter: external.Adapter, table_state: dict[str, Any], i
 
 def latest_sources(conn: psycopg.Connection) -> list[dict[str, Any]]:
     """What the pages show: each external source of the newest collection cycle, with its
-    system, schema version, table, error (None when it was read) and per-queue figures from the
-    newest samples. Reads stored samples and the cycle's details only, never the source."""
+    system, schema version, table, error (None when it was read), claim latency and per-queue
+    figures (throughput_completed/_failed/_retried where recorded) from the newest samples. Reads stored samples and the cycle's details only, never the source."""
     from console.collectors import latest_details
 
     run = latest_details(conn)
     details = ((run or {}).get("details") or {}).get("external_sources") or {}
     queues: dict[tuple[str, str], dict[str, Any]] = {}
+    claims: dict[str, float | None] = {}
     for s in samples.latest(conn, within=timedelta(minutes=15)):
         name = s.labels.get("external")
         if name is None or "queue" not in s.labels:
             continue
+        if s.metric == "claim_latency_seconds":  # one per source (queue "all")
+            claims[name] = s.value
+            continue
         row = queues.setdefault((name, s.labels["queue"]), {"queue": s.labels["queue"], "at": s.at})
-        key = s.labels.get("state") if s.metric == "queue_depth" else s.metric
+        key = {"queue_depth": s.labels.get("state"), "throughput": f"throughput_{s.labels.get('outcome')}"}.get(s.metric, s.metric)
         row[key] = s.value
     out = []
     for name in sorted(details):
         info = details[name]
         rows = [r for (n, _), r in sorted(queues.items()) if n == name]
-        out.append({"name": name, **info, "queues": rows, "collected_at": (run or {}).get("started_at")})
+        out.append({"name": name, **info, "queues": rows, "claim_latency_s": claims.get(name),
+                    "collected_at": (run or {}).get("started_at")})
     return out

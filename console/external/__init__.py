@@ -6,7 +6,14 @@ which answers the small questions the collectors and the advisor ask:
 - `queue_table` (schema, table) and `tables()`: what the table collectors watch;
 - `shape()`: the SQL pieces (queue expression, pending/due/running/stuck/failed predicates)
   that fill the one bounded snapshot statement in sql/external.sql;
-- `claim_pattern`: a LIKE pattern that finds its claim statement in pg_stat_statements;
+- `claim_pattern`: a LIKE pattern that finds its claim statement in pg_stat_statements (the
+  collector's per-source claim latency, the advisor's claim check);
+- `completions()`: where the library records finished jobs (an append-only log keyed by a
+  bigint id: PGQueuer's pgqueuer_log, Procrastinate's procrastinate_events), for throughput;
+  None with `no_completions` saying why (graphile-worker deletes finished jobs, a declared
+  table has no log, pg-boss's completed rows have no index to find the newest by);
+- `completed`: the predicate of finished rows that stay in the queue table (None when the
+  library deletes them), for the advisor's completed-rows check;
 - `check_schema(cur)`: refuses a table or column that is missing, an unknown schema version,
   a predicate that does not parse, with a message naming the entry;
 - `actions`: what the console may do to its jobs (none yet: every source is read-only, and
@@ -52,9 +59,21 @@ class Shape:
     failed: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
 
 
+@dataclass(frozen=True)
+class Completions:
+    """A library's log of finished jobs: `table` (in the source's schema) with a bigint primary
+    key `id` that only grows; the other pieces are SQL over its row `e`."""
+
+    table: str
+    queue: sql.Composable
+    outcomes: tuple[tuple[str, sql.Composable], ...]  # (throughput outcome, predicate)
+
+
 class Adapter:
     system = ""
     default_table = ""
+    no_completions = "the library keeps no record of finished jobs"
+    completed_note = ""
     actions: tuple[str, ...] = ()
     read_only_reason = READ_ONLY_REASON
     schema_version = ""
@@ -90,6 +109,13 @@ class Adapter:
 
     def shape(self) -> Shape:
         raise NotImplementedError
+
+    def completions(self) -> Completions | None:
+        return None
+
+    @property
+    def completed(self) -> sql.Composable | None:
+        return None
 
     def check_schema(self, cur: psycopg.Cursor) -> None:
         raise NotImplementedError
@@ -154,6 +180,8 @@ def validate(conn: psycopg.Connection, adapter: Adapter, timeout_ms: int = 2000)
             shape = adapter.shape()
             for part in ("pending", "due", "running", "stuck", "failed"):
                 cur.execute(_estimate_sql(adapter, getattr(shape, part)), _params(adapter, {}))
+            if adapter.completed is not None:
+                cur.execute(_estimate_sql(adapter, adapter.completed), _params(adapter, {}))
     except SourceError as exc:
         raise ConfigError(f"{adapter.entry.where}: {exc}") from None
     except psycopg.Error as exc:
@@ -213,6 +241,43 @@ class Snapshot:
     estimated: bool = False
 
 
+@dataclass
+class Finished:
+    """Jobs finished since the previous cycle's cursor, by queue and outcome."""
+
+    head_id: int | None
+    counts: dict[str, dict[str, float]]  # queue -> outcome -> jobs
+    estimated: bool = False
+
+
+def finished_since(cur: psycopg.Cursor, adapter: Adapter, after: int | None, *, cap: int) -> Finished | None:
+    """What the library's completion log recorded after id `after` (None: only read the head).
+    Reads at most `cap` log rows in id order (the primary key), so a busy log costs the same as
+    a quiet one; beyond the cap the counts are scaled by the share of ids read. None when the
+    source has no completion log, or its log table is missing."""
+    comp = adapter.completions()
+    if comp is None:
+        return None
+    schema, _ = adapter.queue_table
+    if cur.execute(query("external", "table_exists"), {"qualified": f'"{schema}"."{comp.table}"'}).fetchone()["found"] is False:
+        return None
+    outcomes = sql.SQL(", ").join(
+        sql.SQL("coalesce(({}), false) AS {}").format(pred, sql.Identifier(f"is_{name}")) for name, pred in comp.outcomes)
+    counts = sql.SQL(", ").join(
+        sql.SQL("count(*) FILTER (WHERE d.{}) AS {}").format(sql.Identifier(f"is_{name}"), sql.Identifier(name))
+        for name, _ in comp.outcomes)
+    any_outcome = sql.SQL(" OR ").join(sql.SQL("({})").format(pred) for _, pred in comp.outcomes)
+    statement = sql.SQL(query("external", "completions")).format(
+        log=sql.Identifier(schema, comp.table), queue=comp.queue, outcomes=outcomes, counts=counts, any_outcome=any_outcome)
+    row = cur.execute(statement, {"after": after, "cap": cap}).fetchone()
+    head, last = row["head_id"], row["last_id"]
+    scale, estimated = 1.0, False
+    if after is not None and last is not None and head is not None and head > last > after:
+        scale, estimated = (head - after) / (last - after), True
+    by = {q["queue"]: {name: float(q[name]) * scale for name, _ in comp.outcomes} for q in row["queues"]}
+    return Finished(head, by, estimated)
+
+
 def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int) -> Snapshot:
     """Per-queue figures of one source, bounded by the caps (estimates beyond them)."""
     shape = adapter.shape()
@@ -250,6 +315,6 @@ def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int
     return Snapshot(sorted(by.values(), key=lambda f: f.queue), estimated)
 
 
-__all__ = ["READ_ONLY_REASON", "Adapter", "QueueFigures", "Shape", "Snapshot", "SourceError", "adapter_for",
+__all__ = ["READ_ONLY_REASON", "Adapter", "Completions", "Finished", "QueueFigures", "finished_since", "Shape", "Snapshot", "SourceError", "adapter_for",
            "adapters", "estimate_rows", "read_only", "snapshot", "validate", "validate_all"]
 

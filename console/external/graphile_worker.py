@@ -34,6 +34,10 @@ class GraphileWorkerAdapter(Adapter):
             return self.entry.qualified(self.default_table)
         return self.entry.schema or "graphile_worker", self.entry.table or self.default_table
 
+    completed_note = ("graphile-worker deletes a job's row when it succeeds; jobs whose attempts are used up stay "
+                      "(those are the dead letters).")
+    no_completions = "graphile-worker deletes a job's row when it succeeds and keeps no log of finished jobs"
+
     @property
     def claim_pattern(self) -> str | None:
         return self.entry.claim_query_like or "%get_job%"

@@ -33,9 +33,23 @@ class PgBossAdapter(Adapter):
             return self.entry.qualified(self.default_table)
         return self.entry.schema or "pgboss", self.entry.table or self.default_table
 
+    no_completions = ("pg-boss keeps completed jobs in its job table (state completed, completed_on), but no index "
+                      "serves completed_on, so counting recent completions would scan the table every cycle")
+
+    completed_note = ("pg-boss moves completed jobs to pgboss.archive after archiveCompletedAfterSeconds (12 h by "
+                      "default) and deletes them after deleteAfterDays; only a running supervisor does this "
+                      "(new PgBoss({supervise: true}), the default).")
+
+    @property
+    def completed(self) -> sql.Composable:
+        return sql.SQL("j.state IN ('completed', 'cancelled')")
+
     @property
     def claim_pattern(self) -> str | None:
-        return self.entry.claim_query_like or "%FOR UPDATE SKIP LOCKED%"
+        # pg-boss 10's fetch (src/plans.js): "... FROM <schema>.job ... FOR UPDATE SKIP LOCKED";
+        # naming the table keeps another queue's SKIP LOCKED claim in the same database out.
+        schema, table = self.queue_table
+        return self.entry.claim_query_like or f"%FROM {schema}.{table}%FOR UPDATE SKIP LOCKED%"
 
     def shape(self) -> Shape:
         return Shape(

@@ -7,6 +7,9 @@ an entrypoint. Finished jobs leave the table (their history is pgqueuer_log); a 
 with on_failure="hold" stays with status 'failed', which is what dead letters counts. A picked
 job whose heartbeat is older than `stuck_after` (default 5m) counts as stuck.
 
+Throughput comes from pgqueuer_log (a row per status change, `successful` = completed,
+`exception`/`failed` = failed), read after the previous cycle's id.
+
 An older schema without the 'failed' status or without the heartbeat column is refused: the
 figures would not mean what they say.
 """
@@ -16,7 +19,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from console.external import Adapter, Shape, SourceError
+from console.external import Adapter, Completions, Shape, SourceError
 from console.sqlfiles import query
 
 REQUIRED_COLUMNS = ["id", "priority", "created", "updated", "heartbeat", "execute_after", "status", "entrypoint"]
@@ -32,6 +35,17 @@ class PgQueuerAdapter(Adapter):
     def claim_pattern(self) -> str | None:
         _, table = self.queue_table
         return self.entry.claim_query_like or f"%{table}%FOR UPDATE%SKIP LOCKED%"
+
+    completed_note = "PGQueuer deletes a job's row when it finishes (its history is the pgqueuer_log table)."
+
+    def completions(self) -> Completions:
+        # Every status change is a row of pgqueuer_log (kept after aggregation into
+        # pgqueuer_statistics: it is only flagged `aggregated`).
+        _, table = self.queue_table
+        return Completions(f"{table}_log", sql.SQL("e.entrypoint"), (
+            ("completed", sql.SQL("e.status = 'successful'")),
+            ("failed", sql.SQL("e.status IN ('exception', 'failed')")),
+        ))
 
     def shape(self) -> Shape:
         return Shape(

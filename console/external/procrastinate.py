@@ -8,6 +8,9 @@ scheduled_at is empty or past; its age runs from scheduled_at, else from its 'de
 A doing job is stuck when its worker is gone or has not sent a heartbeat for `stuck_after`
 (Procrastinate's own stalled-worker rule; its default timeout is 30 s, Skiplock's 5m).
 
+Throughput comes from procrastinate_events (`succeeded` = completed, `failed` = failed,
+`deferred_for_retry` = retried), read after the previous cycle's id.
+
 A 2.x schema (no procrastinate_workers, no worker_id) is refused with a message.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from console.external import Adapter, Shape, SourceError
+from console.external import Adapter, Completions, Shape, SourceError
 
 REQUIRED_COLUMNS = ["id", "queue_name", "task_name", "status", "scheduled_at", "attempts", "worker_id", "abort_requested"]
 
@@ -33,6 +36,24 @@ class ProcrastinateAdapter(Adapter):
     def tables(self) -> list[tuple[str, str]]:
         schema, _ = self.queue_table
         return [*super().tables(), (f"{self.name}:{schema}.procrastinate_events", f"{schema}.procrastinate_events")]
+
+    completed_note = ("Procrastinate keeps finished jobs in procrastinate_jobs unless the worker deletes them "
+                      "(`procrastinate worker --delete-jobs=successful`, or App(worker_defaults={'delete_jobs': "
+                      "'successful'})) or the builtin task procrastinate.builtin_tasks.remove_old_jobs runs periodically.")
+
+    @property
+    def completed(self) -> sql.Composable:
+        return sql.SQL("j.status IN ('succeeded', 'cancelled', 'aborted')")
+
+    def completions(self) -> Completions:
+        schema, table = self.queue_table
+        jobs = sql.Identifier(schema, table)
+        return Completions("procrastinate_events",
+                           sql.SQL("(SELECT j.queue_name FROM {jobs} AS j WHERE j.id = e.job_id)").format(jobs=jobs), (
+            ("completed", sql.SQL("e.type = 'succeeded'")),
+            ("failed", sql.SQL("e.type = 'failed'")),
+            ("retried", sql.SQL("e.type = 'deferred_for_retry'")),
+        ))
 
     def shape(self) -> Shape:
         schema, _ = self.queue_table

@@ -3,7 +3,8 @@
 The predicates are SQL fragments from the config file (never from the web); the console wraps
 each in parentheses inside its own statement and runs it READ ONLY under statement_timeout.
 Without `queue_column` every row belongs to one queue named "default"; without `enqueued_at`
-the queue's age is 0; without `lease_until` nothing counts as stuck.
+the queue's age is 0; without `lease_until` nothing counts as stuck; without `completed` the
+advisor cannot tell whether finished rows leave the table.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ def col(name: str) -> sql.Composable:
 class TableAdapter(Adapter):
     system = "table"
     schema_version = "declared by the operator"
+    no_completions = "a declared table has no log of finished jobs Skiplock can read within bounds"
 
     def shape(self) -> Shape:
         e = self.entry
@@ -33,6 +35,10 @@ class TableAdapter(Adapter):
             stuck_since=col(e.lease_until) if e.lease_until else sql.SQL("NULL"),
             failed=sql.SQL(e.failed) if e.failed else sql.SQL("false"),
         )
+
+    @property
+    def completed(self) -> sql.Composable | None:
+        return sql.SQL(self.entry.completed) if self.entry.completed else None
 
     def check_schema(self, cur: psycopg.Cursor) -> None:
         e = self.entry

@@ -192,6 +192,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     from console.periodic import load_entries
 
     load_entries(cfg, import_tasks=False)  # a bad [[periodic]] entry stops start-up here too
+    from console.config import external_queues
+
+    external_queues(cfg)  # and a bad [[external_queues]] entry (the advisor page runs their checks)
     web = cfg.web
     secret = web.secret_key
     if not secret:

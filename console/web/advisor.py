@@ -6,7 +6,9 @@ GET /advisor, /advisor/_checks (polled fragment), /api/v1/advisor; POST /advisor
 Running all the checks costs 0.2-0.8 s of database work, too much for every 5 s poll of every
 open tab. So the last full run is kept in skiplock.advisor_snapshots (name "report": the
 report, when it ran, what it cost, who asked) and the page and its poll show that one, with
-"checked N s ago; the checks cost X ms". It is re-run when it is older than one collection
+"checked N s ago; the checks cost X ms". The run includes the table-as-queue checks of every
+[[external_queues]] source (console.advisor.external.run_sources), each source its own area
+with its system. It is re-run when it is older than one collection
 cycle (scheduler.collect_interval), or at once when an operator presses "Re-run checks" (POST
 /advisor/run). `?check=` picks checks out of the stored report; the API with `?fresh=1` runs
 them now.
@@ -26,6 +28,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console.advisor import checks as advisor_checks
+from console.advisor.external import CHECKS as EXTERNAL_CHECKS
+from console.advisor.external import run_sources
 from console.advisor.verdict import evaluate_verdict
 from console.sqlfiles import query
 from console.web.api import INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt
@@ -54,6 +58,8 @@ def run_and_store(actor: str | None) -> dict[str, Any]:
     conn = get_conn()
     started = time.perf_counter()
     report = advisor_checks.run_checks(conn, state().config)
+    # The table-as-queue checks of each [[external_queues]] source, in the same stored run.
+    report.results += run_sources(conn, state().config)
     duration_ms = (time.perf_counter() - started) * 1000
     stored = {"report": report.to_dict(), "duration_ms": round(duration_ms, 1), "checked_by": actor}
     conn.execute(query("advisor", "snapshot_put"), {"name": REPORT_SNAPSHOT, "data": Jsonb(stored)})
@@ -73,10 +79,10 @@ def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[s
     from console.web import state
 
     if only:
-        unknown = [name for name in only if name not in advisor_checks.check_ids()]
+        known = advisor_checks.check_ids() + [cid for cid, _, _ in EXTERNAL_CHECKS]
+        unknown = [name for name in only if name not in known]
         if unknown:
-            raise advisor_checks.UnknownCheck(
-                f"unknown check {', '.join(unknown)}; known checks: {', '.join(advisor_checks.check_ids())}")
+            raise advisor_checks.UnknownCheck(f"unknown check {', '.join(unknown)}; known checks: {', '.join(known)}")
     stored = run_and_store(g.user.name) if fresh else last_report(state().config.scheduler.collect_interval)
     checks = [c for c in stored["report"]["checks"] if not only or c["id"] in only]
     counts = {status: 0 for status in ("ok", "warn", "fail", "unknown")}
@@ -85,7 +91,8 @@ def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[s
     areas: list[dict[str, Any]] = []
     for check in checks:
         if not areas or areas[-1]["area"] != check["area"]:
-            areas.append({"area": check["area"], "checks": []})
+            areas.append({"area": check["area"], "system": check.get("system", "skiplock"),
+                          "external": check.get("external"), "checks": []})
         areas[-1]["checks"].append(check)
     worst = next((s for s in ("fail", "warn", "unknown") if counts[s]), "ok")
     tab = []

@@ -3,7 +3,7 @@ dead letters; an idle queue stays listed for 24 h after its last sample, with "i
 backlog drain estimate from the collectors' samples, pause/resume, and the queue's concurrency and
 rate limits with their usage (console.limits).
 
-GET  /queues, /queues/_table (the polled fragment), /queues/<name>
+GET  /queues, /queues/_table and /queues/_external (the polled fragments), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; a reason required, 422 without;
 audited by console.maintenance) and the same under /api/v1/queues.
 POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.limits), and
@@ -105,6 +105,15 @@ def index():
     from console.collectors.external import latest_sources
 
     return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
+
+
+@bp.get("/queues/_external")
+@requires("viewer")
+def external_fragment():
+    """The [[external_queues]] panel alone (the Queues page and the overview poll it)."""
+    from console.collectors.external import latest_sources
+
+    return render_template("queues/_external.html", external=run_panel(latest_sources))
 
 
 @bp.get("/queues/_table")
