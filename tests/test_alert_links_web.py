@@ -10,6 +10,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 import psycopg
+from markupsafe import escape
 
 from console import queue as q
 from console import samples
@@ -86,6 +87,11 @@ def test_a_new_error_group_goes_first_on_the_alert_page_and_in_every_webhook_pay
         < slack.index("/deadletters?queue=billing#groups|")
     pd = bodies["/hook/pd"]["links"]
     assert pd[0]["href"] == url and pd[0]["text"] == links[0]["label"] and pd[-1]["text"] == "Runbook"
+    # the lists show it first too: the alerts list API and the overview's firing-alert row
+    listed = next(a for a in client_as("viewer").get("/api/v1/alerts").get_json()["alerts"] if a["id"] == alert_id)
+    assert listed["look_here"][0]["path"] == new_group
+    overview = client_as("viewer").get("/overview").get_data(as_text=True)
+    assert f'href="{escape(new_group)}" data-look-here>New error group in billing: ValueError' in overview
 
 
 def test_alert_page_charts_the_series_with_the_threshold_and_lists_what_changed(client_as, conn):

@@ -36,7 +36,7 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.alerts import context, outbox
-from console.alerts.links import Link, as_dicts, look_here
+from console.alerts.links import DEAD_LETTER_METRICS, Link, as_dicts, look_here
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -435,8 +435,15 @@ def expire_silence(conn: psycopg.Connection, silence_id: int, *, actor: str) -> 
     return row
 
 
+# The new-error-group lookup of a firing dead-letter alert in a list (the overview's row, the
+# alerts list and its API): one bounded read of the queue's groups per such alert.
+LIST_GROUPS_TIMEOUT_MS = 500
+
+
 def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
-    """Pending and firing alerts, each with its rule's severity/summary/runbook and silence."""
+    """Pending and firing alerts, each with its rule's severity/summary/runbook and silence, and
+    its look-here links: for a firing dead-letter alert the new error groups of its queue first,
+    as on the alert page and in its webhook (`context.look_here`)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("alerts", "active_alerts")).fetchall()
         silences = cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
@@ -448,11 +455,18 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> l
         out.append({**row, "severity": rule.severity if rule else None,
                     "summary": rule.render_summary(row["labels"], row["value"]) if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
-                    "look_here": as_dicts(look_here(rule.metric, row["labels"])) if rule else [],
+                    "look_here": _list_links(conn, rule, row) if rule else [],
                     "silence": silenced})
     order = {"critical": 0, "warning": 1, "info": 2, None: 3}
     out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))
     return out
+
+
+def _list_links(conn: psycopg.Connection, rule: Rule, row: dict[str, Any]) -> list[dict[str, str | None]]:
+    if row["state"] != "firing" or rule.metric not in DEAD_LETTER_METRICS:
+        return as_dicts(look_here(rule.metric, row["labels"]))
+    fired = row["fired_at"] or row["state_since"]
+    return as_dicts(context.look_here(conn, rule.metric, row["labels"], fired, timeout_ms=LIST_GROUPS_TIMEOUT_MS))
 
 
 def recent_events(conn: psycopg.Connection, *, limit: int = 50, before_id: int | None = None,
