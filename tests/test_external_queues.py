@@ -126,6 +126,12 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
     own = viewer.get("/api/v1/queues").get_json()["queues"]
     assert "slow" not in {r["queue"] for r in own}
     assert 'data-queue="slow"' not in viewer.get("/overview").get_data(as_text=True)  # not one of Skiplock's own
+    # The Database page judges its queue table beside Skiplock's own (from the stored samples).
+    health = viewer.get("/health").get_data(as_text=True)
+    assert 'data-external-table="app">public.app_jobs <span class="badge" data-system="table">table</span>' in health
+    [ext] = viewer.get("/api/v1/health").get_json()["tables"]["external"]
+    assert (ext["source"], ext["table"], ext["system"], ext["level"]) == ("app", "public.app_jobs", "table", "good")
+    assert ext["live"] == value(report, "table_live_tuples", table="app:public.app_jobs", system="table")
 
     # Beyond the cap the depth is the planner's estimate, and says so.
     conn.execute("INSERT INTO public.app_jobs (queue) SELECT 'slow' FROM generate_series(1, 300)")

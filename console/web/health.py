@@ -97,7 +97,35 @@ def tables_panel(conn, latest: Latest) -> dict[str, Any]:
                 "running_s": p["running_s"],
             } for p in running],
         })
-    return {"tables": out, "level": _worst(t["level"] for t in out)}
+    external = external_tables(latest)
+    return {"tables": out, "external": external, "level": _worst([t["level"] for t in out] + [t["level"] for t in external])}
+
+
+def external_tables(latest: Latest) -> list[dict[str, Any]]:
+    """The queue tables of [[external_queues]] sources, from the newest samples of the external
+    collector (labels table = "<source>:<schema>.<table>" and system): the same judgement as
+    Skiplock's own tables, without a live query of someone else's table."""
+    out = []
+    for label in sorted({s.labels["table"] for s in latest.rows
+                         if s.metric == "table_live_tuples" and s.labels.get("system", "skiplock") != "skiplock"
+                         and "table" in s.labels}):
+        live, dead = latest.total("table_live_tuples", table=label), latest.total("table_dead_tuples", table=label)
+        threshold = latest.total("table_autovacuum_threshold", table=label)
+        behind = latest.total("table_autovacuum_behind", table=label)
+        system = next((s.labels["system"] for s in latest.rows if s.labels.get("table") == label and "system" in s.labels), "")
+        if latest.total("vacuum_removed_nothing", table=label):
+            lv, advice = "bad", "Vacuum ran but removed nothing: something holds the xmin horizon (see the holders below)."
+        elif behind or (threshold and (dead or 0) > 2 * threshold):
+            lv, advice = "warn", ("Dead rows are above the autovacuum threshold and no vacuum is running: consider a lower "
+                                  "autovacuum_vacuum_scale_factor for this queue table.")
+        else:
+            lv, advice = "good", None
+        source, _, table = label.partition(":")
+        out.append({"source": source, "table": table, "system": system, "live": live, "dead": dead,
+                    "dead_ratio": (dead / (live + dead)) if (live or 0) + (dead or 0) else 0.0,
+                    "threshold": threshold, "last_autovacuum_age_s": latest.most("table_last_autovacuum_age_seconds", table=label),
+                    "level": lv, "advice": advice})
+    return out
 
 
 _HOLDER_ADVICE = {
