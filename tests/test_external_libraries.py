@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +33,27 @@ from tests.conftest import dsn_for
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+
+
+def run_async(coroutine):
+    """asyncio.run in a thread of its own: in a worker process that already ran a Playwright
+    (sync API) test, the main thread still has an event loop, and asyncio.run refuses to start
+    another one there ("cannot be called from a running event loop")."""
+    result: dict[str, object] = {}
+
+    def target():
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="run-async")
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "the library's coroutine did not finish within 120 s"
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")
 _count = itertools.count()
 
 
@@ -97,7 +119,7 @@ def pgqueuer_db(library_db):
     dsn = library_db()
     subprocess.run([str(BIN / "pgq"), "--pg-dsn", url(dsn), "install"], check=True, timeout=60,
                    capture_output=True, text=True)
-    asyncio.run(w.pgqueuer_produce(url(dsn), ["waiting", "waiting", "waiting", "ok", "boom", "hang"]))
+    run_async(w.pgqueuer_produce(url(dsn), ["waiting", "waiting", "waiting", "ok", "boom", "hang"]))
     consumer = start([sys.executable, "-m", "tests.external_workers", "pgqueuer-consume", url(dsn)])
     try:
         wait_for_line(consumer, "HANGING")
@@ -113,7 +135,7 @@ PGQ = ExternalQueue(name="legacy", system="pgqueuer", stuck_after=timedelta(seco
 
 def test_pgqueuer_depth_age_stuck_and_dead_letters_match_the_library(pgqueuer_db):
     external.validate(connect(pgqueuer_db), external.adapter_for(PGQ))
-    sizes = asyncio.run(w.pgqueuer_sizes(url(pgqueuer_db)))
+    sizes = run_async(w.pgqueuer_sizes(url(pgqueuer_db)))
     lbl = {"system": "pgqueuer", "external": "legacy"}
     report = eventually(lambda: (r := cycle(pgqueuer_db, Options(external=(PGQ,))))
                         and value(r, "stuck_leases", queue="hang", **lbl) == 1 and r)
@@ -132,7 +154,7 @@ def test_pgqueuer_throughput_from_its_log_and_claim_latency_from_its_dequeue(pgq
     `waiting` job logged as queued, never picked)."""
     lbl = {"system": "pgqueuer", "external": "legacy"}
     first = cycle(pgqueuer_db, Options(external=(PGQ,)))
-    asyncio.run(w.pgqueuer_produce(url(pgqueuer_db), ["ok", "ok", "boom", "waiting"]))
+    run_async(w.pgqueuer_produce(url(pgqueuer_db), ["ok", "ok", "boom", "waiting"]))
     consumer = start([sys.executable, "-m", "tests.external_workers", "pgqueuer-consume", url(pgqueuer_db)])
     try:
         eventually(lambda: scalar(pgqueuer_db, "SELECT count(*) FROM pgqueuer WHERE entrypoint = 'ok'") == 0
@@ -167,7 +189,7 @@ def procrastinate_db(library_db):
     cli = [str(BIN / "procrastinate"), "--app=tests.external_workers.app"]
     subprocess.run([*cli, "schema", "--apply"], check=True, timeout=60, capture_output=True, text=True,
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
-    asyncio.run(w.procrastinate_defer(url(dsn), ["waiting", "waiting", "ok", "boom", "hang"]))
+    run_async(w.procrastinate_defer(url(dsn), ["waiting", "waiting", "ok", "boom", "hang"]))
     worker = start([*cli, "worker", "-q", "fast,slow"], env)
     try:
         wait_for_line(worker, "HANGING")
@@ -182,7 +204,7 @@ PROC = ExternalQueue(name="tasks", system="procrastinate", stuck_after=timedelta
 
 def test_procrastinate_depth_age_stuck_and_dead_letters_match_the_library(procrastinate_db):
     external.validate(connect(procrastinate_db), external.adapter_for(PROC))
-    queues = asyncio.run(w.procrastinate_queues(url(procrastinate_db)))
+    queues = run_async(w.procrastinate_queues(url(procrastinate_db)))
     lbl = {"system": "procrastinate", "external": "tasks"}
     report = eventually(lambda: (r := cycle(procrastinate_db, Options(external=(PROC,))))
                         and value(r, "stuck_leases", queue="slow", **lbl) == 1 and r)
@@ -200,7 +222,7 @@ def test_procrastinate_depth_age_stuck_and_dead_letters_match_the_library(procra
 def test_procrastinate_throughput_from_its_job_events(procrastinate_db):
     lbl = {"system": "procrastinate", "external": "tasks"}
     first = cycle(procrastinate_db, Options(external=(PROC,)))
-    asyncio.run(w.procrastinate_defer(url(procrastinate_db), ["ok", "ok", "boom", "waiting"]))
+    run_async(w.procrastinate_defer(url(procrastinate_db), ["ok", "ok", "boom", "waiting"]))
     worker = start([str(BIN / "procrastinate"), "--app=tests.external_workers.app", "worker", "-q", "fast"],
                    {"PROCRASTINATE_DSN": url(procrastinate_db)})
     try:
