@@ -5,7 +5,9 @@ the others keep working (a second real cluster, stopped mid-test) in `collect --
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -141,7 +143,9 @@ def web_app(request, web_settings):
     """The app of conftest's `client_as`: over east and west when the test uses them."""
     from console.web import create_app
 
-    if "two_databases" in request.fixturenames:
+    if "alerting_databases" in request.fixturenames:
+        app = create_app(load_config(request.getfixturevalue("alerting_databases")[0], env={}))
+    elif "two_databases" in request.fixturenames:
         app = create_app(load_config(request.getfixturevalue("two_databases"), env={}))
     else:
         app = create_app(web_settings)
@@ -263,3 +267,82 @@ def test_a_database_not_migrated_or_with_a_changed_migration_does_not_lead(make_
         assert fleet.elect() == {"east": True, "bare": True, "changed": False}
     finally:
         fleet.close()
+
+
+# --- alerts carry their database ------------------------------------------------------------
+
+ALERTS = """
+[alerts]
+allow_private_destinations = true  # the receiver is on loopback
+console_url = "https://console.example"
+retry_base = 0.1
+[[webhooks]]
+name = "hook"
+url = "{url}"
+[[webhooks]]
+name = "slack"
+kind = "slack"
+url = "{url}"
+[[webhooks]]
+name = "pd"
+kind = "pagerduty"
+url = "{url}"
+secret = "routing"
+[[alerts.rules]]
+name = "deep"
+metric = "queue_depth"
+labels = {{ queue = "bulk", state = "eligible" }}
+op = ">"
+threshold = 0
+for = "0s"
+"""
+
+
+@pytest.fixture
+def alerting_databases(tmp_path, dsn, west):
+    """(config path, receiver): east and west, three destinations (json, Slack, PagerDuty) at a
+    real local receiver, one rule over west's queue bulk."""
+    from tests.alert_receiver import Receiver
+
+    with Receiver() as receiver:
+        extra = '[web]\nsecret_key = "k"\nproduction = false\n' + ALERTS.format(url=receiver.url)
+        yield write_config(tmp_path, {"east": dsn, "west": west}, extra=extra), receiver
+
+
+def test_alerts_carry_their_database_in_pages_api_and_every_webhook(alerting_databases, west, client_as):
+    path, receiver = alerting_databases
+    with connect(west) as wconn:
+        q.enqueue(wconn, "noop", queue="bulk")
+    config = load_config(path, env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "west": True}
+        assert fleet.members["west"].run_job("collect") and fleet.members["west"].run_job("alerts_deliver")
+    finally:
+        fleet.close()
+    [doc] = [d for d in receiver.json_bodies() if d.get("alert", {}).get("rule") == "deep"]
+    assert doc["alert"]["labels"] == {"queue": "bulk", "state": "eligible", "system": "skiplock", "database": "west"}
+    assert doc["console_url"] == f"https://console.example/db/west/alerts/{doc['alert']['id']}"
+    assert doc["idempotency_key"].startswith("skiplock:db:west:alert:")
+    assert doc["alert"]["look_here"] and all(k["path"].startswith("/db/west/") and
+                                             k["url"].startswith("https://console.example/db/west/")
+                                             for k in doc["alert"]["look_here"])
+    slack = next(json.loads(r["body"])["text"] for r in receiver.delivered()
+                 if r["body"].startswith(b'{"text"') and b"deep" in r["body"])
+    assert "database=west" in slack and "console.example/db/west/" in slack
+    pagerduty = next(json.loads(r["body"]) for r in receiver.delivered() if b"routing_key" in r["body"] and b"deep" in r["body"])
+    assert "database=west" in pagerduty["payload"]["group"]
+    assert pagerduty["dedup_key"].startswith("skiplock:db:west:deep:")
+    assert pagerduty["payload"]["custom_details"]["labels"]["database"] == "west"
+
+    # The console shows the same labels, and its look-here links stay inside /db/west/.
+    viewer = client_as("viewer")
+    page = viewer.get(f"/db/west/alerts/{doc['alert']['id']}").get_data(as_text=True)
+    assert re.search(r"<p><code>queue=bulk</code>[^\n]*<code>database=west</code>", page)  # the alert's labels
+    hrefs = re.findall(r'href="([^"]+)"[^>]*data-look-here', page)
+    assert hrefs and all(h.startswith("/db/west/") for h in hrefs)
+    [listed] = [a for a in viewer.get("/db/west/api/v1/alerts").get_json()["alerts"] if a["rule"] == "deep"]
+    assert listed["labels"]["database"] == "west"
+    one = viewer.get(f"/db/west/api/v1/alerts/{doc['alert']['id']}").get_json()
+    assert one["alert"]["labels"]["database"] == "west"
+    assert all(a["labels"]["database"] == "east" for a in viewer.get("/api/v1/alerts").get_json()["alerts"])
