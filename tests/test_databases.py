@@ -229,6 +229,15 @@ def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, wes
         assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'bulk'").fetchone()[0] is True
         assert wconn.execute("SELECT actor FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == "operator"
     assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == 0
+    # A CLI action with --database is audited in the database it touched, and both show it.
+    cli = CliRunner().invoke(main, ["--config", two_databases, "resume", "--database", "west", "bulk",
+                                    "--actor", "ops", "--reason", "drill over"], catch_exceptions=False)
+    assert cli.exit_code == 0, cli.output
+    entries = viewer.get("/db/west/api/v1/audit").get_json()["entries"]
+    mine = {e["action"]: e["database"] for e in entries if e["target"] == "queue:bulk"}
+    assert mine == {"pause": "west", "resume": "west"}, entries
+    assert all(e["database"] == "east" for e in viewer.get("/api/v1/audit").get_json()["entries"])
+    assert 'data-database="west">west</td>' in viewer.get("/db/west/audit").get_data(as_text=True)
 
 
 def test_one_database_alone_is_labelled_default_in_metrics(web_settings, dsn, conn):
