@@ -355,3 +355,33 @@ def test_alerts_carry_their_database_in_pages_api_and_every_webhook(alerting_dat
     one = viewer.get(f"/db/west/api/v1/alerts/{doc['alert']['id']}").get_json()
     assert one["alert"]["labels"]["database"] == "west"
     assert all(a["labels"]["database"] == "east" for a in viewer.get("/api/v1/alerts").get_json()["alerts"])
+
+
+@pytest.mark.browser
+def test_the_switcher_in_chromium_shows_the_second_databases_jobs_and_acts_there(two_databases, west, conn, page_as,
+                                                                                 live_server):
+    from playwright.sync_api import expect
+
+    q.enqueue(conn, "east_only_kind", queue="eastq")
+    with connect(west) as wconn:
+        q.enqueue(wconn, "west_only_kind", queue="westq")
+    page = page_as("operator")
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server}/jobs")
+    expect(page.locator("main")).to_contain_text("east_only_kind")
+    page.locator('[data-switch-database="west"]').click()
+    page.wait_for_url(f"{live_server}/db/west/jobs**")
+    expect(page.locator("main")).to_contain_text("west_only_kind")
+    expect(page.locator("main")).not_to_contain_text("east_only_kind")
+
+    page.goto(f"{live_server}/db/west/queues")
+    row = page.locator("#queues-table tr", has_text="westq")
+    row.locator('input[name="reason"]').fill("browser drill")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.locator("#queues-table tr", has_text="westq")).to_contain_text("paused")
+    with connect(west) as wconn:
+        assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'westq'").fetchone() == (True,)
+        assert wconn.execute("SELECT reason FROM skiplock.audit_log WHERE target = 'queue:westq'").fetchone() == \
+            ("browser drill",)
+    assert conn.execute("SELECT count(*) FROM skiplock.queues WHERE name = 'westq' AND paused").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:westq'").fetchone()[0] == 0
