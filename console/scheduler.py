@@ -140,7 +140,7 @@ class Scheduler:
     """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dsn: str, config: Any, *, node_id: str | None = None, database: str = "default",
-                 run_periodic: bool = True):
+                 run_periodic: bool = True, home: bool = True):
         self.dsn = dsn
         self.config = config
         self.database = database
@@ -169,7 +169,7 @@ class Scheduler:
         # Alerts: evaluated after every collection (with this process's config), delivered on an interval.
         from console.alerts.scheduling import AlertJobs
 
-        self.alerts = AlertJobs(config)
+        self.alerts = AlertJobs(config, database=database, home=home)
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self.periodic_entries = periodic.load_entries(config)
         if run_periodic:
@@ -405,7 +405,8 @@ class Fleet:
         self.config = config
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.members: dict[str, Scheduler] = {
-            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, run_periodic=(i == 0))
+            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, run_periodic=(i == 0),
+                              home=(i == 0))
             for i, d in enumerate(databases)
         }
         self._aps: BlockingScheduler | None = None

@@ -76,7 +76,7 @@ def test_signature_headers_and_payload(conn):
     doc = json.loads(body)
     assert headers["Idempotency-Key"] == doc["idempotency_key"]
     assert doc["version"] == 1 and doc["event"] == "firing"
-    assert doc["alert"]["rule"] == "queue_age" and doc["alert"]["labels"] == {"queue": "mail"}
+    assert doc["alert"]["rule"] == "queue_age" and doc["alert"]["labels"] == {"queue": "mail", "database": "default"}
     assert doc["alert"]["value"] == 500 and doc["alert"]["threshold"] == 100 and doc["alert"]["op"] == ">"
     assert doc["alert"]["runbook"] == "docs/alerts.md#queue_age"
     assert log_rows(conn) == [("delivered", 200)]

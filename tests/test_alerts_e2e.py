@@ -93,7 +93,7 @@ def test_stopping_workers_fires_queue_age_and_restarting_resolves_it(dsn, conn, 
             assert node.run_job("alerts_deliver")
             fired = _queue_age_bodies(receiver)
             assert [d["event"] for d in fired] == ["firing"]
-            assert fired[0]["alert"]["labels"] == {"queue": "e2e", "system": "skiplock"} and fired[0]["alert"]["value"] > 2
+            assert fired[0]["alert"]["labels"] == {"queue": "e2e", "system": "skiplock", "database": "default"} and fired[0]["alert"]["value"] > 2
             assert fired[0]["alert"]["severity"] == "critical"
 
             # The workers come back, drain the queue, and the alert resolves.

@@ -64,7 +64,7 @@ def test_lifecycle_pending_firing_resolved_with_one_notification_each(conn):
     assert [row[0] for row in outbox(conn)] == ["firing", "firing", "resolved", "resolved"]
     doc = conn.execute("SELECT notification FROM skiplock.alert_outbox WHERE destination = 'ops' ORDER BY id DESC LIMIT 1").fetchone()[0]
     assert doc["version"] == 1 and doc["event"] == "resolved" and doc["alert"]["state"] == "ok"
-    assert doc["alert"]["labels"] == {"queue": "mail"} and doc["alert"]["value"] == 20
+    assert doc["alert"]["labels"] == {"queue": "mail", "database": "default"} and doc["alert"]["value"] == 20
     assert doc["alert"]["summary"] == "queue mail waited 20s" and doc["alert"]["resolved_at"]
     events = [e["kind"] for e in ev.recent_events(conn)]
     assert events == ["resolved", "firing"]

@@ -5,7 +5,9 @@ the others keep working (a second real cluster, stopped mid-test) in `collect --
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -141,7 +143,9 @@ def web_app(request, web_settings):
     """The app of conftest's `client_as`: over east and west when the test uses them."""
     from console.web import create_app
 
-    if "two_databases" in request.fixturenames:
+    if "alerting_databases" in request.fixturenames:
+        app = create_app(load_config(request.getfixturevalue("alerting_databases")[0], env={}))
+    elif "two_databases" in request.fixturenames:
         app = create_app(load_config(request.getfixturevalue("two_databases"), env={}))
     else:
         app = create_app(web_settings)
@@ -225,6 +229,15 @@ def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, wes
         assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'bulk'").fetchone()[0] is True
         assert wconn.execute("SELECT actor FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == "operator"
     assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:bulk'").fetchone()[0] == 0
+    # A CLI action with --database is audited in the database it touched, and both show it.
+    cli = CliRunner().invoke(main, ["--config", two_databases, "resume", "--database", "west", "bulk",
+                                    "--actor", "ops", "--reason", "drill over"], catch_exceptions=False)
+    assert cli.exit_code == 0, cli.output
+    entries = viewer.get("/db/west/api/v1/audit").get_json()["entries"]
+    mine = {e["action"]: e["database"] for e in entries if e["target"] == "queue:bulk"}
+    assert mine == {"pause": "west", "resume": "west"}, entries
+    assert all(e["database"] == "east" for e in viewer.get("/api/v1/audit").get_json()["entries"])
+    assert 'data-database="west">west</td>' in viewer.get("/db/west/audit").get_data(as_text=True)
 
 
 def test_one_database_alone_is_labelled_default_in_metrics(web_settings, dsn, conn):
@@ -263,3 +276,112 @@ def test_a_database_not_migrated_or_with_a_changed_migration_does_not_lead(make_
         assert fleet.elect() == {"east": True, "bare": True, "changed": False}
     finally:
         fleet.close()
+
+
+# --- alerts carry their database ------------------------------------------------------------
+
+ALERTS = """
+[alerts]
+allow_private_destinations = true  # the receiver is on loopback
+console_url = "https://console.example"
+retry_base = 0.1
+[[webhooks]]
+name = "hook"
+url = "{url}"
+[[webhooks]]
+name = "slack"
+kind = "slack"
+url = "{url}"
+[[webhooks]]
+name = "pd"
+kind = "pagerduty"
+url = "{url}"
+secret = "routing"
+[[alerts.rules]]
+name = "deep"
+metric = "queue_depth"
+labels = {{ queue = "bulk", state = "eligible" }}
+op = ">"
+threshold = 0
+for = "0s"
+"""
+
+
+@pytest.fixture
+def alerting_databases(tmp_path, dsn, west):
+    """(config path, receiver): east and west, three destinations (json, Slack, PagerDuty) at a
+    real local receiver, one rule over west's queue bulk."""
+    from tests.alert_receiver import Receiver
+
+    with Receiver() as receiver:
+        extra = '[web]\nsecret_key = "k"\nproduction = false\n' + ALERTS.format(url=receiver.url)
+        yield write_config(tmp_path, {"east": dsn, "west": west}, extra=extra), receiver
+
+
+def test_alerts_carry_their_database_in_pages_api_and_every_webhook(alerting_databases, west, client_as):
+    path, receiver = alerting_databases
+    with connect(west) as wconn:
+        q.enqueue(wconn, "noop", queue="bulk")
+    config = load_config(path, env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "west": True}
+        assert fleet.members["west"].run_job("collect") and fleet.members["west"].run_job("alerts_deliver")
+    finally:
+        fleet.close()
+    [doc] = [d for d in receiver.json_bodies() if d.get("alert", {}).get("rule") == "deep"]
+    assert doc["alert"]["labels"] == {"queue": "bulk", "state": "eligible", "system": "skiplock", "database": "west"}
+    assert doc["console_url"] == f"https://console.example/db/west/alerts/{doc['alert']['id']}"
+    assert doc["idempotency_key"].startswith("skiplock:db:west:alert:")
+    assert doc["alert"]["look_here"] and all(k["path"].startswith("/db/west/") and
+                                             k["url"].startswith("https://console.example/db/west/")
+                                             for k in doc["alert"]["look_here"])
+    slack = next(json.loads(r["body"])["text"] for r in receiver.delivered()
+                 if r["body"].startswith(b'{"text"') and b"deep" in r["body"])
+    assert "database=west" in slack and "console.example/db/west/" in slack
+    pagerduty = next(json.loads(r["body"]) for r in receiver.delivered() if b"routing_key" in r["body"] and b"deep" in r["body"])
+    assert "database=west" in pagerduty["payload"]["group"]
+    assert pagerduty["dedup_key"].startswith("skiplock:db:west:deep:")
+    assert pagerduty["payload"]["custom_details"]["labels"]["database"] == "west"
+
+    # The console shows the same labels, and its look-here links stay inside /db/west/.
+    viewer = client_as("viewer")
+    page = viewer.get(f"/db/west/alerts/{doc['alert']['id']}").get_data(as_text=True)
+    assert re.search(r"<p><code>queue=bulk</code>[^\n]*<code>database=west</code>", page)  # the alert's labels
+    hrefs = re.findall(r'href="([^"]+)"[^>]*data-look-here', page)
+    assert hrefs and all(h.startswith("/db/west/") for h in hrefs)
+    [listed] = [a for a in viewer.get("/db/west/api/v1/alerts").get_json()["alerts"] if a["rule"] == "deep"]
+    assert listed["labels"]["database"] == "west"
+    one = viewer.get(f"/db/west/api/v1/alerts/{doc['alert']['id']}").get_json()
+    assert one["alert"]["labels"]["database"] == "west"
+    assert all(a["labels"]["database"] == "east" for a in viewer.get("/api/v1/alerts").get_json()["alerts"])
+
+
+@pytest.mark.browser
+def test_the_switcher_in_chromium_shows_the_second_databases_jobs_and_acts_there(two_databases, west, conn, page_as,
+                                                                                 live_server):
+    from playwright.sync_api import expect
+
+    q.enqueue(conn, "east_only_kind", queue="eastq")
+    with connect(west) as wconn:
+        q.enqueue(wconn, "west_only_kind", queue="westq")
+    page = page_as("operator")
+    page.set_default_timeout(15_000)
+    page.goto(f"{live_server}/jobs")
+    expect(page.locator("main")).to_contain_text("east_only_kind")
+    page.locator('[data-switch-database="west"]').click()
+    page.wait_for_url(f"{live_server}/db/west/jobs**")
+    expect(page.locator("main")).to_contain_text("west_only_kind")
+    expect(page.locator("main")).not_to_contain_text("east_only_kind")
+
+    page.goto(f"{live_server}/db/west/queues")
+    row = page.locator("#queues-table tr", has_text="westq")
+    row.locator('input[name="reason"]').fill("browser drill")
+    row.get_by_role("button", name="Pause").click()
+    expect(page.locator("#queues-table tr", has_text="westq")).to_contain_text("paused")
+    with connect(west) as wconn:
+        assert wconn.execute("SELECT paused FROM skiplock.queues WHERE name = 'westq'").fetchone() == (True,)
+        assert wconn.execute("SELECT reason FROM skiplock.audit_log WHERE target = 'queue:westq'").fetchone() == \
+            ("browser drill",)
+    assert conn.execute("SELECT count(*) FROM skiplock.queues WHERE name = 'westq' AND paused").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:westq'").fetchone()[0] == 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urljoin
@@ -36,7 +36,7 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.alerts import context, outbox
-from console.alerts.links import DEAD_LETTER_METRICS, Link, as_dicts, look_here
+from console.alerts.links import DEAD_LETTER_METRICS, Link, absolute, as_dicts, look_here
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -65,6 +65,11 @@ class AlertSettings:
     keep_days: float = 30.0
     events_retention: timedelta = timedelta(days=30)
     statement_timeout_ms: int = 5000  # every evaluation and outbox statement runs under it
+    # The [[databases]] name this evaluator runs in (the scheduler member's): every notification's
+    # labels carry it. `link_prefix` ("/db/<name>" for a database other than the first) goes in
+    # front of the notification's console paths so its links open that database's pages.
+    database: str = "default"
+    link_prefix: str = ""
 
     @classmethod
     def from_config(cls, config) -> AlertSettings:
@@ -76,6 +81,10 @@ class AlertSettings:
         if database is not None and hasattr(database, "statement_timeout_ms"):
             values["statement_timeout_ms"] = database.statement_timeout_ms
         return cls(**values)
+
+    def for_database(self, name: str, *, home: bool = True) -> AlertSettings:
+        """These settings for the evaluator of database `name` (`home`: the first, unprefixed one)."""
+        return replace(self, database=name, link_prefix="" if home else f"/db/{name}")
 
 
 @dataclass
@@ -122,11 +131,20 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
     runbook = rule.runbook if rule else None
     if runbook and settings.runbook_base_url and not runbook.startswith(("http://", "https://")):
         runbook = urljoin(settings.runbook_base_url, runbook)
-    console_url = urljoin(settings.console_url.rstrip("/") + "/", f"alerts/{alert['id']}") if settings.console_url else None
+    prefix = settings.link_prefix
+    console_url = settings.console_url.rstrip("/") + f"{prefix}/alerts/{alert['id']}" if settings.console_url else None
+    found = (links if links is not None else look_here(rule.metric, labels, settings.console_url)) if rule else []
+    if prefix:  # the alert's database is not the first: its pages live under /db/<name>/
+        found = [Link(k.label, prefix + k.path, absolute(settings.console_url, prefix + k.path)) for k in found]
+    summary = rule.render_summary(labels, value) if rule else f"{alert['rule']} (rule removed)"
+    # Which database the alert is about: added here, not stored (samples live in their database).
+    labels = {**labels, "database": settings.database}
     return {
         "version": PAYLOAD_VERSION,
         "event": kind,
-        "idempotency_key": f"skiplock:alert:{alert['id']}:event:{event_id}",
+        # Alert ids are per database: a database other than the first has its name in the key
+        # (the first keeps the one-database form, so an upgrade does not change its keys).
+        "idempotency_key": f"skiplock:{'db:' + settings.database + ':' if prefix else ''}alert:{alert['id']}:event:{event_id}",
         "occurred_at": _iso(at),
         "alert": {
             "id": alert["id"],
@@ -138,12 +156,11 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
             "op": rule.op if rule else None,
             "threshold": rule.threshold if rule else None,
             "value": value,
-            "summary": rule.render_summary(labels, value) if rule else f"{alert['rule']} (rule removed)",
+            "summary": summary,
             "runbook": runbook,
             # Where to look first (console/alerts/links.py): [{label, path, url}], url absolute
             # when alerts.console_url is set. Added in payload version 1 (receivers ignore it).
-            "look_here": as_dicts(links if links is not None else look_here(rule.metric, labels, settings.console_url))
-            if rule else [],
+            "look_here": as_dicts(found),
             "started_at": _iso(alert.get("fired_at")),
             "resolved_at": _iso(at) if kind == "resolved" else None,
             "acknowledged_by": alert.get("acknowledged_by"),

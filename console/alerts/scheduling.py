@@ -31,10 +31,10 @@ PRUNE_EVERY = 3600.0  # seconds between two retention passes over the delivery l
 
 
 class AlertJobs:
-    def __init__(self, config: Any):
+    def __init__(self, config: Any, *, database: str = "default", home: bool = True):
         check_config(config)  # a bad [[alerts.rules]] stops the scheduler at start-up
         self.config = config
-        self.settings = AlertSettings.from_config(config)
+        self.settings = AlertSettings.from_config(config).for_database(database, home=home)
         self.enabled = bool(getattr(getattr(config, "alerts", None), "evaluate", True))
         self.interval = self.settings.delivery_interval
         self._last_prune = 0.0

@@ -387,7 +387,10 @@ class PagerDutyTransport(Transport):
         if alert.get("id") is None:
             dedup = f"skiplock:test:{self.destination.name}"
         else:  # one incident per firing episode: the episode's start keeps a later one apart
-            dedup = f"skiplock:{alert.get('rule')}:{alert.get('id')}:{alert.get('started_at')}"
+            # A database other than the first has its name in the key (ids are per database).
+            scope = notification.get("idempotency_key") or ""
+            scope = f"db:{(alert.get('labels') or {}).get('database')}:" if scope.startswith("skiplock:db:") else ""
+            dedup = f"skiplock:{scope}{alert.get('rule')}:{alert.get('id')}:{alert.get('started_at')}"
         document: dict[str, Any] = {
             "routing_key": self.destination.secret or "",
             "event_action": "resolve" if event in ("resolved", "test") else "trigger",

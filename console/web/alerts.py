@@ -57,7 +57,7 @@ from console.web.api import (
     ref,
 )
 from console.web.auth import requires
-from console.web.database import get_conn, run_panel, timeout_ms
+from console.web.database import current_database, get_conn, run_panel, timeout_ms
 
 log = logging.getLogger(__name__)
 bp = Blueprint("alerts", __name__)
@@ -94,9 +94,14 @@ def _wants_json() -> bool:
 # --- the alerts page -----------------------------------------------------------------------------
 
 
+def _labelled(labels: dict[str, str]) -> dict[str, str]:
+    """An alert's labels as shown: with the database it is about (as in its webhook payloads)."""
+    return {**labels, "database": current_database()}
+
+
 def _active(conn) -> dict[str, Any]:
     ruleset = _ruleset(conn)
-    active = ev.active_alerts(conn, ruleset)
+    active = [{**a, "labels": _labelled(a["labels"])} for a in ev.active_alerts(conn, ruleset)]
     return {"alerts": active, "firing": sum(1 for a in active if a["state"] == "firing"),
             "pending": sum(1 for a in active if a["state"] == "pending"),
             "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
@@ -194,7 +199,7 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     changes = run_panel(context.changes, win.fired)
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
     return {
-        "alert": {**alert, "severity": rule.severity if rule else None,
+        "alert": {**alert, "labels": _labelled(labels), "severity": rule.severity if rule else None,
                   "summary": rule.render_summary(labels, alert["value"]) if rule else alert["rule"],
                   "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
                   "look_here": links},

@@ -16,7 +16,7 @@ from console import audit
 from console.browse import InvalidFilter, parse_time
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
-from console.web.database import run_limited
+from console.web.database import current_database, run_limited
 from console.web.redact import selection_for, text_for
 
 bp = Blueprint("auditlog", __name__)
@@ -38,7 +38,10 @@ def audit_data() -> dict[str, Any]:
     limit = state().config.web.page_size
     rows = run_limited(audit.search, actor=actor, action=action, since=since, until=until, before_id=before, limit=limit + 1)
     more = len(rows) > limit
-    rows = [_entry_for(r) for r in rows[:limit]]
+    # Every row lives in the database its action touched (an action under /db/<name>/ and a CLI
+    # `--database NAME` action are written there), so the database is the one this page reads.
+    here = current_database()
+    rows = [{**_entry_for(r), "database": here} for r in rows[:limit]]
     keep = {k: v for k, v in (("actor", actor), ("action", action), ("since", args.get("since")), ("until", args.get("until"))) if v}
     return {"entries": rows, "next": rows[-1]["id"] if more and rows else None, "args": keep, "first_page": before is None}
 
@@ -66,7 +69,8 @@ def index():
     Param("until", description="ISO 8601 time or span back from now"),
     Param("before", type="integer", minimum=0, maximum=2**63 - 1, description="the `next` value of the previous page"),
 ], response=obj({"entries": arr(obj({"id": INT, "at": TIME, "actor": STR, "action": STR, "target": opt(STR),
-                                     "reason": opt(STR), "rows": opt(INT), "outcome": opt(STR)})),
+                                     "reason": opt(STR), "rows": opt(INT), "outcome": opt(STR),
+                                     "database": STR})),
                  "next": opt(INT), "args": OBJ, "first_page": BOOL}))
 def api_index():
     return jsonify(audit_data())
