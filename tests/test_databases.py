@@ -5,6 +5,7 @@ the others keep working (a second real cluster, stopped mid-test) in `collect --
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -90,14 +91,19 @@ def test_migrate_all_and_database_picks_one(make_database, tmp_path):
 
 # --- a second real cluster ------------------------------------------------------------------
 
+WEST_TEMPLATE = "west_template"
+_west_counter = itertools.count()
+
+
 @pytest.fixture(scope="module")
 def west_cluster():
+    """A second real cluster for the module (started once), with a migrated template database."""
     cluster = PrivateCluster(settings=RELAXED_DURABILITY, exit_guard=True)
     try:
         cluster.start()
         with connect(cluster.dsn) as conn:
-            conn.execute("CREATE DATABASE west")
-        with connect(cluster.dsn_for("west")) as conn:
+            conn.execute(f"CREATE DATABASE {WEST_TEMPLATE}")
+        with connect(cluster.dsn_for(WEST_TEMPLATE)) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             migrate(conn)
         yield cluster
@@ -107,9 +113,17 @@ def west_cluster():
 
 @pytest.fixture
 def west(west_cluster):
+    """A fresh migrated database in the second cluster for each test (the configured database
+    "west"): tests must not see each other's queues, whatever order they run in."""
     if not west_cluster.running:
         west_cluster.start()
-    return west_cluster.dsn_for("west")
+    name = f"west_{next(_west_counter)}"
+    with connect(west_cluster.dsn) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE {WEST_TEMPLATE}')
+    yield west_cluster.dsn_for(name)
+    if west_cluster.running:
+        with connect(west_cluster.dsn) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
