@@ -122,6 +122,16 @@ class JobSpec:
     app: str = JOB_APP
 
 
+def _stop_on_signals(stop: Callable[[], None]) -> None:
+    """SIGTERM and SIGINT call `stop` (a scheduler or a fleet ends its runs and disconnects)."""
+    def on_signal(signum, _frame):
+        log.info("received %s: stopping", signal.Signals(signum).name)
+        stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+
 def _alive(conn: psycopg.Connection) -> bool:
     """One empty round trip on a cached connection before a job uses it. A connection whose
     server went away (a restart, a failover, an idle timeout) only learns so on its next
@@ -360,12 +370,7 @@ class Scheduler:
             self._aps.shutdown(wait=False)
 
     def install_signal_handlers(self) -> None:
-        def on_signal(signum, _frame):
-            log.info("received %s: stopping", signal.Signals(signum).name)
-            self.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        _stop_on_signals(self.stop)
 
     def close(self) -> None:
         """Release the lead (closing the election session releases the lock) and connections."""
@@ -434,27 +439,23 @@ class Fleet:
         try:
             self._aps.start()
         finally:
-            self._stop.set()
-            for member in self.members.values():
-                member._stop.set()
+            self._halt_members()
             self._executor.shutdown(wait=True)
             self.close()
         return 0
 
-    def stop(self) -> None:
+    def _halt_members(self) -> None:
         self._stop.set()
         for member in self.members.values():
             member._stop.set()
+
+    def stop(self) -> None:
+        self._halt_members()
         if self._aps is not None and self._aps.running:
             self._aps.shutdown(wait=False)
 
     def install_signal_handlers(self) -> None:
-        def on_signal(signum, _frame):
-            log.info("received %s: stopping", signal.Signals(signum).name)
-            self.stop()
-
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        _stop_on_signals(self.stop)
 
     def close(self) -> None:
         for member in self.members.values():

@@ -105,14 +105,14 @@ def external_tables(latest: Latest) -> list[dict[str, Any]]:
     """The queue tables of [[external_queues]] sources, from the newest samples of the external
     collector (labels table = "<source>:<schema>.<table>" and system): the same judgement as
     Skiplock's own tables, without a live query of someone else's table."""
+    system_of = {s.labels["table"]: s.labels["system"] for s in latest.rows
+                 if s.metric == "table_live_tuples" and "table" in s.labels
+                 and s.labels.get("system", "skiplock") != "skiplock"}
     out = []
-    for label in sorted({s.labels["table"] for s in latest.rows
-                         if s.metric == "table_live_tuples" and s.labels.get("system", "skiplock") != "skiplock"
-                         and "table" in s.labels}):
+    for label, system in sorted(system_of.items()):
         live, dead = latest.total("table_live_tuples", table=label), latest.total("table_dead_tuples", table=label)
         threshold = latest.total("table_autovacuum_threshold", table=label)
         behind = latest.total("table_autovacuum_behind", table=label)
-        system = next((s.labels["system"] for s in latest.rows if s.labels.get("table") == label and "system" in s.labels), "")
         if latest.total("vacuum_removed_nothing", table=label):
             lv, advice = "bad", "Vacuum ran but removed nothing: something holds the xmin horizon (see the holders below)."
         elif behind or (threshold and (dead or 0) > 2 * threshold):
