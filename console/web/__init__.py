@@ -225,6 +225,9 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.config.update(flask_keys)
+    from console.web.routing import LazyBuildRule
+
+    app.url_rule_class = LazyBuildRule  # URL builders compiled on first url_for (console/web/routing.py)
     from console.web.database import DatabasePrefix
 
     # /db/<name>/... is every page scoped to one database (inside ProxyFix, which sees the real path).
