@@ -23,6 +23,7 @@ import pytest
 
 from console.db import connect, migrate
 from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
+from tests.spare_databases import SpareDatabases
 
 TEMPLATE = "skiplock_template"
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,18 +107,33 @@ def template_db(admin_dsn) -> str:
     return TEMPLATE
 
 
+def _database_name() -> str:
+    return f"t_{os.getpid()}_{next(_counter)}"
+
+
+@pytest.fixture(scope="session")
+def spare_databases(admin_dsn, template_db):
+    """Copies of the template made ahead, while tests run (tests/spare_databases.py)."""
+    spares = SpareDatabases(admin_dsn, template_db, _database_name)
+    yield spares
+    spares.stop()
+
+
 @pytest.fixture
-def make_database(admin_dsn, template_db):
-    """Factory: a new migrated database; dropped after the test."""
+def make_database(admin_dsn, template_db, spare_databases):
+    """Factory: a new migrated database (or, with template=None, an empty one); dropped after the test."""
     created: list[str] = []
 
     def make(template: str | None = template_db) -> str:
-        name = f"t_{os.getpid()}_{next(_counter)}"
-        with connect(admin_dsn) as conn:
-            if template:
-                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-            else:
-                conn.execute(f'CREATE DATABASE "{name}"')
+        if template == template_db:
+            name = spare_databases.take()
+        else:
+            name = _database_name()
+            with connect(admin_dsn) as conn:
+                if template:
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+                else:
+                    conn.execute(f'CREATE DATABASE "{name}"')
         created.append(name)
         return dsn_for(admin_dsn, name)
 
