@@ -183,9 +183,9 @@ def test_fast_claim_still_walks_the_claim_index(conn):
 
 
 def test_a_unit_that_gave_nothing_rests_until_poked(conn):
-    """A full or empty limited queue (kind) is not retried every claim round: the limited
-    claim scans the eligible backlog, so retrying it after each finished job of an unlimited
-    queue would cost those queues a scan per round."""
+    """A full or empty limited queue (kind) is not retried every claim round: each try is its
+    own transaction (lock, room, claim: three statements and a commit), so retrying it after
+    each finished job of an unlimited queue would cost those queues that much per round."""
     fill(conn, 3, queue="lim")
     limits.set_limits(conn, "lim", concurrency=1, actor="t")
     limits.declare_kinds(conn, {"scarce": 1}, worker="w")
@@ -201,3 +201,47 @@ def test_a_unit_that_gave_nothing_rests_until_poked(conn):
     claimer.poke_new_jobs("lim")
     assert claimer.resting(100.5) == set()
     assert claimer.resting(101.5) == set()  # rests one poll interval at most
+
+
+# --- a limited unit's try reads its own jobs, not the others' backlog (issue 14, migration 017) ---
+
+def backlog(conn, n: int, *, queue: str = "default", kind: str = "noop", hours_ago: float = 2.0) -> None:
+    """n eligible jobs in one statement (enqueue_many would take seconds at this size)."""
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, run_at) "
+                 "SELECT %s, %s, now() - make_interval(secs => %s) + g * interval '1 microsecond' "
+                 "FROM generate_series(1, %s) AS g", (queue, kind, hours_ago * 3600, n))
+
+
+def buffers_of(conn, name: str, params: dict) -> tuple[int, int]:
+    """(shared buffers hit + read, rows) of one run of a limits.sql statement, rolled back."""
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("limits", name), params).fetchone()[0][0]
+    top = plan["Plan"]
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0), top.get("Actual Rows", 0)
+
+
+def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
+    """Before 017 a try of a limited kind or queue walked the claim index (priority, run_at) past
+    every eligible job of the others, one heap fetch each: ~400 buffers here, 7,000-10,000 at
+    500,000 jobs (bench/limits_explain.py). Now it reads its own unit's head and stops."""
+    backlog(conn, 20_000)
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    kind = {"kind": "scarce", "limit": 1, "queues": None, "worker": "w", "lease": 60.0}
+    queue = {"queue": "lim", "kind": None, "limit": 2, "worker": "w", "lease": 60.0}
+    # Nothing of its own: a few buffers, not the backlog.
+    for name, params in (("claim_kind", kind), ("claim_queue", queue)):
+        buffers, rows = buffers_of(conn, name, params)
+        assert rows == 0 and buffers < 40, f"{name} with nothing eligible read {buffers} buffers"
+    # Its jobs behind the whole backlog (enqueued later): found at once, still a few buffers.
+    backlog(conn, 5, kind="scarce", hours_ago=1.0)
+    backlog(conn, 5, queue="lim", hours_ago=1.0)
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    for name, params, want in (("claim_kind", kind, 1), ("claim_queue", queue, 2)):
+        buffers, rows = buffers_of(conn, name, params)
+        assert rows == want and buffers < 60, f"{name} read {buffers} buffers for {rows} job(s)"
+    claimed = limits.claim_kind(conn, "scarce", "w", limit=5)
+    assert [j.kind for j in claimed] == ["scarce"]  # its concurrency, in claim order
+    assert {j.queue for j in limits.claim_from_queue(conn, "lim", "w", limit=5)} == {"lim"}
+
