@@ -7,13 +7,17 @@ The fleet-wide behaviour with real worker processes is in tests/test_limits_work
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+import console
 from console import limits
 from console import queue as q
 from console.sqlfiles import query
+from console.worker import Worker
+from tests.workers import wait_for
 
 
 def fill(conn, n: int, *, queue: str, kind: str = "noop") -> list[int]:
@@ -245,3 +249,56 @@ def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
     assert [j.kind for j in claimed] == ["scarce"]  # its concurrency, in claim order
     assert {j.queue for j in limits.claim_from_queue(conn, "lim", "w", limit=5)} == {"lim"}
 
+
+def test_due_says_whether_a_round_would_try_any_unit(conn):
+    limits.set_limits(conn, "lim", concurrency=1, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    claimer = limits.LimitedClaimer("w1", None, 60.0, rest=1.0)
+    claimer.refresh(conn)
+    assert claimer.due(100.0)
+    claimer.claim(conn, 10, now=100.0)  # both empty: both rest
+    assert not claimer.due(100.5)
+    claimer.poke(kind="scarce")
+    assert claimer.due(100.5)
+    assert claimer.due(101.5) and not limits.LimitedClaimer("w2", None, 60.0).due(0.0)  # no units: never due
+
+
+@console.task("limits_plain")
+def _plain(job):
+    pass
+
+
+def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, conn, monkeypatch):
+    """With a limited kind present but resting (nothing of it to claim), each round is one
+    statement as without limits: the finished jobs ride along with complete_and_claim instead
+    of a complete_many of their own before the limited path (which then tries nothing)."""
+    limits.declare_kinds(conn, {"scarce": 1}, worker="t")
+    fill(conn, 300, queue="default", kind="limits_plain")
+    calls = {"complete_many": 0, "claim_kind": 0}
+
+    def counting(name, real):
+        def spy(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return spy
+
+    monkeypatch.setattr(q, "complete_many", counting("complete_many", q.complete_many))
+    monkeypatch.setattr(limits, "claim_kind", counting("claim_kind", limits.claim_kind))
+    # A long poll interval: the kind, tried at start, rests for the whole test.
+    worker = Worker(dsn, concurrency=2, batch_size=5, lease=60, poll_interval=60, flush_interval=0.5,
+                    vacuum_interval=0, name="limits-rest")
+    thread = threading.Thread(target=worker.run, name="limits-rest")
+    thread.start()
+    try:
+        wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'completed'").fetchone()[0] == 300,
+                 timeout=60, what="300 jobs completed")
+        seen = dict(calls)
+        rounds = worker.counters.claim_calls
+    finally:
+        worker.stop(immediately=True)
+        thread.join(timeout=20)
+    assert not thread.is_alive(), "the worker did not stop within 20 s"
+    assert rounds >= 300 // 5, rounds  # batches of at most 5: at least 60 claim rounds
+    # The kind is tried at start and once more when the listener connects (limits re-read).
+    assert seen["claim_kind"] <= 3, seen
+    assert seen["complete_many"] <= 3, f"{seen}: the finished jobs were completed apart from the claim"
