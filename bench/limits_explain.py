@@ -22,8 +22,9 @@ and prints the buffers each touched (shared hit + read), its time and the index 
     .venv/bin/python bench/limits_explain.py --enqueue 100000  # what the indexes cost enqueue_many
 
 `--enqueue N` instead times enqueue_many of N jobs (one COPY batch, then batches of 10, the
-INSERT path) with and without 017's indexes, alternating, 3 rounds: the indexes' cost is paid
-per enqueue. Times depend on the machine's load: the load average is printed.
+INSERT path) with and without 017's indexes, alternating, 3 rounds, with the WAL written per
+job: the indexes' cost is paid per enqueue. Times depend on the machine's load (the load
+average is printed); WAL bytes do not.
 
 Buffer counts depend on the data, not on the machine's load; the times do.
 """
@@ -120,15 +121,23 @@ def enqueue_cost(conn, n: int) -> None:
             if with_017:
                 for definition in definitions.values():
                     conn.execute(definition)
-            rates = []
+            rates, wal = [], []
             for batch in (n, 10):
+                jobs = n if batch == n else n // 10
+                lsn = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]
                 started = time.perf_counter()
-                for _ in range(0, n if batch == n else n // 10, batch):
+                for _ in range(0, jobs, batch):
                     with conn.transaction():
                         q.enqueue_many(conn, [q.NewJob("noop", {"i": i}) for i in range(batch)])
-                rates.append((n if batch == n else n // 10) / (time.perf_counter() - started))
+                rates.append(jobs / (time.perf_counter() - started))
+                wal.append(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",
+                                        (lsn,)).fetchone()[0] / jobs)
             print(f"  round {round_} {'with' if with_017 else 'without'} 017: "
-                  f"COPY {rates[0]:>9,.0f}   INSERT x10 {rates[1]:>7,.0f}   load {os.getloadavg()[0]:.1f}")
+                  f"COPY {rates[0]:>9,.0f} ({wal[0]:,.0f} B WAL/job)   "
+                  f"INSERT x10 {rates[1]:>7,.0f} ({wal[1]:,.0f} B WAL/job)   load {os.getloadavg()[0]:.1f}")
+    sizes = conn.execute("SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                         "WHERE indrelid = 'skiplock.jobs'::regclass ORDER BY 1").fetchall()
+    print("  index sizes after the last round: " + ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in sizes))
 
 
 def main() -> int:
