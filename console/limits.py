@@ -9,8 +9,10 @@ How it is enforced: the workers' fast claim (sql/queue.sql) leaves limited queue
 kinds alone, in the database, so a stale worker can never claim them that way. They are claimed
 here, one short transaction per queue (or kind): a transaction-level advisory lock serializes
 that queue's claimers across the fleet, then one statement counts its running jobs, refills
-the bucket, claims at most what both allow and spends the tokens (sql/limits.sql). A killed
-worker's jobs stay `running` (and keep their slots) until the reaper rescues their leases.
+the bucket, claims at most what both allow and spends the tokens (sql/limits.sql); it finds
+the unit's jobs through an index per kind and per queue (migration 017), so it reads only its
+own unit's jobs, never the other queues' backlog. A killed worker's jobs stay `running` (and
+keep their slots) until the reaper rescues their leases.
 
 Semantics worth knowing (docs/queue.md, "Concurrency and rate limits"):
 - the rate bounds claims, not completions: over any window of W seconds a queue's claims stay
@@ -284,7 +286,10 @@ class LimitedClaimer:
     A unit that had nothing to give (full, out of tokens, or empty) rests until the next poll
     (`rest` seconds) unless `poke`d: a NOTIFY of new jobs in its queue, or one of its jobs
     finishing here. So a limited queue costs the fleet's other queues at most one try per poll
-    interval while it is full or idle, not one per claim round."""
+    interval while it is full or idle, not one per claim round; and a try is a probe of the
+    unit's own index (migration 017: a few buffers), not a walk of the others' backlog. The rest
+    does not grow: with the try that cheap, a longer one would only delay the unit's new jobs
+    (a limited kind's jobs in an unlimited queue ring no doorbell of the limited path)."""
 
     def __init__(self, worker: str, queues: Sequence[str] | None, lease: float, *, rest: float = 1.0):
         self.worker = worker
@@ -320,6 +325,13 @@ class LimitedClaimer:
 
     def poke_all(self) -> None:
         self._resting.clear()
+
+    def due(self, now: float) -> bool:
+        """Whether a round starting at `now` would try any unit. When none is due the worker
+        skips the limited path's preparations too (completing its finished jobs apart from the
+        fast claim, one more statement and commit per round)."""
+        return any(self._resting.get(unit, 0.0) <= now
+                   for unit in [("queue", n) for n in self.units.queues] + [("kind", n) for n in self.units.kinds])
 
     def claim(self, conn: psycopg.Connection, limit: int, *, now: float) -> list[q.Job]:
         units = [("queue", n) for n in self.units.queues] + [("kind", n) for n in self.units.kinds]

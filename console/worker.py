@@ -38,7 +38,9 @@ counted) and exits 0. After SIGKILL, the reaper rescues the jobs when their leas
 Queues and kinds with limits (console.limits) are claimed through the limited path, each under
 its own fleet-wide lock, before the fast claim fills the remaining slots; the worker re-reads
 which ones are limited every LIMITS_REFRESH seconds and when skiplock_limits rings. With no
-limits anywhere the loop is the same as without the feature (one more query per refresh).
+limits anywhere the loop is the same as without the feature (one more query per refresh); with
+limits whose units all rest (nothing to give at their last try), too: only a round that tries a
+limited unit completes its finished jobs apart from the fast claim.
 
 It does not reap, archive or collect: the scheduler does.
 """
@@ -492,15 +494,17 @@ class Worker:
                 if limit > 0:
                     self._refresh_limits(conn)
                     started = time.monotonic()
-                    if self._limits.units:
+                    if self._limits.units and free > 0 and self._limits.due(started):
                         # Limited first, each under its lock; completing first frees our slots.
+                        # Only when a unit is due: otherwise the completions ride along with the
+                        # fast claim as without limits (one statement and one commit a round).
                         if done:
                             completed = q.complete_many(conn, done)
                             self.counters.completed += len(completed)
                             self.counters.lost += len(done) - len(completed)
                             done = []
-                        if free > 0:  # limited units fill free slots only, never ahead
-                            claimed = self._limits.claim(conn, min(limit, free), now=started)
+                        # Limited units fill free slots only, never ahead.
+                        claimed = self._limits.claim(conn, min(limit, free), now=started)
                     if len(claimed) < limit:
                         completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
                                                                limit=limit - len(claimed), lease=self.lease)

@@ -16,7 +16,9 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));
 -- unlimited kinds only (limited kinds go through `claim_kind`, which comes here with %(kind)s
 -- set, holding that kind's lock). The bucket is refilled by clock time (not now(): the
 -- transaction may have started before the lock was granted). Running jobs are counted through
--- jobs_lease_idx: they are at most the fleet's handler threads.
+-- jobs_lease_idx: they are at most the fleet's handler threads. The candidates come from
+-- jobs_queue_claim_idx (queue, then the claim order; migration 017); with no room, LIMIT 0
+-- reads no job at all.
 WITH clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -105,7 +107,9 @@ WHERE k.kind = %(kind)s;
 -- name: claim_kind
 -- Claim up to %(limit)s jobs of one limited kind from the queues that have no limits of their
 -- own (and are not paused). The caller computed %(limit)s from `kind_room` under the kind's
--- lock; the kind's jobs in limited queues are claimed with `claim_queue`.
+-- lock; the kind's jobs in limited queues are claimed with `claim_queue`. The candidates come
+-- from jobs_kind_claim_idx (kind, then the claim order; migration 017): the kind's own head,
+-- never the other kinds' backlog.
 WITH candidates AS (
     SELECT j.id
     FROM skiplock.jobs AS j

@@ -7,13 +7,17 @@ The fleet-wide behaviour with real worker processes is in tests/test_limits_work
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
+import console
 from console import limits
 from console import queue as q
 from console.sqlfiles import query
+from console.worker import Worker
+from tests.workers import wait_for
 
 
 def fill(conn, n: int, *, queue: str, kind: str = "noop") -> list[int]:
@@ -183,9 +187,9 @@ def test_fast_claim_still_walks_the_claim_index(conn):
 
 
 def test_a_unit_that_gave_nothing_rests_until_poked(conn):
-    """A full or empty limited queue (kind) is not retried every claim round: the limited
-    claim scans the eligible backlog, so retrying it after each finished job of an unlimited
-    queue would cost those queues a scan per round."""
+    """A full or empty limited queue (kind) is not retried every claim round: each try is its
+    own transaction (lock, room, claim: three statements and a commit), so retrying it after
+    each finished job of an unlimited queue would cost those queues that much per round."""
     fill(conn, 3, queue="lim")
     limits.set_limits(conn, "lim", concurrency=1, actor="t")
     limits.declare_kinds(conn, {"scarce": 1}, worker="w")
@@ -201,3 +205,100 @@ def test_a_unit_that_gave_nothing_rests_until_poked(conn):
     claimer.poke_new_jobs("lim")
     assert claimer.resting(100.5) == set()
     assert claimer.resting(101.5) == set()  # rests one poll interval at most
+
+
+# --- a limited unit's try reads its own jobs, not the others' backlog (issue 14, migration 017) ---
+
+def backlog(conn, n: int, *, queue: str = "default", kind: str = "noop", hours_ago: float = 2.0) -> None:
+    """n eligible jobs in one statement (enqueue_many would take seconds at this size)."""
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, run_at) "
+                 "SELECT %s, %s, now() - make_interval(secs => %s) + g * interval '1 microsecond' "
+                 "FROM generate_series(1, %s) AS g", (queue, kind, hours_ago * 3600, n))
+
+
+def buffers_of(conn, name: str, params: dict) -> tuple[int, int]:
+    """(shared buffers hit + read, rows) of one run of a limits.sql statement, rolled back."""
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("limits", name), params).fetchone()[0][0]
+    top = plan["Plan"]
+    return top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0), top.get("Actual Rows", 0)
+
+
+def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
+    """Before 017 a try of a limited kind or queue walked the claim index (priority, run_at) past
+    every eligible job of the others, one heap fetch each: ~400 buffers here, 7,000-10,000 at
+    500,000 jobs (bench/limits_explain.py). Now it reads its own unit's head and stops."""
+    backlog(conn, 20_000)
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    kind = {"kind": "scarce", "limit": 1, "queues": None, "worker": "w", "lease": 60.0}
+    queue = {"queue": "lim", "kind": None, "limit": 2, "worker": "w", "lease": 60.0}
+    # Nothing of its own: a few buffers, not the backlog.
+    for name, params in (("claim_kind", kind), ("claim_queue", queue)):
+        buffers, rows = buffers_of(conn, name, params)
+        assert rows == 0 and buffers < 40, f"{name} with nothing eligible read {buffers} buffers"
+    # Its jobs behind the whole backlog (enqueued later): found at once, still a few buffers.
+    backlog(conn, 5, kind="scarce", hours_ago=1.0)
+    backlog(conn, 5, queue="lim", hours_ago=1.0)
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    for name, params, want in (("claim_kind", kind, 1), ("claim_queue", queue, 2)):
+        buffers, rows = buffers_of(conn, name, params)
+        assert rows == want and buffers < 60, f"{name} read {buffers} buffers for {rows} job(s)"
+    claimed = limits.claim_kind(conn, "scarce", "w", limit=5)
+    assert [j.kind for j in claimed] == ["scarce"]  # its concurrency, in claim order
+    assert {j.queue for j in limits.claim_from_queue(conn, "lim", "w", limit=5)} == {"lim"}
+
+
+def test_due_says_whether_a_round_would_try_any_unit(conn):
+    limits.set_limits(conn, "lim", concurrency=1, actor="t")
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    claimer = limits.LimitedClaimer("w1", None, 60.0, rest=1.0)
+    claimer.refresh(conn)
+    assert claimer.due(100.0)
+    claimer.claim(conn, 10, now=100.0)  # both empty: both rest
+    assert not claimer.due(100.5)
+    claimer.poke(kind="scarce")
+    assert claimer.due(100.5)
+    assert claimer.due(101.5) and not limits.LimitedClaimer("w2", None, 60.0).due(0.0)  # no units: never due
+
+
+@console.task("limits_plain")
+def _plain(job):
+    pass
+
+
+def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, conn, monkeypatch):
+    """With a limited kind present but resting (nothing of it to claim), each round is one
+    statement as without limits: the finished jobs ride along with complete_and_claim instead
+    of a complete_many of their own before the limited path (which then tries nothing)."""
+    limits.declare_kinds(conn, {"scarce": 1}, worker="t")
+    fill(conn, 300, queue="default", kind="limits_plain")
+    calls = {"complete_many": 0, "claim_kind": 0}
+
+    def counting(name, real):
+        def spy(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return spy
+
+    monkeypatch.setattr(q, "complete_many", counting("complete_many", q.complete_many))
+    monkeypatch.setattr(limits, "claim_kind", counting("claim_kind", limits.claim_kind))
+    # A long poll interval: the kind, tried at start, rests for the whole test.
+    worker = Worker(dsn, concurrency=2, batch_size=5, lease=60, poll_interval=60, flush_interval=0.5,
+                    vacuum_interval=0, name="limits-rest")
+    thread = threading.Thread(target=worker.run, name="limits-rest")
+    thread.start()
+    try:
+        wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'completed'").fetchone()[0] == 300,
+                 timeout=60, what="300 jobs completed")
+        seen = dict(calls)
+        rounds = worker.counters.claim_calls
+    finally:
+        worker.stop(immediately=True)
+        thread.join(timeout=20)
+    assert not thread.is_alive(), "the worker did not stop within 20 s"
+    assert rounds >= 300 // 5, rounds  # batches of at most 5: at least 60 claim rounds
+    # The kind is tried at start and once more when the listener connects (limits re-read).
+    assert seen["claim_kind"] <= 3, seen
+    assert seen["complete_many"] <= 3, f"{seen}: the finished jobs were completed apart from the claim"
