@@ -71,6 +71,28 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = f"skipped under CI=true, which is not allowed: {reason}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cheap_password_hashing():
+    """Passwords hashed and checked in this process use argon2id's cheapest parameters.
+
+    The product's argon2 defaults cost 0.1 s a hash or check on a quiet machine and 0.5 s on a
+    loaded one, on purpose; the sign-in, throttling and session tests check hundreds of
+    passwords and are about who gets in, not about the cost. Processes the tests start (the CLI,
+    `skiplock serve`, the demo) keep the product's parameters, and
+    tests/test_security_login.py::test_the_product_hashes_with_argon2id_defaults pins them."""
+    from argon2 import PasswordHasher
+    from argon2.profiles import CHEAPEST
+
+    import console.users
+
+    product = console.users._hasher
+    console.users._hasher = PasswordHasher.from_parameters(CHEAPEST)
+    console.users._dummy_hash.cache_clear()
+    yield
+    console.users._hasher = product
+    console.users._dummy_hash.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def pg_cluster():
     """The PrivateCluster (None when DATABASE_URL points at an existing server)."""

@@ -179,3 +179,25 @@ def test_parallel_guesses_from_one_address_do_not_exceed_its_ceiling(throttled, 
     codes = _parallel_attempts(live_server, [f"nobody{i}" for i in range(14)], "wrong-password")
     assert len(codes) == 14
     assert codes.count(401) == 8 and codes.count(429) == 6, codes
+
+
+def test_the_product_hashes_with_argon2id_defaults(dsn, conn, subprocess_env):
+    """Tests in this process hash cheaply (tests/conftest.py): the real CLI, in its own process,
+    must store argon2id with the library's defaults (RFC 9106's low-memory profile: 64 MiB,
+    3 passes, 4 lanes), and its hash must sign in here."""
+    import subprocess
+    import sys
+
+    from argon2.profiles import RFC_9106_LOW_MEMORY as DEFAULTS
+
+    from console.users import authenticate
+
+    env = {**subprocess_env, "SKIPLOCK_PASSWORD": PASSWORD}
+    done = subprocess.run([sys.executable, "-m", "console", "users", "add", "carol", "--role", "viewer",
+                           "--reason", "pin the hash parameters"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    stored = conn.execute("SELECT password_hash FROM skiplock.users WHERE name = 'carol'").fetchone()[0]
+    assert stored.startswith(f"$argon2id$v=19$m={DEFAULTS.memory_cost},t={DEFAULTS.time_cost},"
+                             f"p={DEFAULTS.parallelism}$"), stored
+    assert authenticate(conn, "carol", PASSWORD).role == "viewer"

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from console.users import _hasher
+from console.users import hash_password
 
 PASSWORD = "correct horse battery staple"
 PERSONAS = ("viewer", "operator", "admin")
@@ -18,8 +18,8 @@ CSRF = "test-csrf-token"
 
 
 @pytest.fixture(scope="session")
-def password_hash() -> str:
-    return _hasher.hash(PASSWORD)  # once per session: argon2 is slow on purpose
+def password_hash(cheap_password_hashing) -> str:
+    return hash_password(PASSWORD)  # cheap argon2id parameters in tests (tests/conftest.py)
 
 
 @pytest.fixture
