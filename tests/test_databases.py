@@ -369,6 +369,9 @@ def test_alerts_carry_their_database_in_pages_api_and_every_webhook(alerting_dat
     one = viewer.get(f"/db/west/api/v1/alerts/{doc['alert']['id']}").get_json()
     assert one["alert"]["labels"]["database"] == "west"
     assert all(a["labels"]["database"] == "east" for a in viewer.get("/api/v1/alerts").get_json()["alerts"])
+    events = viewer.get("/db/west/api/v1/alerts/events").get_json()["events"]
+    assert events and all(e["labels"]["database"] == "west" for e in events)
+    assert "<code>database=west</code>" in viewer.get("/db/west/alerts").get_data(as_text=True).split('id="events"')[1]
 
 
 @pytest.mark.browser

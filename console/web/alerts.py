@@ -107,6 +107,11 @@ def _active(conn) -> dict[str, Any]:
             "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
 
 
+def _events(conn, **where) -> list[dict[str, Any]]:
+    """Alert transitions, their labels with the database (as the alerts' own)."""
+    return [{**e, "labels": _labelled(e["labels"])} for e in ev.recent_events(conn, **where)]
+
+
 def _public_alert(a: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "rule", "labels", "state", "state_since", "value", "evaluated_at", "fired_at", "severity",
             "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note")
@@ -129,7 +134,7 @@ def _tab_state(active) -> str | None:
 @requires("viewer")
 def index():
     active = run_panel(_active)
-    events = run_panel(ev.recent_events, limit=30)
+    events = run_panel(_events, limit=30)
     silences = run_panel(ev.recent_silences, limit=30)
     return render_template("alerts/index.html", active=active, events=events, silences=silences,
                            tab_state=_tab_state(active))
@@ -164,8 +169,8 @@ def api_index():
     Param("limit", type="integer", minimum=1, maximum=500, description="1-500 (default 50)"),
 ], response=obj({"events": arr(ref("AlertEvent"))}))
 def api_events():
-    return jsonify({"events": ev.recent_events(get_conn(), limit=_int_arg("limit", 50, 1, 500),
-                                               before_id=_int_arg("before_id"), alert_id=_int_arg("alert_id"))})
+    return jsonify({"events": _events(get_conn(), limit=_int_arg("limit", 50, 1, 500),
+                                      before_id=_int_arg("before_id"), alert_id=_int_arg("alert_id"))})
 
 
 def _int_arg(name: str, default: int | None = None, low: int = 1, high: int = 2**62) -> int | None:
