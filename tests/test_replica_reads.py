@@ -234,6 +234,36 @@ def test_the_primary_only_pages_read_the_primary_with_a_replica_configured(conn,
     assert 'data-read-from' not in viewer.get("/health").get_data(as_text=True)
 
 
+def test_every_replica_route_answers_from_a_real_standby_without_a_write_or_a_failed_panel(
+        conn, replica_dsn, client_as, web_app, caplog):
+    """A GET in REPLICA_READS that wrote (or read something a standby refuses) would fail on the
+    READ ONLY replica: as a 500, or as a panel that says "not available" (logged)."""
+    from console.web.database import REPLICA_READS
+
+    job = q.enqueue(conn, "noop", queue="mail")
+    alert_id = conn.execute("INSERT INTO skiplock.alerts (rule, state, value, fired_at) "
+                            "VALUES ('deep', 'firing', 1, now()) RETURNING id").fetchone()[0]
+    replayed(replica_dsn, conn)
+    values = {"job_id": job, "name": "mail", "alert_id": alert_id, "fmt": "csv"}
+    viewer = client_as("viewer")
+    caplog.set_level("WARNING", logger="console.web")
+    checked = []
+    for rule in web_app.url_map.iter_rules():
+        if rule.endpoint not in REPLICA_READS:
+            continue
+        url = rule.rule
+        for arg in rule.arguments:
+            url = re.sub(rf"<(?:\w+:)?{arg}>", str(values[arg]), url)
+        response = viewer.get(url, query_string={"q": "nothing like it"} if "search" in rule.endpoint else None)
+        assert response.status_code == 200, (url, response.status_code, response.data[:300])
+        assert response.headers.get("X-Skiplock-Read-From") == "replica", url
+        response.close()  # an export streams: end its request context here, not at garbage collection
+        checked.append(url)
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert not failed, failed
+    assert len(checked) == len(REPLICA_READS)
+
+
 # --- the replica's lag ---------------------------------------------------------------------
 
 def test_the_replicas_lag_is_shown_in_the_layout_the_fleet_and_the_api(conn, replica_dsn, client_as):

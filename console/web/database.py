@@ -295,13 +295,25 @@ def replica_lost() -> str | None:
     return chosen.database
 
 
+def _primary_pool():
+    name = _scoped()
+    return _state().pool if name is None else _state().databases.pool(name)
+
+
+def read_pool():
+    """The pool this request reads from, for a route that borrows a connection per batch (the
+    jobs export): the replica's when `read_from()` chose it, else the database's primary."""
+    if read_from().replica:
+        return g._skiplock_replica_pool
+    return _primary_pool()
+
+
 def primary_conn() -> psycopg.Connection:
     """The request's connection to the primary of its database, whatever the route."""
     conn = g.get("_skiplock_conn")
     if conn is None:
         st = _state()
-        name = _scoped()
-        pool = st.pool if name is None else st.databases.pool(name)
+        pool = _primary_pool()
         try:
             conn = pool.getconn(timeout=st.config.web.db_wait)
         except PoolTimeout:
@@ -357,6 +369,7 @@ def _release(exc: BaseException | None = None) -> None:
     home = g.pop("_skiplock_home_conn", None)
     if home is not None:
         _give_back(home, _state().pool)
+    g.pop("_skiplock_read_from", None)  # decided again by the next request that asks
     replica_conn = g.pop("_skiplock_replica_conn", None)
     if replica_conn is not None:
         _give_back(replica_conn, g.pop("_skiplock_replica_pool"))
