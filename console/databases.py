@@ -19,7 +19,8 @@ reads this module or the config.
 
 A database with `replica_dsn` also gets a replica pool (`Registry.replica_pool`), opened on
 first use with the same size and statement timeout, whose sessions are READ ONLY
-(`default_transaction_read_only`) and whose connection attempts give up after a few seconds. Which
+(`default_transaction_read_only`) and whose connection attempts give up after a few seconds
+(and a connection whose host stops acknowledging, after two: `tcp_user_timeout`). Which
 requests read it is the web console's choice (console/web/database.py, `REPLICA_READS`); the
 scheduler, the workers, the CLI and every action use the primary only. A replica that failed is
 left alone for `REPLICA_REST_S` (`replica_failed` / `replica_resting`), so pages do not wait on it
@@ -50,6 +51,9 @@ _KEYS = {"name", "dsn", "replica_dsn"}
 REPLICA_REST_S = 30.0
 # Each connection attempt to a replica (libpq's connect_timeout, whole seconds, at least 2).
 REPLICA_CONNECT_TIMEOUT_S = 2
+# A pooled replica connection whose host stops acknowledging is dropped after this (not how long
+# a query may run: that is the statement timeout).
+REPLICA_TCP_USER_TIMEOUT_MS = 2000
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,8 @@ class Registry:
             if pool is None:
                 pool = make_pool(database.replica_dsn, application_name=f"{self.application_name}-replica",
                                  size=self.size, statement_timeout_ms=self.statement_timeout_ms, read_only=True,
-                                 connect_timeout=REPLICA_CONNECT_TIMEOUT_S)
+                                 connect_timeout=REPLICA_CONNECT_TIMEOUT_S,
+                                 tcp_user_timeout_ms=REPLICA_TCP_USER_TIMEOUT_MS)
                 self._replica_pools[database.name] = pool
             return pool
 

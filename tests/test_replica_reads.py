@@ -162,6 +162,7 @@ def test_the_replica_pool_is_read_only_and_time_limited(web_app, replica_dsn):
         assert conn.info.port == int(re.search(r":(\d+)/", replica_dsn).group(1))  # the standby
         assert conn.execute("SHOW default_transaction_read_only").fetchone()[0] == "on"
         assert conn.execute("SHOW statement_timeout").fetchone()[0] != "0"
+        assert conn.info.get_parameters()["tcp_user_timeout"] == "2000"  # libpq's own, on the client socket
         assert conn.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"
                             ).fetchone()[0] == "skiplock-web-replica"
 
