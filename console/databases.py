@@ -5,7 +5,7 @@ A database is a named connection. Either the config file lists them:
     [[databases]]
     name = "east"                        # the label pages, samples and /metrics use
     dsn = "postgresql://…/east"
-    replica_dsn = "postgresql://…"       # optional; accepted and validated, not used yet
+    replica_dsn = "postgresql://…"       # optional: a streaming standby of dsn, for page reads
 
 or there is no `[[databases]]` and `--dsn` / DATABASE_URL / `[database] dsn` names one
 database, called `default`. Both at once is refused (which one would `skiplock scheduler`
@@ -17,7 +17,17 @@ position and, when it has one, its name). `Registry` owns one connection pool pe
 together; the faces pick a database by name and hand its connection to the domain, which never
 reads this module or the config.
 
-This module does not query anything and keeps no global state.
+A database with `replica_dsn` also gets a replica pool (`Registry.replica_pool`), opened on
+first use with the same size and statement timeout, whose sessions are READ ONLY
+(`default_transaction_read_only`) and whose connection attempts give up after a few seconds
+(and a connection whose host stops acknowledging, after two: `tcp_user_timeout`). Which
+requests read it is the web console's choice (console/web/database.py, `REPLICA_READS`); the
+scheduler, the workers, the CLI and every action use the primary only. A replica that failed is
+left alone for `REPLICA_REST_S` (`replica_failed` / `replica_resting`), so pages do not wait on it
+again and again while it is down.
+
+This module does not query anything and keeps no global state (a registry's replica rest
+times are its own).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +47,13 @@ DEFAULT_NAME = "default"
 # A label safe in a URL path segment, a Prometheus label value, a log line and a file name.
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _KEYS = {"name", "dsn", "replica_dsn"}
+# After a replica failed to answer, how long pages read the primary without trying it again.
+REPLICA_REST_S = 30.0
+# Each connection attempt to a replica (libpq's connect_timeout, whole seconds, at least 2).
+REPLICA_CONNECT_TIMEOUT_S = 2
+# A pooled replica connection whose host stops acknowledging is dropped after this (not how long
+# a query may run: that is the statement timeout).
+REPLICA_TCP_USER_TIMEOUT_MS = 2000
 
 
 @dataclass(frozen=True)
@@ -126,7 +144,7 @@ def select(databases: list[Database], name: str | None) -> Database:
 
 
 class Registry:
-    """One connection pool per database, made on first use, all closed by `close()`."""
+    """One connection pool per database (and one per replica), made on first use, all closed by `close()`."""
 
     def __init__(self, databases: list[Database], *, application_name: str, size: int = 4,
                  statement_timeout_ms: int | None = None):
@@ -137,6 +155,8 @@ class Registry:
         self.size = size
         self.statement_timeout_ms = statement_timeout_ms
         self._pools: dict[str, Any] = {}
+        self._replica_pools: dict[str, Any] = {}
+        self._replica_failed_at: dict[str, float] = {}
         self._lock = threading.Lock()
 
     @property
@@ -161,6 +181,34 @@ class Registry:
                 self._pools[database.name] = pool
             return pool
 
+    def replica_pool(self, name: str | None = None):
+        """The read-only pool of database `name`'s replica; None when it has no replica_dsn."""
+        database = self.get(name)
+        if not database.replica_dsn:
+            return None
+        with self._lock:
+            pool = self._replica_pools.get(database.name)
+            if pool is None:
+                pool = make_pool(database.replica_dsn, application_name=f"{self.application_name}-replica",
+                                 size=self.size, statement_timeout_ms=self.statement_timeout_ms, read_only=True,
+                                 connect_timeout=REPLICA_CONNECT_TIMEOUT_S,
+                                 tcp_user_timeout_ms=REPLICA_TCP_USER_TIMEOUT_MS)
+                self._replica_pools[database.name] = pool
+            return pool
+
+    def replica_failed(self, name: str) -> None:
+        """The replica of `name` did not answer: rest it for REPLICA_REST_S."""
+        with self._lock:
+            self._replica_failed_at[name] = time.monotonic()
+
+    def replica_resting(self, name: str) -> bool:
+        with self._lock:
+            failed = self._replica_failed_at.get(name)
+            if failed is not None and time.monotonic() - failed >= REPLICA_REST_S:
+                del self._replica_failed_at[name]
+                failed = None
+            return failed is not None
+
     def __iter__(self) -> Iterator[Database]:
         return iter(self.databases)
 
@@ -169,6 +217,7 @@ class Registry:
 
     def close(self) -> None:
         with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
+            pools = [*self._pools.values(), *self._replica_pools.values()]
+            self._pools, self._replica_pools = {}, {}
         for pool in pools:
             pool.close()

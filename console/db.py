@@ -60,12 +60,28 @@ def connect(dsn: str, *, application_name: str = "skiplock", autocommit: bool = 
         raise DatabaseError(f"cannot connect to {_redact(dsn)}: {reason}") from None
 
 
-def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeout_ms: int | None = None) -> ConnectionPool:
-    """A pool whose connections are autocommit and carry a name the collectors can exclude."""
-    options = f"-c statement_timeout={statement_timeout_ms}" if statement_timeout_ms else None
-    kwargs = {"autocommit": True, "application_name": application_name}
-    if options:
-        kwargs["options"] = options
+def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeout_ms: int | None = None,
+              read_only: bool = False, connect_timeout: int | None = None,
+              tcp_user_timeout_ms: int | None = None) -> ConnectionPool:
+    """A pool whose connections are autocommit and carry a name the collectors can exclude.
+
+    `read_only` makes every transaction of its sessions READ ONLY (a replica's pool: a write that
+    slipped onto it fails at once, on a standby and on a primary alike); `connect_timeout` bounds
+    each connection attempt (libpq counts at least 2 s); `tcp_user_timeout_ms` drops a pooled
+    connection whose server stopped acknowledging what is sent (a host gone from the network
+    would otherwise hold a query for the kernel's minutes of retransmissions)."""
+    settings = []
+    if statement_timeout_ms:
+        settings.append(f"-c statement_timeout={statement_timeout_ms}")
+    if read_only:
+        settings.append("-c default_transaction_read_only=on")
+    kwargs: dict = {"autocommit": True, "application_name": application_name}
+    if settings:
+        kwargs["options"] = " ".join(settings)
+    if connect_timeout:
+        kwargs["connect_timeout"] = connect_timeout
+    if tcp_user_timeout_ms:
+        kwargs["tcp_user_timeout"] = tcp_user_timeout_ms
     return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name)
 
 

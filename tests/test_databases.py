@@ -230,6 +230,9 @@ def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, wes
     assert {r["queue"] for r in viewer.get("/api/v1/queues").get_json()["queues"]} == {"mail"}
     assert {r["queue"] for r in viewer.get("/db/west/api/v1/queues").get_json()["queues"]} == {"bulk"}
     assert {r["queue"] for r in viewer.get("/db/east/api/v1/queues").get_json()["queues"]} == {"mail"}
+    # the export too (it borrows a connection per batch: from the page's database's pool)
+    assert {r["queue"] for r in viewer.get("/db/west/api/v1/jobs/export.json").get_json()} == {"bulk"}
+    assert {r["queue"] for r in viewer.get("/api/v1/jobs/export.json").get_json()} == {"mail"}
     unknown = viewer.get("/db/north/queues")
     assert unknown.status_code == 404 and b"configured: east, west" in unknown.data
     page = viewer.get("/db/west/queues").get_data(as_text=True)

@@ -32,6 +32,10 @@ How to add a page
    template shows with the `panel` macro (`{% from "_macros.html" import panel %}`) — a timeout
    makes that panel say "not available" and the rest of the page renders. SQL lives in
    `sql/<concern>.sql`. An unreachable database is handled for you: every page says so (503).
+   A GET route names where it reads in console/web/database.py: `REPLICA_READS` (it shows
+   replicated tables and may read the database's `replica_dsn`) or `PRIMARY_READS` (with why:
+   it reads what only the primary has, or binds an action); a test fails until it does. Writes
+   always go to the primary; `primary_conn()` is the primary whatever the route.
 6. **Fragments and polling.** A live part of a page is a partial `templates/<area>/_thing.html`
    that the page `{% include %}`s and a route returns alone (`render_template` of the partial)
    for htmx. Make it poll with `hx-get="<fragment url>" hx-trigger="poll" data-poll

@@ -12,7 +12,7 @@ from werkzeug.exceptions import HTTPException
 
 from console.actions import ReasonRequired
 from console.db import DatabaseError, _redact
-from console.web.database import DatabaseUnreachable, QueryTooSlow
+from console.web.database import DatabaseUnreachable, QueryTooSlow, replica_lost
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +72,24 @@ def install(app: Flask) -> None:
         # The reason (host, port, user, the server's words) is for the operator's log, never for
         # the page: anyone, signed in or not, may see this page.
         log.warning("database unreachable (%s %s): %s", request.method, request.path, failure_reason(exc))
+        lost = replica_lost()
+        if lost:  # the replica went away after the page chose it: the next pages read the primary
+            return respond(503, "Replica unreachable", f"The replica of {lost} stopped answering while this page "
+                           "read it. Reload: the next pages read the primary.", template="db_down.html",
+                           database="replica unreachable")
         return respond(503, "Database unreachable", "The database is unreachable. "
                        "The console will work again as soon as it answers.", template="db_down.html",
                        database="unreachable")
 
     for kind in (DatabaseUnreachable, PoolTimeout, psycopg.OperationalError, DatabaseError):
         app.register_error_handler(kind, unreachable)
+
+    @app.errorhandler(psycopg.errors.SerializationFailure)
+    def conflict(exc):
+        # Outside an explicit transaction of ours this is a hot standby cancelling a query that
+        # conflicts with the replay of the primary's changes (vacuum removed rows it reads).
+        return respond(503, "Query cancelled", "the query was cancelled (on a replica: it conflicted with "
+                       "replication); reload the page")
 
     @app.errorhandler(psycopg.errors.UndefinedTable)
     def schema_missing(exc):

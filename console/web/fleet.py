@@ -7,6 +7,9 @@ the others' rows are computed meanwhile, not after it. The figures come from eac
 own newest samples (the scheduler collects every database into its own samples) and its own
 firing alerts; nothing is cached.
 
+Rows read each database's primary; a database with `replica_dsn` also gets its replica's
+state and lag (`replica_probe`, asked on the replica).
+
 It does not act on any database (no route here changes anything) and does not scope the other
 pages to a database.
 """
@@ -25,7 +28,7 @@ from psycopg_pool import PoolTimeout
 
 from console.web.api import BOOL, INT, NUM, STR, TIME, api_doc, arr, obj, opt
 from console.web.auth import requires
-from console.web.database import DatabaseUnreachable, run_panel, use_database
+from console.web.database import DatabaseUnreachable, replica_probe, run_panel, use_database
 from console.web.errors import failure_reason
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,9 @@ def database_row(name: str) -> dict[str, Any]:
                            "depth": None, "oldest_job_s": None, "dead_letters": None, "firing_alerts": None,
                            "collected_at": None}
     use_database(name)
+    # Measured on the replica itself, whatever happens to the primary below (bounded: a
+    # replica that does not answer within REPLICA_WAIT_S is "unreachable").
+    row["replica"] = replica_probe(name)
     try:
         latest = run_panel(_latest)
         row["reachable"] = True
@@ -98,7 +104,8 @@ def fleet_data() -> list[dict[str, Any]]:
 ROW = obj({"name": STR, "reachable": BOOL, "error": opt(STR),
            "verdict": {"enum": ["healthy", "degraded", "failing", "unknown", "down"]}, "reasons": arr(STR),
            "depth": opt(NUM), "oldest_job_s": opt(NUM), "dead_letters": opt(NUM), "firing_alerts": opt(INT),
-           "collected_at": opt(TIME), "ms": NUM})
+           "collected_at": opt(TIME), "ms": NUM,
+           "replica": obj({"configured": BOOL, "reachable": opt(BOOL), "lag_seconds": opt(NUM)})})
 
 
 @bp.get("/databases")
@@ -116,7 +123,9 @@ def index():
                      "under its own time limits. A database that cannot be reached within web.db_wait has "
                      "reachable false and verdict `down`; its figures are null. depth sums the eligible, "
                      "scheduled and running jobs of the newest samples; oldest_job_s is the oldest eligible "
-                     "job's age; ms is how long that database's row took.",
+                     "job's age; ms is how long that database's row took. The figures are the primary's; "
+                     "replica is the replica_dsn's state (configured false: none; reachable null then), "
+                     "its lag_seconds measured on the replica (0 when it has replayed all it received).",
          response=obj({"databases": arr(ROW)}))
 def api_index():
     return jsonify({"databases": fleet_data()})

@@ -37,7 +37,7 @@ from console.db import time_limited
 from console.web.actor import actor, reason_for
 from console.web.api import ANY, BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import may_act, requires
-from console.web.database import get_conn, run_limited, run_panel, timeout_ms
+from console.web.database import get_conn, read_pool, run_limited, run_panel, timeout_ms
 from console.web.redact import error_entry_for, may_filter_on, payload_for, text_for
 
 bp = Blueprint("jobs", __name__)
@@ -167,7 +167,8 @@ def _export(fmt: str):
             raise browse.InvalidFilter(f"limit: must be a whole number between 1 and {limit} (web.export_limit)")
         limit = int(raw)
     user = g.user
-    pool = st.pool
+    # The database of the page (/db/<name>/), on its replica when the page reads it.
+    pool = read_pool()
     wait = st.config.web.db_wait
     ms = timeout_ms()
 

@@ -146,6 +146,8 @@ def install(app: Flask) -> None:
             # False for actions (any role above viewer) when the console is read-only.
             "can": may_act,
             "read_only": bool(web.read_only),
+            # Where the page's queries went (primary or replica, and its lag): console/web/database.py.
+            "read_from": g.get("_skiplock_read_from"),
             "endpoints": app.view_functions,  # `'search.index' in endpoints`: link only what exists
             "nav_entries": lambda: nav.entries_for(app, user),
             "poll_fast_ms": int(web.poll_fast * 1000),
