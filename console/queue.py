@@ -399,11 +399,16 @@ def complete_and_claim(
     queues: Sequence[str] | None = None,
     limit: int = 1,
     lease: float = DEFAULT_LEASE,
+    cursor: psycopg.Cursor | None = None,
 ) -> tuple[list[int], list[Job]]:
     """Complete `done` (fenced) and claim up to `limit` more, in one statement and one commit.
 
     Returns (ids actually completed, newly claimed jobs). An id missing from the first list
     lost its claim (the reaper rescued it) and was left alone.
+
+    `cursor`: a cursor of `conn` (tuple rows) to run it on, kept by the caller from call to
+    call: the worker's hot path. A new cursor per call sets up its adapters again, which cost
+    several microseconds per job of a no-op drain (docs/benchmarks.md, "Worker CPU per job").
     """
     params = {
         "worker": worker,
@@ -413,27 +418,29 @@ def complete_and_claim(
         "limit": limit,
         "lease": float(lease),
     }
-    with _own_transaction(conn, "complete_and_claim"), conn.cursor() as cur:
-        rows = cur.execute(query("queue", "complete_and_claim"), params, prepare=True).fetchall()
-        _check_job_columns(cur, skip=1)
+    sql_text = query("queue", "complete_and_claim")
+    with _own_transaction(conn, "complete_and_claim"), (conn.cursor() if cursor is None else contextlib.nullcontext(cursor)) as cur:
+        rows = cur.execute(sql_text, params, prepare=True).fetchall()
+        if sql_text not in _checked_statements:
+            _check_job_columns(cur, sql_text, skip=1)
     completed = list(rows[0][0]) if rows else []
     # Tuple rows, the job's columns in Job's field order (checked above): the worker's hot path.
     claimed = [Job(*row[1:]) for row in rows if row[1] is not None]
     return completed, claimed
 
 
-_checked_descriptions: set[tuple[str, ...]] = set()
+_checked_statements: set[str] = set()
 
 
-def _check_job_columns(cur: psycopg.Cursor, *, skip: int) -> None:
+def _check_job_columns(cur: psycopg.Cursor, sql_text: str, *, skip: int) -> None:
     """Refuse a statement whose columns after the first `skip` are not Job's fields in order
-    (so a positional Job(*row) cannot silently swap two of them); checked once per shape."""
+    (so a positional Job(*row) cannot silently swap two of them). Checked once per statement
+    text, which names its columns: building `cur.description` on every call cost more than
+    building the jobs."""
     names = tuple(c.name for c in cur.description or ())
-    if names in _checked_descriptions:
-        return
     if names[skip:] != _JOB_COLUMNS:
         raise RuntimeError(f"complete_and_claim returns {names[skip:]}, expected Job's fields {_JOB_COLUMNS}")
-    _checked_descriptions.add(names)
+    _checked_statements.add(sql_text)
 
 
 def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:

@@ -177,6 +177,7 @@ class Worker:
         self._lock = threading.Lock()
         self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
         self._conn: psycopg.Connection | None = None
+        self._cur: psycopg.Cursor | None = None  # the main connection's claim cursor, reused per claim
         self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
         self._limits_stale = threading.Event()
         self._limits_read_at = float("-inf")
@@ -316,6 +317,7 @@ class Worker:
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
             )
+            self._cur = self._conn.cursor()
         return self._conn
 
     def _flush(self, *, stopping: bool = False) -> None:
@@ -503,7 +505,8 @@ class Worker:
                             claimed = self._limits.claim(conn, min(limit, free), now=started)
                     if len(claimed) < limit:
                         completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
-                                                               limit=limit - len(claimed), lease=self.lease)
+                                                               limit=limit - len(claimed), lease=self.lease,
+                                                               cursor=self._cur)
                         claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
                 elif done and (stopping or overdue):
