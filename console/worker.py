@@ -323,7 +323,9 @@ class Worker:
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
             )
-            self._cur = self._conn.cursor()
+            # Binary results: a claimed row carries four timestamps, which the server formats
+            # and the client parses as text otherwise (the same values, in the same time zone).
+            self._cur = self._conn.cursor(binary=True)
         return self._conn
 
     def _flush(self, *, stopping: bool = False) -> None:
