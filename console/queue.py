@@ -412,8 +412,8 @@ def complete_and_claim(
     """
     params = {
         "worker": worker,
-        "ids": [j.id for j in done],
-        "attempts": [j.attempts for j in done],
+        "ids": _int_array([j.id for j in done]),
+        "attempts": _int_array([j.attempts for j in done]),
         "queues": list(queues) if queues else None,
         "limit": limit,
         "lease": float(lease),
@@ -427,6 +427,13 @@ def complete_and_claim(
     # Tuple rows, the job's columns in Job's field order (checked above): the worker's hot path.
     claimed = [Job(*row[1:]) for row in rows if row[1] is not None]
     return completed, claimed
+
+
+def _int_array(values: list[int]) -> str:
+    """An array literal ('{1,2,3}') for a `%(x)s::bigint[]` parameter. psycopg dumps a list by
+    looking at its elements on every call (about 1 us per job of a batch, twice per claim);
+    a literal of ints needs none of that, and the statement's cast parses it on the server."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 _checked_statements: set[str] = set()
