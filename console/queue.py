@@ -39,7 +39,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from console.fingerprint import fingerprint as make_fingerprint
 from console.sqlfiles import query
@@ -389,6 +389,33 @@ def claim(
     with _own_transaction(conn, "claim"), conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("queue", "claim"), params, prepare=True).fetchall()
     return [Job.from_row(row) for row in rows]
+
+
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _jsonb_loads(data: bytes) -> Any:
+    """json.loads for a jsonb value the server sent: PostgreSQL writes it without surrounding
+    whitespace, so the C scanner can start at once (json.loads first guesses the bytes'
+    encoding and matches whitespace around the value: 2.5 -> 0.7-0.9 us for a small payload).
+    Anything unexpected goes to json.loads itself, so the values are always json.loads's."""
+    text = data.decode()
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
+def claim_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor of `conn` for complete_and_claim(cursor=...), kept by the worker across calls.
+
+    Binary results: a claimed row carries four timestamps, which the server formats and the
+    client parses as text otherwise (the same values, in the session's time zone). Payloads
+    decode with _jsonb_loads (on this cursor only)."""
+    cur = conn.cursor(binary=True)
+    set_json_loads(_jsonb_loads, cur)
+    return cur
 
 
 def complete_and_claim(

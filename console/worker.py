@@ -323,9 +323,7 @@ class Worker:
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
             )
-            # Binary results: a claimed row carries four timestamps, which the server formats
-            # and the client parses as text otherwise (the same values, in the same time zone).
-            self._cur = self._conn.cursor(binary=True)
+            self._cur = q.claim_cursor(self._conn)
         return self._conn
 
     def _flush(self, *, stopping: bool = False) -> None:

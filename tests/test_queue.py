@@ -296,7 +296,7 @@ def test_complete_and_claim_on_the_workers_binary_cursor_reads_the_same_jobs(con
     """The worker's hot path: one binary cursor kept across calls. The jobs it reads are the
     ones a fresh text cursor reads (payload, timestamps in the session's time zone, key)."""
     ids = q.enqueue_many(conn, [q.NewJob("k", {"i": i, "s": "é"}, idempotency_key=f"key-{i}") for i in range(4)])
-    cur = conn.cursor(binary=True)
+    cur = q.claim_cursor(conn)
     _, first = q.complete_and_claim(conn, "w", [], limit=2, cursor=cur)
     assert [c.name for c in cur.description][1:3] == ["id", "queue"]  # it ran on the given cursor
     conn.execute("UPDATE skiplock.jobs SET status = 'pending', locked_by = NULL WHERE id = ANY(%s)",
@@ -309,6 +309,22 @@ def test_complete_and_claim_on_the_workers_binary_cursor_reads_the_same_jobs(con
         assert binary.created_at == text.created_at and binary.idempotency_key == text.idempotency_key
     completed, more = q.complete_and_claim(conn, "w", again, limit=5, cursor=cur)
     assert sorted(completed) == ids[:2] and [j.id for j in more] == ids[2:]
+
+
+@pytest.mark.parametrize("text", ['{"i":1}', '{"s": "\u00e9t\u00e9 \\u00e9 \\"q\\"", "n": [1, 2.5, -3e40, null, true]}',
+                                  '[]', '"x"', '12345678901234567890', ' {"a": 1} '])
+def test_the_claim_cursors_payload_decoder_reads_what_json_loads_reads(text):
+    import json
+
+    assert q._jsonb_loads(text.encode()) == json.loads(text)
+
+
+def test_the_claim_cursors_payload_decoder_refuses_what_json_loads_refuses():
+    import json
+
+    for bad in (b'{"a": 1} x', b'{"a": }', b''):
+        with pytest.raises(json.JSONDecodeError):
+            q._jsonb_loads(bad)
 
 
 def test_complete_and_claim_completes_a_full_batch_of_large_ids_and_none(conn):
