@@ -21,6 +21,12 @@ class Histogram:
     def observe(self, seconds: float) -> None:
         self.counts[bisect.bisect_left(BOUNDS_MS, seconds * 1000.0)] += 1
 
+    def observe_many(self, seconds: Sequence[float]) -> None:
+        """observe() for each value: the worker's per-batch path (one call per claim, not per job)."""
+        counts, bounds, find = self.counts, BOUNDS_MS, bisect.bisect_left
+        for value in seconds:
+            counts[find(bounds, value * 1000.0)] += 1
+
     def snapshot(self) -> list[int]:
         return list(self.counts)
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
+from psycopg.types.json import Jsonb, set_json_loads
 
 from console.fingerprint import fingerprint as make_fingerprint
 from console.sqlfiles import query
@@ -391,6 +391,33 @@ def claim(
     return [Job.from_row(row) for row in rows]
 
 
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _jsonb_loads(data: bytes) -> Any:
+    """json.loads for a jsonb value the server sent: PostgreSQL writes it without surrounding
+    whitespace, so the C scanner can start at once (json.loads first guesses the bytes'
+    encoding and matches whitespace around the value: 2.5 -> 0.7-0.9 us for a small payload).
+    Anything unexpected goes to json.loads itself, so the values are always json.loads's."""
+    text = data.decode()
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
+def claim_cursor(conn: psycopg.Connection) -> psycopg.Cursor:
+    """A cursor of `conn` for complete_and_claim(cursor=...), kept by the worker across calls.
+
+    Binary results: a claimed row carries four timestamps, which the server formats and the
+    client parses as text otherwise (the same values, in the session's time zone). Payloads
+    decode with _jsonb_loads (on this cursor only)."""
+    cur = conn.cursor(binary=True)
+    set_json_loads(_jsonb_loads, cur)
+    return cur
+
+
 def complete_and_claim(
     conn: psycopg.Connection,
     worker: str,
@@ -399,41 +426,55 @@ def complete_and_claim(
     queues: Sequence[str] | None = None,
     limit: int = 1,
     lease: float = DEFAULT_LEASE,
+    cursor: psycopg.Cursor | None = None,
 ) -> tuple[list[int], list[Job]]:
     """Complete `done` (fenced) and claim up to `limit` more, in one statement and one commit.
 
     Returns (ids actually completed, newly claimed jobs). An id missing from the first list
     lost its claim (the reaper rescued it) and was left alone.
+
+    `cursor`: a cursor of `conn` (tuple rows) to run it on, kept by the caller from call to
+    call: the worker's hot path. A new cursor per call sets up its adapters again, which cost
+    several microseconds per job of a no-op drain (docs/benchmarks.md, "Worker CPU per job").
     """
     params = {
         "worker": worker,
-        "ids": [j.id for j in done],
-        "attempts": [j.attempts for j in done],
+        "ids": _int_array([j.id for j in done]),
+        "attempts": _int_array([j.attempts for j in done]),
         "queues": list(queues) if queues else None,
         "limit": limit,
         "lease": float(lease),
     }
-    with _own_transaction(conn, "complete_and_claim"), conn.cursor() as cur:
-        rows = cur.execute(query("queue", "complete_and_claim"), params, prepare=True).fetchall()
-        _check_job_columns(cur, skip=1)
+    sql_text = query("queue", "complete_and_claim")
+    with _own_transaction(conn, "complete_and_claim"), (conn.cursor() if cursor is None else contextlib.nullcontext(cursor)) as cur:
+        rows = cur.execute(sql_text, params, prepare=True).fetchall()
+        if sql_text not in _checked_statements:
+            _check_job_columns(cur, sql_text, skip=1)
     completed = list(rows[0][0]) if rows else []
     # Tuple rows, the job's columns in Job's field order (checked above): the worker's hot path.
     claimed = [Job(*row[1:]) for row in rows if row[1] is not None]
     return completed, claimed
 
 
-_checked_descriptions: set[tuple[str, ...]] = set()
+def _int_array(values: list[int]) -> str:
+    """An array literal ('{1,2,3}') for a `%(x)s::bigint[]` parameter. psycopg dumps a list by
+    looking at its elements on every call (about 1 us per job of a batch, twice per claim);
+    a literal of ints needs none of that, and the statement's cast parses it on the server."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
-def _check_job_columns(cur: psycopg.Cursor, *, skip: int) -> None:
+_checked_statements: set[str] = set()
+
+
+def _check_job_columns(cur: psycopg.Cursor, sql_text: str, *, skip: int) -> None:
     """Refuse a statement whose columns after the first `skip` are not Job's fields in order
-    (so a positional Job(*row) cannot silently swap two of them); checked once per shape."""
+    (so a positional Job(*row) cannot silently swap two of them). Checked once per statement
+    text, which names its columns: building `cur.description` on every call cost more than
+    building the jobs."""
     names = tuple(c.name for c in cur.description or ())
-    if names in _checked_descriptions:
-        return
     if names[skip:] != _JOB_COLUMNS:
         raise RuntimeError(f"complete_and_claim returns {names[skip:]}, expected Job's fields {_JOB_COLUMNS}")
-    _checked_descriptions.add(names)
+    _checked_statements.add(sql_text)
 
 
 def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:

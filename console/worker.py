@@ -89,12 +89,14 @@ class Group:
     def __init__(self, jobs: list[q.Job]) -> None:
         self.jobs = deque(jobs)
         self.current_since: float | None = None  # when the job running now started
+# How _dispatch sends a job: run here, in a group of fast jobs, or alone to a handler thread.
+_INLINE, _FAST, _SLOW = 0, 1, 2
 # How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
 # meanwhile the fast claim already leaves a newly limited queue alone, in the database).
 LIMITS_REFRESH = 2.0
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     job: q.Job
     error: BaseException | None
@@ -179,6 +181,7 @@ class Worker:
         self._lock = threading.Lock()
         self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
         self._conn: psycopg.Connection | None = None
+        self._cur: psycopg.Cursor | None = None  # the main connection's claim cursor, reused per claim
         self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
         self._limits_stale = threading.Event()
         self._limits_read_at = float("-inf")
@@ -206,8 +209,9 @@ class Worker:
     # --- threads -------------------------------------------------------------------------
 
     @staticmethod
-    def _run_one(job: q.Job) -> Outcome:
-        started = time.monotonic()
+    def _run_one(job: q.Job, started: float | None = None) -> Outcome:
+        if started is None:
+            started = time.monotonic()
         error: BaseException | None = None
         try:
             tasks.handler_for(job.kind)(job)
@@ -216,18 +220,21 @@ class Worker:
         return Outcome(job, error, time.monotonic() - started)
 
     def _handler_loop(self) -> None:
+        run_one, monotonic = self._run_one, time.monotonic
         while True:
             group = self._work.get()
             if group is None:
                 return
             outcomes: list[Outcome] = []
+            jobs = group.jobs
             while True:
                 try:
-                    job = group.jobs.popleft()
+                    job = jobs.popleft()
                 except IndexError:
                     break
-                group.current_since = time.monotonic()
-                outcomes.append(self._run_one(job))
+                # the same clock reading starts the job's runtime and the group's split timer
+                group.current_since = started = monotonic()
+                outcomes.append(run_one(job, started))
             self._results.put(outcomes)  # one report per group
             self._wake.set()
 
@@ -318,6 +325,7 @@ class Worker:
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.concurrency},
             )
+            self._cur = q.claim_cursor(self._conn)
         return self._conn
 
     def _flush(self, *, stopping: bool = False) -> None:
@@ -357,29 +365,41 @@ class Worker:
 
     def _dispatch(self, jobs: list[q.Job], claim_seconds: float) -> None:
         """Count the claim, hand the jobs to the pool (fast ones as one group) and run the
-        inline ones here, after the pool has its share."""
-        self.counters.claim_calls += 1
-        self.counters.claim_seconds_sum += claim_seconds
-        self.counters.claim_histogram.observe(claim_seconds)
+        inline ones here, after the pool has its share.
+
+        Per batch, not per job, where it can be (one in-flight update, one histogram call,
+        each kind classified once): on a no-op drain this bookkeeping was a fifth of the main
+        loop's CPU (docs/benchmarks.md, "Worker CPU per job")."""
+        counters = self.counters
+        counters.claim_calls += 1
+        counters.claim_seconds_sum += claim_seconds
+        counters.claim_histogram.observe(claim_seconds)
         if not jobs:
             return
         now = time.monotonic()
+        held = {job.id: (job, now) for job in jobs}
         with self._lock:
-            for job in jobs:
-                self._in_flight[job.id] = (job, now)
-        self.counters.claimed += len(jobs)
-        self.counters.pickup_count += len(jobs)
+            self._in_flight.update(held)
+        counters.claimed += len(jobs)
+        counters.pickup_count += len(jobs)
+        pickups = [(job.locked_at - job.run_at).total_seconds() for job in jobs]
+        pickups = [p if p > 0.0 else 0.0 for p in pickups]
+        counters.pickup_seconds_sum += sum(pickups)
+        counters.pickup_histogram.observe_many(pickups)
         fast: list[q.Job] = []
         inline: list[q.Job] = []
         slow = False
+        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW, decided once per batch
         for job in jobs:
-            pickup = max((job.locked_at - job.run_at).total_seconds(), 0.0)
-            self.counters.pickup_seconds_sum += pickup
-            self.counters.pickup_histogram.observe(pickup)
-            if tasks.is_inline(job.kind):
-                inline.append(job)
-            elif self._runtime.get(job.kind, FAST_JOB) < FAST_JOB:
+            kind = job.kind
+            mode = modes.get(kind)
+            if mode is None:
+                mode = modes[kind] = _INLINE if tasks.is_inline(kind) else \
+                    _FAST if self._runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
+            if mode is _FAST:
                 fast.append(job)
+            elif mode is _INLINE:
+                inline.append(job)
             else:
                 slow = True
                 self._work.put(Group([job]))
@@ -430,11 +450,12 @@ class Worker:
             with self._lock:
                 for outcome in outcomes:
                     self._in_flight.pop(outcome.job.id, None)
+            runtime = self._runtime
+            self.counters.runtime_histogram.observe_many([outcome.seconds for outcome in outcomes])
             for outcome in outcomes:
-                self.counters.runtime_histogram.observe(outcome.seconds)
                 kind = outcome.job.kind
-                previous = self._runtime.get(kind)
-                self._runtime[kind] = outcome.seconds if previous is None else \
+                previous = runtime.get(kind)
+                runtime[kind] = outcome.seconds if previous is None else \
                     previous + RUNTIME_WEIGHT * (outcome.seconds - previous)
                 if self._limits.units:  # a slot of its queue (kind) is free now: try it
                     self._limits.poke(queue=outcome.job.queue, kind=kind)
@@ -507,7 +528,8 @@ class Worker:
                         claimed = self._limits.claim(conn, min(limit, free), now=started)
                     if len(claimed) < limit:
                         completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
-                                                               limit=limit - len(claimed), lease=self.lease)
+                                                               limit=limit - len(claimed), lease=self.lease,
+                                                               cursor=self._cur)
                         claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
                 elif done and (stopping or overdue):

@@ -292,6 +292,52 @@ def test_complete_and_claim_completes_fenced_and_claims_next(conn):
     assert completed == [] and len(claimed) == 1
 
 
+def test_complete_and_claim_on_the_workers_binary_cursor_reads_the_same_jobs(conn):
+    """The worker's hot path: one binary cursor kept across calls. The jobs it reads are the
+    ones a fresh text cursor reads (payload, timestamps in the session's time zone, key)."""
+    ids = q.enqueue_many(conn, [q.NewJob("k", {"i": i, "s": "é"}, idempotency_key=f"key-{i}") for i in range(4)])
+    cur = q.claim_cursor(conn)
+    _, first = q.complete_and_claim(conn, "w", [], limit=2, cursor=cur)
+    assert [c.name for c in cur.description][1:3] == ["id", "queue"]  # it ran on the given cursor
+    conn.execute("UPDATE skiplock.jobs SET status = 'pending', locked_by = NULL WHERE id = ANY(%s)",
+                 ([j.id for j in first],))
+    _, again = q.complete_and_claim(conn, "w", [], limit=2)  # a fresh text cursor
+    assert [j.id for j in first] == [j.id for j in again] == ids[:2]
+    for binary, text in zip(first, again, strict=True):
+        assert binary.payload == text.payload and isinstance(binary.payload, dict)
+        assert binary.run_at == text.run_at and binary.run_at.utcoffset() == text.run_at.utcoffset()
+        assert binary.created_at == text.created_at and binary.idempotency_key == text.idempotency_key
+    completed, more = q.complete_and_claim(conn, "w", again, limit=5, cursor=cur)
+    assert sorted(completed) == ids[:2] and [j.id for j in more] == ids[2:]
+
+
+@pytest.mark.parametrize("text", ['{"i":1}', '{"s": "\u00e9t\u00e9 \\u00e9 \\"q\\"", "n": [1, 2.5, -3e40, null, true]}',
+                                  '[]', '"x"', '12345678901234567890', ' {"a": 1} '])
+def test_the_claim_cursors_payload_decoder_reads_what_json_loads_reads(text):
+    import json
+
+    assert q._jsonb_loads(text.encode()) == json.loads(text)
+
+
+def test_the_claim_cursors_payload_decoder_refuses_what_json_loads_refuses():
+    import json
+
+    for bad in (b'{"a": 1} x', b'{"a": }', b''):
+        with pytest.raises(json.JSONDecodeError):
+            q._jsonb_loads(bad)
+
+
+def test_complete_and_claim_completes_a_full_batch_of_large_ids_and_none(conn):
+    """The finished ids and attempts travel as array literals: every one of a batch counts,
+    ids past 2**31 included, and an empty batch completes nothing."""
+    conn.execute("SELECT setval(pg_get_serial_sequence('skiplock.jobs', 'id'), 3000000000)")
+    q.enqueue_many(conn, [q.NewJob("k") for _ in range(12)])
+    completed, claimed = q.complete_and_claim(conn, "w", [], limit=10)
+    assert completed == [] and len(claimed) == 10 and min(j.id for j in claimed) > 2**31
+    completed, claimed = q.complete_and_claim(conn, "w", claimed, limit=10)
+    assert len(completed) == 10 and len(claimed) == 2
+
+
 def test_claim_uses_the_partial_claim_index_on_a_table_full_of_completed_rows(conn):
     conn.execute(
         """

@@ -272,3 +272,16 @@ def test_a_busy_worker_vacuums_the_jobs_table_itself(db, workers):
     wait_for(lambda: count_status(db, "completed") == 200, what="the jobs to complete")
     wait_for(lambda: manual_vacuums() > before, timeout=10, what="the worker's VACUUM of skiplock.jobs")
     assert workers.stop(proc)[0] == 0
+
+
+def test_histogram_observe_many_counts_as_observe_does():
+    """The worker observes a batch's pickups and runtimes in one call: same buckets, bounds
+    included (an observation equal to a bound falls in that bound's bucket)."""
+    from console.histogram import Histogram
+
+    values = [0.0, 0.00025, 0.0003, 0.001, 0.0049, 0.005, 2.5, 61.0]
+    one, many = Histogram(), Histogram()
+    for value in values:
+        one.observe(value)
+    many.observe_many(values)
+    assert many.counts == one.counts and sum(many.counts) == len(values)
