@@ -10,7 +10,6 @@ the late entry), and not the innocent ones."""
 from __future__ import annotations
 
 import re
-
 import threading
 import time
 from datetime import UTC, datetime, timedelta
