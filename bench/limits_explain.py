@@ -14,15 +14,17 @@ once each, inside a transaction it rolls back:
   (also with --queues default, a worker serving named queues);
 
 and prints the buffers each touched (shared hit + read), its time and the index it used.
-`--without-017` drops the indexes of migration 017 first: the path as it was before.
+The limited path's indexes (`console.limits.keep_claim_indexes`, which the scheduler runs while
+something is limited) are built after the limits are set; `--without-indexes` leaves them out:
+the path as it was before them, and as it is until the scheduler has built them.
 
-    .venv/bin/python bench/limits_explain.py                 # with migration 017
-    .venv/bin/python bench/limits_explain.py --without-017   # as before 017
+    .venv/bin/python bench/limits_explain.py                     # with the limited path's indexes
+    .venv/bin/python bench/limits_explain.py --without-indexes   # without them
     .venv/bin/python bench/limits_explain.py --prepared auto # as a worker's connection runs them
     .venv/bin/python bench/limits_explain.py --enqueue 100000  # what the indexes cost enqueue_many
 
 `--enqueue N` instead times enqueue_many of N jobs (one COPY batch, then batches of 10, the
-INSERT path) with and without 017's indexes, alternating, 3 rounds, with the WAL written per
+INSERT path) with and without the limited path's indexes, alternating, 3 rounds, with the WAL written per
 job: the indexes' cost is paid per enqueue. Times depend on the machine's load (the load
 average is printed); WAL bytes do not.
 
@@ -49,7 +51,7 @@ from console.db import connect, migrate  # noqa: E402
 from console.pgcluster import RELAXED_DURABILITY, PrivateCluster  # noqa: E402
 from console.sqlfiles import query  # noqa: E402
 
-INDEXES_017 = ("jobs_kind_claim_idx", "jobs_queue_claim_idx")
+INDEXES = tuple(limits.CLAIM_INDEXES)
 
 STATEMENTS = {
     "claim_kind": (query("limits", "claim_kind"),
@@ -108,19 +110,17 @@ def add(conn, n: int, queue: str, kind: str) -> None:
 
 
 def enqueue_cost(conn, n: int) -> None:
-    """jobs/s of enqueue_many with and without the indexes of 017, alternating."""
-    definitions = dict(conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'skiplock' "
-                                    "AND indexname = ANY(%s)", (list(INDEXES_017),)).fetchall())
+    """jobs/s of enqueue_many with and without the limited path's indexes, alternating."""
     print(f"enqueue_many of {n:,} jobs: one batch (COPY), then batches of 10 (INSERT); jobs/s; "
           f"load average {os.getloadavg()[0]:.1f} at the start")
     for round_ in (1, 2, 3):
-        for with_017 in (False, True):
+        for with_indexes in (False, True):
             conn.execute("TRUNCATE skiplock.jobs")
-            for name in INDEXES_017:
+            for name in INDEXES:
                 conn.execute(f"DROP INDEX IF EXISTS skiplock.{name}")
-            if with_017:
-                for definition in definitions.values():
-                    conn.execute(definition)
+            if with_indexes:
+                for _unit, create in limits.CLAIM_INDEXES.values():
+                    conn.execute(query("limits", create))
             rates, wal = [], []
             for batch in (n, 10):
                 jobs = n if batch == n else n // 10
@@ -132,7 +132,7 @@ def enqueue_cost(conn, n: int) -> None:
                 rates.append(jobs / (time.perf_counter() - started))
                 wal.append(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",
                                         (lsn,)).fetchone()[0] / jobs)
-            print(f"  round {round_} {'with' if with_017 else 'without'} 017: "
+            print(f"  round {round_} {'with' if with_indexes else 'without'} indexes: "
                   f"COPY {rates[0]:>9,.0f} ({wal[0]:,.0f} B WAL/job)   "
                   f"INSERT x10 {rates[1]:>7,.0f} ({wal[1]:,.0f} B WAL/job)   load {os.getloadavg()[0]:.1f}")
     sizes = conn.execute("SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
@@ -147,8 +147,8 @@ def main() -> int:
     parser.add_argument("--prepared", choices=("auto", "generic"),
                         help="explain prepared statements after 6 runs (auto: the plan PostgreSQL settles on, "
                              "as for a worker's connection past psycopg's prepare threshold; generic: forced)")
-    parser.add_argument("--enqueue", type=int, metavar="N", help="time enqueue_many with and without 017 instead")
-    parser.add_argument("--without-017", action="store_true", help="drop migration 017's indexes first")
+    parser.add_argument("--enqueue", type=int, metavar="N", help="time enqueue_many with and without the limited path's indexes instead")
+    parser.add_argument("--without-indexes", action="store_true", help="leave out the limited path's indexes")
     args = parser.parse_args()
 
     with PrivateCluster(settings={**RELAXED_DURABILITY, "shared_buffers": "512MB"}, exit_guard=True) as cluster:
@@ -157,19 +157,18 @@ def main() -> int:
             if args.enqueue:
                 enqueue_cost(conn, args.enqueue)
                 return 0
-            if args.without_017:
-                for name in INDEXES_017:
-                    conn.execute(f"DROP INDEX IF EXISTS skiplock.{name}")
             if args.prepared == "generic":
                 conn.execute("SET plan_cache_mode = force_generic_plan")
             limits.set_limits(conn, "limited", concurrency=2, rate="50/s", actor="explain")
             limits.declare_kinds(conn, {"scarce": 1}, worker="explain")
+            if not args.without_indexes:
+                limits.keep_claim_indexes(conn)  # as the scheduler does while something is limited
             conn.execute("INSERT INTO skiplock.jobs (kind, run_at) "
                          "SELECT 'noop', now() - interval '2 hours' + g * interval '1 microsecond' "
                          "FROM generate_series(1, %s) AS g", (args.backlog,))
             have = 0
             print(f"backlog: {args.backlog:,} eligible 'noop' jobs in 'default'; "
-                  f"indexes of 017: {'dropped' if args.without_017 else 'present'}; "
+                  f"limited path's indexes: {'left out' if args.without_indexes else 'built'}; "
                   f"{args.prepared or 'unprepared'} plans")
             print(f"{'limited jobs':>12}  {'statement':<12} {'buffers':>9} {'ms':>9} {'rows':>4}  index")
             for want in (0, 10, args.many):

@@ -26,7 +26,8 @@ process for every contender:
 
 `--with-limits` gives another queue a concurrency and a rate and another kind a concurrency
 before the grid, so the benchmarked (unlimited) queue shares the database and the workers with
-limited ones: the workers then also run their limited path (console.limits).
+limited ones: the workers then also run their limited path (console.limits), with the indexes
+the scheduler keeps while something is limited (so enqueues in that run pay for them too).
 
 jobs/s is the rise in completed rows (counted in the database) over a fixed window after a
 warm-up; claim latency is the round trip of the claim statement (for Skiplock and the loops
@@ -124,12 +125,14 @@ def remaining_pgqueuer(conn) -> int:
 
 
 def add_limits(dsn: str) -> None:
-    """Limits on a queue and a kind the benchmark's jobs do not use ('default' queue, 'noop')."""
+    """Limits on a queue and a kind the benchmark's jobs do not use ('default' queue, 'noop'),
+    and the limited path's indexes, as the scheduler's leader builds them within 30 s."""
     from console import limits
 
     with connect(dsn) as conn:
         limits.set_limits(conn, "limited", concurrency=2, rate="50/s", actor="bench", reason="bench/throughput.py --with-limits")
         limits.declare_kinds(conn, {"scarce": 1}, worker="bench")
+        limits.keep_claim_indexes(conn)
 
 
 # --- the contenders' worker processes ------------------------------------------------------------

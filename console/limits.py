@@ -10,8 +10,9 @@ kinds alone, in the database, so a stale worker can never claim them that way. T
 here, one short transaction per queue (or kind): a transaction-level advisory lock serializes
 that queue's claimers across the fleet, then one statement counts its running jobs, refills
 the bucket, claims at most what both allow and spends the tokens (sql/limits.sql); it finds
-the unit's jobs through an index per kind and per queue (migration 017), so it reads only its
-own unit's jobs, never the other queues' backlog. A killed worker's jobs stay `running` (and
+the unit's jobs through an index per kind and per queue, so it reads only its own unit's jobs,
+never the other queues' backlog. Those indexes exist only while something is limited
+(`keep_claim_indexes`, run by the scheduler's leader): a team without limits pays nothing. A killed worker's jobs stay `running` (and
 keep their slots) until the reaper rescues their leases.
 
 Semantics worth knowing (docs/queue.md, "Concurrency and rate limits"):
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from console import audit
@@ -279,6 +281,46 @@ def claim_kind(conn: psycopg.Connection, kind: str, worker: str, *, limit: int, 
     return claimed
 
 
+# The limited path's indexes (sql/limits.sql), what each serves, and the statement that builds it.
+CLAIM_INDEXES = {"jobs_kind_claim_idx": ("kind", "create_kind_claim_index"),
+                 "jobs_queue_claim_idx": ("queue", "create_queue_claim_index")}
+# A build reads the whole jobs table; past this it gives up and is tried again next run.
+INDEX_BUILD_TIMEOUT = "15min"
+
+
+def keep_claim_indexes(conn: psycopg.Connection) -> dict[str, str]:
+    """Build the limited path's index of a unit kind (kind, queue) while some unit of that kind
+    is limited, and drop it once none is: {index name: "built" | "dropped" | "rebuilt"} for what
+    changed. CONCURRENTLY, so enqueues and claims never wait; needs an autocommit connection
+    (the scheduler's). Until the index exists the limited path still works, reading the backlog
+    as it goes (sql/limits.sql says what the indexes cost and spare)."""
+    if not conn.autocommit:
+        raise ValueError("keep_claim_indexes needs an autocommit connection (CREATE INDEX CONCURRENTLY)")
+    with conn.cursor(row_factory=dict_row) as cur:
+        wanted = cur.execute(query("limits", "claim_indexes_wanted")).fetchone()
+        present = {r["name"]: r["valid"] for r in cur.execute(query("limits", "claim_indexes_present")).fetchall()}
+    changed: dict[str, str] = {}
+    conn.execute("SELECT set_config('statement_timeout', %s, false)", (INDEX_BUILD_TIMEOUT,))
+    conn.execute("SET lock_timeout = '5s'")  # a VACUUM of jobs holds the lock a build needs: next run
+    try:
+        for name, (unit, create) in CLAIM_INDEXES.items():
+            index = sql.Identifier("skiplock", name)
+            if not wanted[unit]:
+                if name in present:
+                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
+                    changed[name] = "dropped"
+                continue
+            if present.get(name) is False:  # a failed build left it invalid: it costs and serves nothing
+                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
+            if present.get(name) is not True:
+                conn.execute(query("limits", create))
+                changed[name] = "rebuilt" if name in present else "built"
+    finally:
+        conn.execute("RESET statement_timeout")
+        conn.execute("RESET lock_timeout")
+    return changed
+
+
 class LimitedClaimer:
     """The worker's limited path: each round, tries every limited unit it serves, starting
     one further along each time so that no queue or kind is always served last.
@@ -287,7 +329,7 @@ class LimitedClaimer:
     (`rest` seconds) unless `poke`d: a NOTIFY of new jobs in its queue, or one of its jobs
     finishing here. So a limited queue costs the fleet's other queues at most one try per poll
     interval while it is full or idle, not one per claim round; and a try is a probe of the
-    unit's own index (migration 017: a few buffers), not a walk of the others' backlog. The rest
+    unit's own index (`keep_claim_indexes`: a few buffers), not a walk of the others' backlog. The rest
     does not grow: with the try that cheap, a longer one would only delay the unit's new jobs
     (a limited kind's jobs in an unlimited queue ring no doorbell of the limited path)."""
 

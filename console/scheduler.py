@@ -21,6 +21,8 @@ config so a run more than that late is skipped):
   maintenance-run row with actor "scheduler";
 - archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
 - bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
+- claim_indexes: the limited path's indexes built while a queue or kind is limited, dropped
+  when none is (`console.limits.keep_claim_indexes`);
 - retention: sample rollups and deletion (`console.collectors.retention`);
 - alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
 - periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
@@ -174,6 +176,7 @@ class Scheduler:
             JobSpec("reap", s.reap_interval, self._reap),
             JobSpec("archive", s.archive_interval, self._archive),
             JobSpec("bulk_resume", max(s.reap_interval, 30.0), self._bulk_resume),
+            JobSpec("claim_indexes", max(s.reap_interval, 30.0), self._claim_indexes),
             JobSpec("retention", s.retention_interval, self._retention),
         ]
         # Alerts: evaluated after every collection (with this process's config), delivered on an interval.
@@ -316,6 +319,12 @@ class Scheduler:
         from console.maintenance import bulk
 
         bulk.resume_abandoned(self.dsn, stop=self._stop, history=self.config.queue.error_history)
+
+    def _claim_indexes(self, conn: psycopg.Connection) -> None:
+        from console import limits
+
+        for name, what in limits.keep_claim_indexes(conn).items():
+            log.info("limited path: index %s %s (database %s)", name, what, self.database)
 
     def _retention(self, conn: psycopg.Connection) -> None:
         sample_retention.run(conn, self.retention_settings)

@@ -17,7 +17,7 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));
 -- set, holding that kind's lock). The bucket is refilled by clock time (not now(): the
 -- transaction may have started before the lock was granted). Running jobs are counted through
 -- jobs_lease_idx: they are at most the fleet's handler threads. The candidates come from
--- jobs_queue_claim_idx (queue, then the claim order; migration 017); with no room, LIMIT 0
+-- jobs_queue_claim_idx (queue, then the claim order; `claim_indexes_wanted` below); with no room, LIMIT 0
 -- reads no job at all.
 WITH clock AS (
     SELECT clock_timestamp() AS at
@@ -108,7 +108,7 @@ WHERE k.kind = %(kind)s;
 -- Claim up to %(limit)s jobs of one limited kind from the queues that have no limits of their
 -- own (and are not paused). The caller computed %(limit)s from `kind_room` under the kind's
 -- lock; the kind's jobs in limited queues are claimed with `claim_queue`. The candidates come
--- from jobs_kind_claim_idx (kind, then the claim order; migration 017): the kind's own head,
+-- from jobs_kind_claim_idx (kind, then the claim order; `claim_indexes_wanted` below): its own head,
 -- never the other kinds' backlog.
 WITH candidates AS (
     SELECT j.id
@@ -220,3 +220,40 @@ WHERE k.concurrency IS DISTINCT FROM excluded.concurrency;
 DELETE FROM skiplock.kind_limits AS k
 WHERE k.kind = ANY(%(kinds)s::text[])
 RETURNING k.kind;
+
+-- The limited path's own indexes (console/limits.py `keep_claim_indexes`). A try of a limited
+-- kind (`claim_kind`) or queue (`claim_queue`) through jobs_claim_idx alone, which is ordered
+-- by priority and time, reads every eligible job of the others when it has nothing of its own
+-- (7,000-10,000 buffers and 100-450 ms per try on a 500,000-job backlog). With the claim order
+-- behind an equality on kind or queue, a try reads its own unit's head and stops.
+--
+-- They exist only while some unit is limited: each costs every enqueue one more index entry
+-- (about 90 bytes of WAL a job) and every VACUUM of skiplock.jobs one more index to clean, a
+-- price a team without limits should not pay. Nothing per claim or completion: the new row
+-- version is `running` or `completed`, outside the predicate (and a claim was never HOT).
+-- Built CONCURRENTLY by the scheduler's leader, so enqueues never wait for them.
+
+-- name: claim_indexes_wanted
+SELECT
+    EXISTS (SELECT 1 FROM skiplock.kind_limits) AS kind,
+    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.limited) AS queue;
+
+-- name: claim_indexes_present
+-- The limited path's indexes that exist, and whether each is valid (a CREATE INDEX
+-- CONCURRENTLY that failed leaves an invalid one behind, which only costs).
+SELECT c.relname AS name, i.indisvalid AS valid
+FROM pg_index AS i
+JOIN pg_class AS c ON c.oid = i.indexrelid
+JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = 'skiplock'
+  AND c.relname IN ('jobs_kind_claim_idx', 'jobs_queue_claim_idx');
+
+-- name: create_kind_claim_index
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_kind_claim_idx
+    ON skiplock.jobs (kind, priority DESC, run_at, id)
+    WHERE status = 'pending';
+
+-- name: create_queue_claim_index
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_queue_claim_idx
+    ON skiplock.jobs (queue, priority DESC, run_at, id)
+    WHERE status = 'pending';

@@ -207,7 +207,7 @@ def test_a_unit_that_gave_nothing_rests_until_poked(conn):
     assert claimer.resting(101.5) == set()  # rests one poll interval at most
 
 
-# --- a limited unit's try reads its own jobs, not the others' backlog (issue 14, migration 017) ---
+# --- a limited unit's try reads its own jobs, not the others' backlog (issue 14) ---
 
 def backlog(conn, n: int, *, queue: str = "default", kind: str = "noop", hours_ago: float = 2.0) -> None:
     """n eligible jobs in one statement (enqueue_many would take seconds at this size)."""
@@ -225,12 +225,14 @@ def buffers_of(conn, name: str, params: dict) -> tuple[int, int]:
 
 
 def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
-    """Before 017 a try of a limited kind or queue walked the claim index (priority, run_at) past
-    every eligible job of the others, one heap fetch each: ~400 buffers here, 7,000-10,000 at
-    500,000 jobs (bench/limits_explain.py). Now it reads its own unit's head and stops."""
+    """Without its indexes a try of a limited kind or queue walks the claim index (priority,
+    run_at) past every eligible job of the others, one heap fetch each: ~300 buffers here,
+    7,000-10,000 at 500,000 jobs (bench/limits_explain.py). With them (built by the scheduler
+    while something is limited) it reads its own unit's head and stops."""
     backlog(conn, 20_000)
     limits.set_limits(conn, "lim", concurrency=2, actor="t")
     limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    assert limits.keep_claim_indexes(conn) == {"jobs_kind_claim_idx": "built", "jobs_queue_claim_idx": "built"}
     conn.execute("VACUUM (ANALYZE) skiplock.jobs")
     kind = {"kind": "scarce", "limit": 1, "queues": None, "worker": "w", "lease": 60.0}
     queue = {"queue": "lim", "kind": None, "limit": 2, "worker": "w", "lease": 60.0}
@@ -248,6 +250,45 @@ def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
     claimed = limits.claim_kind(conn, "scarce", "w", limit=5)
     assert [j.kind for j in claimed] == ["scarce"]  # its concurrency, in claim order
     assert {j.queue for j in limits.claim_from_queue(conn, "lim", "w", limit=5)} == {"lim"}
+
+
+def claim_indexes(conn) -> dict[str, bool]:
+    return {r[0]: r[1] for r in conn.execute(query("limits", "claim_indexes_present")).fetchall()}
+
+
+def test_the_limited_paths_indexes_exist_only_while_something_is_limited(conn):
+    """A team without limits pays no enqueue or vacuum cost for them: no index until a queue or
+    kind is limited, each built for its own kind of unit, rebuilt when a failed build left it
+    invalid, dropped when the last limit of its kind goes."""
+    assert limits.keep_claim_indexes(conn) == {} and claim_indexes(conn) == {}
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    assert limits.keep_claim_indexes(conn) == {"jobs_queue_claim_idx": "built"}
+    assert claim_indexes(conn) == {"jobs_queue_claim_idx": True}
+    assert limits.keep_claim_indexes(conn) == {}  # nothing to do: nothing done
+    limits.declare_kinds(conn, {"scarce": 1}, worker="w")
+    assert limits.keep_claim_indexes(conn) == {"jobs_kind_claim_idx": "built"}
+    # A CREATE INDEX CONCURRENTLY that failed leaves an invalid index: it is built again.
+    conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'skiplock.jobs_kind_claim_idx'::regclass")
+    assert limits.keep_claim_indexes(conn) == {"jobs_kind_claim_idx": "rebuilt"}
+    assert claim_indexes(conn) == {"jobs_kind_claim_idx": True, "jobs_queue_claim_idx": True}
+    limits.set_limits(conn, "lim", clear=True, actor="t")
+    assert limits.keep_claim_indexes(conn) == {"jobs_queue_claim_idx": "dropped"}
+    limits.declare_kinds(conn, {"scarce": None}, worker="w")  # the kind lost its limit
+    assert limits.keep_claim_indexes(conn) == {"jobs_kind_claim_idx": "dropped"} and claim_indexes(conn) == {}
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] != limits.INDEX_BUILD_TIMEOUT  # reset after
+
+
+def test_the_scheduler_keeps_the_limited_paths_indexes(dsn, conn):
+    from console.config import load_config
+    from console.scheduler import Scheduler
+
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    scheduler = Scheduler(dsn, load_config(env={}))
+    try:
+        assert scheduler.elect() and scheduler.run_job("claim_indexes")
+    finally:
+        scheduler.close()
+    assert claim_indexes(conn) == {"jobs_queue_claim_idx": True}
 
 
 def test_due_says_whether_a_round_would_try_any_unit(conn):
