@@ -15,8 +15,8 @@ test:
 lint:
 	.venv/bin/ruff check .
 
-# The headline comparison (skiplock, PGQueuer, bare loop; 1/2/4/16 workers; 3 rounds) in about
-# 8 minutes; `make bench ARGS="..."` runs bench/throughput.py with other arguments instead.
+# The headline comparison (skiplock, PGQueuer on both its drivers, bare loop; 1/2/4/16 workers;
+# 3 rounds) in about 7 minutes; `make bench ARGS="..."` runs bench/throughput.py with other arguments instead.
 bench:
 	scripts/bootstrap.sh
 	.venv/bin/python -m pip install -q -e '.[bench]'

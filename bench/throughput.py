@@ -18,6 +18,7 @@ process for every contender:
 - naive:    a bare psycopg loop running Skiplock's complete-and-claim statement with
             `FOR UPDATE` instead of `FOR UPDATE SKIP LOCKED` (the convoy);
 - pgqueuer: PGQueuer's QueueManager on its psycopg driver, batch 10, same database;
+- pgqueuer-asyncpg: the same on its asyncpg driver (PGQueuer's other driver);
 - bare:     a bare psycopg loop running exactly Skiplock's complete-and-claim SQL (the ceiling
             for Python on this database);
 - bare-prelimits: the same loop running the statement as it was before queue limits (without
@@ -72,7 +73,7 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "bare", "bare-prelimits", "skiplock-before", "skiplock-inline")
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-prelimits", "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
 NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
@@ -181,18 +182,28 @@ def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None
     out.put(hist.counts)
 
 
-def pgqueuer_worker(dsn: str, batch: int, clock, counts, out) -> None:
-    asyncio.run(_pgqueuer_worker(dsn, batch, clock, counts, out))
+def pgqueuer_worker(dsn: str, batch: int, asyncpg_driver: bool, clock, counts, out) -> None:
+    asyncio.run(_pgqueuer_worker(dsn, batch, asyncpg_driver, clock, counts, out))
 
 
-async def _pgqueuer_worker(dsn, batch, clock, counts, out) -> None:
+async def _pgqueuer_worker(dsn, batch, asyncpg_driver, clock, counts, out) -> None:
     from pgqueuer import QueueManager
-    from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
     from pgqueuer.queries import Queries
 
     hist = Histogram()
-    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
-    queries = Queries(PsycopgDriver(conn))
+    if asyncpg_driver:
+        import asyncpg
+        from pgqueuer.adapters.drivers.asyncpg import AsyncpgDriver
+
+        parts = psycopg.conninfo.conninfo_to_dict(dsn)  # asyncpg takes no libpq key=value string
+        conn = await asyncpg.connect(host=parts.get("host"), port=int(parts.get("port", 5432)), user=parts.get("user"),
+                                     database=parts.get("dbname"), password=parts.get("password"))
+        queries = Queries(AsyncpgDriver(conn))
+    else:
+        from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
+
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        queries = Queries(PsycopgDriver(conn))
     manager = QueueManager(queries)
     dequeue = queries.dequeue
 
@@ -358,7 +369,7 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     (Skiplock: its registry row; the loops and PGQueuer: connected and about to loop), let
     them run `warmup` seconds, then count completed rows over `window` seconds."""
     jobs = args.cell_jobs
-    if contender == "pgqueuer":
+    if contender.startswith("pgqueuer"):
         reset_pgqueuer(dsn, jobs)
     else:
         reset_skiplock(dsn, jobs)
@@ -389,8 +400,8 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
             ctx = mp.get_context("fork")
             out = ctx.Queue()
             clock = Clock(ctx)
-            if contender == "pgqueuer":
-                target, extra = pgqueuer_worker, (args.batch,)
+            if contender.startswith("pgqueuer"):
+                target, extra = pgqueuer_worker, (args.batch, contender == "pgqueuer-asyncpg")
             else:
                 sql_text = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL}.get(contender, CLAIM_SQL)
                 target, extra = loop_worker, (sql_text, args.batch)
@@ -404,10 +415,10 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 clock.open_window(time.time(), time.time() + window)
                 meter.start()
                 t0 = time.time()
-                c0 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+                c0 = jobs - remaining_pgqueuer(conn) if contender.startswith("pgqueuer") else completed_skiplock(conn)
                 time.sleep(window)
                 t1 = time.time()
-                c1 = jobs - remaining_pgqueuer(conn) if contender == "pgqueuer" else completed_skiplock(conn)
+                c1 = jobs - remaining_pgqueuer(conn) if contender.startswith("pgqueuer") else completed_skiplock(conn)
                 cpu = meter.stop()
             finally:
                 clock.stop()
@@ -513,9 +524,11 @@ def print_table(mode: str, results: dict, args) -> None:
             cpu = ", ".join(f"{n}: {median([c['cpu_client'] + c['cpu_server'] for c in results[('bare', n)]]) / median([c['cpu_client'] + c['cpu_server'] for c in results[(name, n)]]):.2f}"
                             for n in args.workers)
             lines.append(f"{name}: bare loop's CPU per job / {name}'s (the throughput ratio on a saturated machine): {cpu}.")
-        if "pgqueuer" in args.contenders:
-            ratios = ", ".join(f"{n}: {sk[n] / med[('pgqueuer', n)]:.1f}x" for n in args.workers if med[("pgqueuer", n)] > 0)
-            lines.append(f"{name} / PGQueuer (medians): {ratios}.")
+        drivers = [c for c in ("pgqueuer", "pgqueuer-asyncpg") if c in args.contenders]
+        if drivers:  # against PGQueuer's faster driver at each count
+            best = {n: max(med[(c, n)] for c in drivers) for n in args.workers}
+            ratios = ", ".join(f"{n}: {sk[n] / best[n]:.1f}x" for n in args.workers if best[n] > 0)
+            lines.append(f"{name} / PGQueuer ({' or '.join(drivers)}, the faster at each count; medians): {ratios}.")
     if lines:
         print("\n" + "\n".join(lines))
 
@@ -555,7 +568,7 @@ def sustained(dsn: str, args) -> None:
                 out = ctx.Queue()
                 counters = [ctx.Value("q", 0, lock=False) for _ in range(n)]  # one per process, no shared lock
                 clock = Clock(ctx)
-                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, clock, counters[i], out))
+                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, False, clock, counters[i], out))
                          for i in range(n)]
                 for p in procs:
                     p.start()
@@ -634,7 +647,7 @@ def parse_args(argv=None):
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
     parser.add_argument("--contenders", default=None,
                         help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree); "
-                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer,bare)")
+                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer,pgqueuer-asyncpg,bare)")
     parser.add_argument("--runs", type=int, default=3,
                         help="rounds per worker count; each round runs every contender once, in rotated order")
     parser.add_argument("--before-tree", type=Path, default=None,
@@ -658,13 +671,13 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     parser.add_argument("--headline", action="store_true",
-                        help="the headline comparison `make bench` runs (about 8 minutes): relaxed only, "
-                             "skiplock,pgqueuer,bare at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
+                        help="the headline comparison `make bench` runs (about 7 minutes): relaxed only, "
+                             "skiplock,pgqueuer,pgqueuer-asyncpg,bare at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
                              "80k jobs per cell, no sustained test")
     args = parser.parse_args(argv)
     if args.headline:
         args.modes, args.workers, args.runs = "relaxed", "1,2,4,16", 3
-        args.contenders = args.contenders or "skiplock,pgqueuer,bare"
+        args.contenders = args.contenders or "skiplock,pgqueuer,pgqueuer-asyncpg,bare"
         args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 80_000, False
     if args.quick:
         args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0
@@ -702,7 +715,7 @@ def main(argv=None) -> None:
     for mode in modes:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
             args.data_dir = cluster.data_dir
-            dsn = prepare_database(cluster, pgqueuer="pgqueuer" in args.contenders
+            dsn = prepare_database(cluster, pgqueuer=any(c.startswith("pgqueuer") for c in args.contenders)
                                    or (args.sustained and "pgqueuer" in args.sustained_contenders))
             if args.with_limits:
                 add_limits(dsn)
