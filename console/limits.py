@@ -28,6 +28,7 @@ This module does not loop or sleep; `console.worker` calls `LimitedClaimer.claim
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -298,27 +299,39 @@ def keep_claim_indexes(conn: psycopg.Connection) -> dict[str, str]:
         raise ValueError("keep_claim_indexes needs an autocommit connection (CREATE INDEX CONCURRENTLY)")
     with conn.cursor(row_factory=dict_row) as cur:
         wanted = cur.execute(query("limits", "claim_indexes_wanted")).fetchone()
-        present = {r["name"]: r["valid"] for r in cur.execute(query("limits", "claim_indexes_present")).fetchall()}
-    changed: dict[str, str] = {}
-    conn.execute("SELECT set_config('statement_timeout', %s, false)", (INDEX_BUILD_TIMEOUT,))
-    conn.execute("SET lock_timeout = '5s'")  # a VACUUM of jobs holds the lock a build needs: next run
-    try:
-        for name, (unit, create) in CLAIM_INDEXES.items():
-            index = sql.Identifier("skiplock", name)
-            if not wanted[unit]:
-                if name in present:
-                    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-                    changed[name] = "dropped"
-                continue
-            if present.get(name) is False:  # a failed build left it invalid: it costs and serves nothing
-                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(index))
-            if present.get(name) is not True:
+        present = {r["name"]: r["valid"] for r in
+                   cur.execute(query("limits", "claim_indexes_present"), {"names": list(CLAIM_INDEXES)}).fetchall()}
+    steps: list[tuple[str, str, str | None]] = []  # (index, what changes, the create statement's name)
+    for name, (unit, create) in CLAIM_INDEXES.items():
+        if not wanted[unit]:
+            if name in present:
+                steps.append((name, "dropped", None))
+        elif present.get(name) is not True:  # missing, or left invalid by a failed build
+            steps.append((name, "rebuilt" if name in present else "built", create))
+    if not steps:  # the usual run, every 30 s: two reads, no settings touched
+        return {}
+    with _session_limits(conn, statement_timeout=INDEX_BUILD_TIMEOUT,
+                         lock_timeout="5s"):  # a VACUUM of jobs holds the lock a build needs: next run
+        for name, what, create in steps:
+            if what != "built":  # dropped, or an invalid one that costs and serves nothing
+                conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier("skiplock", name)))
+            if create is not None:
                 conn.execute(query("limits", create))
-                changed[name] = "rebuilt" if name in present else "built"
+    return {name: what for name, what, _ in steps}
+
+
+@contextlib.contextmanager
+def _session_limits(conn: psycopg.Connection, **settings: str):
+    """Session settings for a block on an autocommit connection (SET LOCAL needs a transaction,
+    which CREATE INDEX CONCURRENTLY refuses), put back to the caller's values afterwards."""
+    before = {name: conn.execute("SELECT current_setting(%s)", (name,)).fetchone()[0] for name in settings}
+    for name, value in settings.items():
+        conn.execute("SELECT set_config(%s, %s, false)", (name, value))
+    try:
+        yield
     finally:
-        conn.execute("RESET statement_timeout")
-        conn.execute("RESET lock_timeout")
-    return changed
+        for name, value in before.items():
+            conn.execute("SELECT set_config(%s, %s, false)", (name, value))
 
 
 class LimitedClaimer:

@@ -240,13 +240,14 @@ SELECT
 
 -- name: claim_indexes_present
 -- The limited path's indexes that exist, and whether each is valid (a CREATE INDEX
--- CONCURRENTLY that failed leaves an invalid one behind, which only costs).
+-- CONCURRENTLY that failed leaves an invalid one behind, which only costs). %(names)s: the
+-- indexes console/limits.py CLAIM_INDEXES keeps.
 SELECT c.relname AS name, i.indisvalid AS valid
 FROM pg_index AS i
 JOIN pg_class AS c ON c.oid = i.indexrelid
 JOIN pg_namespace AS n ON n.oid = c.relnamespace
 WHERE n.nspname = 'skiplock'
-  AND c.relname IN ('jobs_kind_claim_idx', 'jobs_queue_claim_idx');
+  AND c.relname = ANY(%(names)s::text[]);
 
 -- name: create_kind_claim_index
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_kind_claim_idx

@@ -253,7 +253,8 @@ def test_a_limited_try_reads_its_own_jobs_not_the_unlimited_backlog(conn):
 
 
 def claim_indexes(conn) -> dict[str, bool]:
-    return {r[0]: r[1] for r in conn.execute(query("limits", "claim_indexes_present")).fetchall()}
+    return {r[0]: r[1] for r in conn.execute(query("limits", "claim_indexes_present"),
+                                             {"names": list(limits.CLAIM_INDEXES)}).fetchall()}
 
 
 def test_the_limited_paths_indexes_exist_only_while_something_is_limited(conn):
@@ -275,7 +276,19 @@ def test_the_limited_paths_indexes_exist_only_while_something_is_limited(conn):
     assert limits.keep_claim_indexes(conn) == {"jobs_queue_claim_idx": "dropped"}
     limits.declare_kinds(conn, {"scarce": None}, worker="w")  # the kind lost its limit
     assert limits.keep_claim_indexes(conn) == {"jobs_kind_claim_idx": "dropped"} and claim_indexes(conn) == {}
-    assert conn.execute("SHOW statement_timeout").fetchone()[0] != limits.INDEX_BUILD_TIMEOUT  # reset after
+
+
+def test_keeping_the_indexes_puts_the_callers_time_limits_back(conn):
+    """The build's 15-minute statement limit and 5 s lock limit are session settings (CREATE
+    INDEX CONCURRENTLY refuses a transaction): after a build, and after a run with nothing to
+    do, the connection's own limits are what they were, not the server's defaults."""
+    conn.execute("SET statement_timeout = '7s'")
+    conn.execute("SET lock_timeout = '3s'")
+    limits.set_limits(conn, "lim", concurrency=2, actor="t")
+    assert limits.keep_claim_indexes(conn) == {"jobs_queue_claim_idx": "built"}
+    assert limits.keep_claim_indexes(conn) == {}
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] == "7s"
+    assert conn.execute("SHOW lock_timeout").fetchone()[0] == "3s"
 
 
 def test_the_scheduler_keeps_the_limited_paths_indexes(dsn, conn):
