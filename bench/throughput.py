@@ -36,7 +36,11 @@ the complete-and-claim statement, for PGQueuer its dequeue query), p50/p99 inter
 fixed buckets of console.histogram (the same ones the console uses).
 
 The sustained test works a large backlog (default 2,000,000 jobs, 5 minutes) with Skiplock and
-then with PGQueuer and prints both throughputs every 5 s side by side.
+then with PGQueuer and prints both throughputs every 5 s side by side. A producer in the bench
+process enqueues, after every interval, as many jobs as were completed in it (one INSERT ...
+SELECT at the backlog's tail), so the backlog stays at its size for the whole run however fast
+the workers drain it (`--no-refill`: a fixed backlog, which two workers empty in under 3
+minutes on a quiet machine).
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python bench/throughput.py --quick                 # a few minutes
@@ -101,6 +105,17 @@ def fill_skiplock(conn: psycopg.Connection, jobs: int) -> None:
             "FROM generate_series(%s::bigint, %s::bigint) AS g",
             (start + 1, min(start + step, jobs)),
         )
+
+
+def top_up_skiplock(conn: psycopg.Connection, jobs: int) -> None:
+    """The sustained test's producer: `jobs` more at the backlog's tail, one statement."""
+    conn.execute("INSERT INTO skiplock.jobs (kind, payload) SELECT 'noop', jsonb_build_object('i', g) "
+                 "FROM generate_series(1, %s::bigint) AS g", (jobs,))
+
+
+def top_up_pgqueuer(conn: psycopg.Connection, jobs: int) -> None:
+    conn.execute("INSERT INTO pgqueuer (priority, entrypoint, status, payload) "
+                 "SELECT 0, 'noop', 'queued', NULL FROM generate_series(1, %s::bigint)", (jobs,))
 
 
 def reset_pgqueuer(dsn: str, jobs: int) -> None:
@@ -538,11 +553,12 @@ def print_table(mode: str, results: dict, args) -> None:
 def sustained(dsn: str, args) -> None:
     n = args.sustained_workers
     print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
-          f"{args.sustained_mode} durability; jobs/s per {args.interval:g} s", flush=True)
+          f"{args.sustained_mode} durability; jobs/s per {args.interval:g} s"
+          + ("; topped up after every interval" if args.refill else "; not topped up"), flush=True)
     series: dict[str, list[float]] = {}
     for contender in args.sustained_contenders:
         started = time.time()
-        (reset_pgqueuer if contender == "pgqueuer" else reset_skiplock)(dsn, args.backlog)
+        (reset_pgqueuer if contender.startswith("pgqueuer") else reset_skiplock)(dsn, args.backlog)
         print(f"  {contender}: filled {args.backlog:,} jobs in {time.time() - started:.0f} s", flush=True)
         rates: list[float] = []
         with connect(dsn) as conn:
@@ -554,12 +570,16 @@ def sustained(dsn: str, args) -> None:
                         time.sleep(0.05)
                     last_t, last_c = time.time(), 0
                     end = last_t + args.duration
+                    enqueued = args.backlog
                     while time.time() < end:
                         time.sleep(args.interval)
                         now = time.time()
                         done = conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0]
                         rates.append((done - last_c) / (now - last_t))
                         last_t, last_c = now, done
+                        if args.refill:
+                            top_up_skiplock(conn, done - (enqueued - args.backlog))
+                            enqueued = args.backlog + done
                         print(f"    {contender} t={now - end + args.duration:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
                 finally:
                     stop_skiplock_workers(procs)
@@ -568,7 +588,7 @@ def sustained(dsn: str, args) -> None:
                 out = ctx.Queue()
                 counters = [ctx.Value("q", 0, lock=False) for _ in range(n)]  # one per process, no shared lock
                 clock = Clock(ctx)
-                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, False, clock, counters[i], out))
+                procs = [ctx.Process(target=pgqueuer_worker, args=(dsn, args.batch, contender == "pgqueuer-asyncpg", clock, counters[i], out))
                          for i in range(n)]
                 for p in procs:
                     p.start()
@@ -577,11 +597,15 @@ def sustained(dsn: str, args) -> None:
                 stop_at = start + args.duration
                 clock.open_window(start, stop_at)
                 last_t, last_c = time.time(), sum(c.value for c in counters)
+                topped_up = 0
                 while time.time() < stop_at - 0.1:
                     time.sleep(args.interval)
                     now, done = time.time(), sum(c.value for c in counters)
                     rates.append((done - last_c) / (now - last_t))
                     last_t, last_c = now, done
+                    if args.refill:
+                        top_up_pgqueuer(conn, done - topped_up)
+                        topped_up = done
                     print(f"    {contender} t={now - start:5.0f}s {rates[-1]:8.0f} jobs/s", flush=True)
                 clock.stop()
                 for _ in procs:
@@ -663,6 +687,9 @@ def parse_args(argv=None):
     parser.add_argument("--sustained-contenders", default="skiplock,pgqueuer",
                         help="skiplock, pgqueuer, and skiplock-novacuum (the worker's own VACUUM off)")
     parser.add_argument("--sustained-workers", type=int, default=4)
+    parser.add_argument("--refill", action=argparse.BooleanOptionalAction, default=True,
+                        help="sustained: after every interval a producer enqueues as many jobs as were completed, "
+                             "so the backlog stays at --backlog minus one interval's work for the whole run")
     parser.add_argument("--backlog", type=int, default=2_000_000)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--interval", type=float, default=5.0)
@@ -716,7 +743,7 @@ def main(argv=None) -> None:
         with PrivateCluster(settings={**COMMON_SETTINGS, **MODES[mode]}) as cluster:
             args.data_dir = cluster.data_dir
             dsn = prepare_database(cluster, pgqueuer=any(c.startswith("pgqueuer") for c in args.contenders)
-                                   or (args.sustained and "pgqueuer" in args.sustained_contenders))
+                                   or (args.sustained and any(c.startswith("pgqueuer") for c in args.sustained_contenders)))
             if args.with_limits:
                 add_limits(dsn)
             with connect(dsn) as conn:
