@@ -315,6 +315,25 @@ class Worker:
         if conn is not None:
             conn.close()
 
+    def _declare_kinds(self) -> bool:
+        """Write this worker's kind limits, waiting out a database that goes away during
+        start-up as the main loop waits out one that goes away later (a worker that exited here
+        relied on its supervisor to start it again). False when stopped meanwhile."""
+        delay = 0.5
+        while True:
+            try:
+                limits.declare_kinds(self._connection(), tasks.concurrency_limits(), worker=self.id)
+                return True
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
+                log.warning("database connection lost during start-up (%s); reconnecting in %.1fs",
+                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
+                if self._conn is not None:
+                    self._conn.close()
+                self._conn = None
+                if self._stop_now.wait(delay) or self._stopping.is_set():
+                    return False
+                delay = min(delay * 2, 5.0)
+
     # --- main loop -----------------------------------------------------------------------
 
     def _connection(self) -> psycopg.Connection:
@@ -468,7 +487,8 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
-        limits.declare_kinds(self._connection(), tasks.concurrency_limits(), worker=self.id)
+        if not self._declare_kinds():
+            return 0  # stopped while the database was away
         threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
         threads += [
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),

@@ -84,3 +84,32 @@ def test_inline_must_be_a_boolean():
     with pytest.raises(ValueError, match="inline must be True or False"):
         tasks.task("dispatch_bad_inline", inline="yes")
     assert tasks.is_inline(INLINE_KIND) and not tasks.is_inline(GROUPED_KIND)
+
+
+def test_a_worker_whose_connection_drops_during_start_up_reconnects_and_works(conn, dsn):
+    """The database goes away between the worker's first connection and its main loop: the
+    worker waits it out and reconnects, as the main loop does, instead of dying in start-up."""
+    _runs.clear()
+    worker = Worker(dsn, concurrency=2, batch_size=5, lease=60, poll_interval=0.2,
+                    flush_interval=0.5, vacuum_interval=0, name="startup-worker")
+    first = worker._connection()  # registered, as at the start of run()
+    conn.execute("SELECT pg_terminate_backend(%s)", (first.info.backend_pid,))
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="startup-worker")
+    thread.start()
+    try:
+        ids = q.enqueue_many(conn, [q.NewJob(INLINE_KIND, {"i": i}) for i in range(3)])
+        wait_for(lambda: errors or completed(conn, INLINE_KIND) == 3, timeout=30, what="3 jobs completed")
+        assert not errors, f"the worker died in start-up: {errors[0]!r}"
+        assert sorted(r["id"] for r in _runs) == sorted(ids)
+    finally:
+        worker.stop(immediately=True)
+        thread.join(timeout=20)
+    assert not thread.is_alive(), "the worker did not stop within 20 s"
