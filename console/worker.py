@@ -64,7 +64,7 @@ from psycopg.types.json import Jsonb  # noqa: F401  (re-exported for handlers' c
 
 from console import limits, tasks
 from console import queue as q
-from console.db import DatabaseError, connect, require_schema
+from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
 from console.histogram import Histogram
 from console.sqlfiles import query
 
@@ -318,12 +318,16 @@ class Worker:
     def _declare_kinds(self) -> bool:
         """Write this worker's kind limits, waiting out a database that goes away during
         start-up as the main loop waits out one that goes away later (a worker that exited here
-        relied on its supervisor to start it again). False when stopped meanwhile."""
+        relied on its supervisor to start it again). False when stopped meanwhile. A database
+        that cannot be reached at all, or has no schema, still stops start-up with its message."""
+        self._connection()
         delay = 0.5
         while True:
             try:
                 limits.declare_kinds(self._connection(), tasks.concurrency_limits(), worker=self.id)
                 return True
+            except (SchemaMissing, MigrationError):  # a reconnect cannot mend these
+                raise
             except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
                 log.warning("database connection lost during start-up (%s); reconnecting in %.1fs",
                             str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
