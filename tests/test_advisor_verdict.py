@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from console import samples
+from console.db import connect
 from console.advisor.verdict import (
     FITS,
     NO_HISTORY,
@@ -111,3 +112,18 @@ def test_connections_near_the_limit_are_competition(conn):
     by_id = {s.id: s for s in evaluate_verdict(conn).signals}
     assert by_id["competition"].level == "outgrowing"
     assert "p95 connections 190 of 200" in by_id["competition"].text
+
+
+def test_the_overviews_line_is_read_once_per_newest_sample(conn, dsn):
+    """The overview passes the newest stored sample's time: while no cycle has stored newer
+    samples the line is the one already read (no read of a week of series per page load); a
+    newer sample reads again. A connection whose server session is gone shows which happened."""
+    history(conn, 48, **healthy())
+    newest = conn.execute("SELECT max(collected_at) FROM skiplock.samples").fetchone()[0]
+    first = verdict_line(conn, newest=newest)
+    assert first["state"] == "healthy"
+    with connect(dsn) as gone:
+        conn.execute("SELECT pg_terminate_backend(%s)", (gone.info.backend_pid,))
+        assert verdict_line(gone, newest=newest) == first  # nothing read
+        again = verdict_line(gone, newest=newest + timedelta(seconds=15))  # a new cycle: read, and it fails
+        assert again["text"].startswith("advisor verdict not available"), again

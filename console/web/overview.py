@@ -382,7 +382,7 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
         sources.append("alerts")
     advisor_line = _optional("console.advisor", "verdict_line")
     if advisor_line is not None and not stale:
-        line = advisor_line(conn)
+        line = advisor_line(conn, newest=newest)
         if isinstance(line, dict) and line.get("state") in _ORDER:
             states.append(line["state"])
             for r in line.get("reasons") or []:
