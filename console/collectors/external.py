@@ -187,6 +187,8 @@ def latest_sources(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
     run = latest_details(conn)
     details = ((run or {}).get("details") or {}).get("external_sources") or {}
+    if not details:  # none configured (the usual case): the list is empty, read no samples
+        return []
     queues: dict[tuple[str, str], dict[str, Any]] = {}
     claims: dict[str, float | None] = {}
     for s in samples.latest(conn, within=timedelta(minutes=15)):
