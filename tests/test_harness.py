@@ -26,6 +26,18 @@ pytestmark = pytest.mark.slow
 # five seconds of CPU, several times what the child's own test costs.
 NO_PLUGIN_AUTOLOAD = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
+# The child stands for a run in a terminal, where Ctrl-C raises KeyboardInterrupt. A run started
+# in the background of a non-interactive shell (`make test &`, nohup) inherits SIGINT ignored,
+# and Python then leaves it ignored: the child slept through its SIGINT, which is what the
+# cluster's guard is meant to respect (pgcluster `_install_guards`), not what this case tests.
+HANGING_CONFTEST = """
+import signal
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+from tests.conftest import *  # noqa: E402,F401,F403
+"""
+
 HANGING_TEST = """
 import os
 import time
@@ -56,7 +68,7 @@ def processes_on(data_dir: str) -> list[str]:
 
 @pytest.mark.parametrize("ending", ["timeout", "SIGINT", "SIGTERM", "SIGKILL"])
 def test_a_hung_or_killed_run_leaves_no_postgres_behind(tmp_path, ending):
-    (tmp_path / "conftest.py").write_text("from tests.conftest import *  # noqa: F401,F403\n")
+    (tmp_path / "conftest.py").write_text(HANGING_CONFTEST)
     (tmp_path / "test_hang.py").write_text(HANGING_TEST)
     marker = tmp_path / "data_dir.txt"
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "PYTEST_ADDOPTS"}}
