@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from console import samples
-from console.db import connect
 from console.advisor.verdict import (
     FITS,
     NO_HISTORY,
@@ -15,6 +14,7 @@ from console.advisor.verdict import (
     evaluate_verdict,
     verdict_line,
 )
+from console.db import connect
 from console.samples import Sample
 
 
