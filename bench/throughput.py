@@ -92,9 +92,9 @@ assert PRELIMITS_SQL.count("NOT IN") == 1 and "limited" not in PRELIMITS_SQL
 def settle(dsn: str, timeout: float = 15.0) -> None:
     """Before every cell: empty both systems' tables, so no autovacuum of the last contender's
     garbage runs inside this one's window, and wait (at most `timeout`) for any autovacuum
-    worker already running to finish. Without this a cell after a PGQueuer cell shared the two
-    cores with the vacuum of PGQueuer's tables, and the same contender's cells spread by a
-    third (2026-12-02: skiplock at 4 processes 11.3 k jobs/s in `make bench`, 17.5 k alone)."""
+    worker already running to finish. Without it a cell could share the two cores with the
+    vacuum of the previous contender's tables. It removes that interference only: the spread at
+    4 processes between runs stayed (docs/benchmarks.md, 2026-12-02)."""
     with connect(dsn) as conn:
         conn.execute("TRUNCATE skiplock.jobs, skiplock.workers")
         if conn.execute("SELECT to_regclass('pgqueuer') IS NOT NULL").fetchone()[0]:

@@ -329,14 +329,18 @@ class Worker:
             except (SchemaMissing, MigrationError):  # a reconnect cannot mend these
                 raise
             except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
-                log.warning("database connection lost during start-up (%s); reconnecting in %.1fs",
-                            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, delay)
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
+                self._lost_connection(exc, delay, "during start-up")
                 if self._stop_now.wait(delay) or self._stopping.is_set():
                     return False
                 delay = min(delay * 2, 5.0)
+
+    def _lost_connection(self, exc: BaseException, delay: float, when: str = "") -> None:
+        """Say so (the error's first line) and drop the connection; the next use reconnects."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("database connection lost%s (%s); reconnecting in %.1fs", f" {when}" if when else "", first, delay)
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
 
     # --- main loop -----------------------------------------------------------------------
 
@@ -567,10 +571,7 @@ class Worker:
                     last_flush = time.monotonic()
                 reconnect_delay = 0.5
             except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
-                log.warning("database connection lost (%s); reconnecting in %.1fs", str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, reconnect_delay)
-                if self._conn is not None:
-                    self._conn.close()
-                self._conn = None
+                self._lost_connection(exc, reconnect_delay)
                 if self._stop_now.wait(reconnect_delay):
                     break
                 reconnect_delay = min(reconnect_delay * 2, 5.0)

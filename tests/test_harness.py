@@ -94,9 +94,8 @@ def test_a_hung_or_killed_run_leaves_no_postgres_behind(tmp_path, ending):
         try:
             output, _ = proc.communicate(timeout=120)
         except subprocess.TimeoutExpired:
-            # Once in many loaded CI runs the child did not end within 120 s of its SIGINT: say
-            # what was still running in its session and what it had printed, so the next
-            # occurrence explains itself.
+            # Say what was still running in the child's session and what it had printed: this is
+            # how a child asleep through an inherited, ignored SIGINT was found (HANGING_CONFTEST).
             tree = subprocess.run(["ps", "-o", "pid,ppid,stat,etime,args", "-s", str(proc.pid)],
                                   capture_output=True, text=True).stdout
             os.killpg(proc.pid, signal.SIGKILL)

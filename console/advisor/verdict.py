@@ -338,7 +338,7 @@ def verdict_line(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WINDOW
     """
     key = (conn.info.host, conn.info.port, conn.info.dbname, window)
     if newest is not None and (stored := _LINES.get(key)) is not None and stored[0] == newest:
-        return {**stored[1], "signals": list(stored[1]["signals"]), "reasons": list(stored[1]["reasons"])}
+        return _own_copy(stored[1])
     try:
         verdict = evaluate_verdict(conn, window=window, timeout_ms=timeout_ms)
     except psycopg.Error as exc:
@@ -352,4 +352,9 @@ def verdict_line(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WINDOW
             "state": state, "reasons": [verdict.headline] if state == "degraded" else []}
     if newest is not None:
         _LINES[key] = (newest, line)
-    return {**line, "signals": list(driving), "reasons": list(line["reasons"])}
+    return _own_copy(line)
+
+
+def _own_copy(line: dict[str, Any]) -> dict[str, Any]:
+    """A kept line's copy for one caller: its lists too, so no page can change the kept one."""
+    return {**line, "signals": list(line["signals"]), "reasons": list(line["reasons"])}
