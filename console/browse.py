@@ -741,7 +741,8 @@ def recent_throughput(row: dict[str, Any], marks: list[list[float]] | None) -> t
 
 def workers(conn: psycopg.Connection, *, stale_after: float = 30.0) -> list[dict[str, Any]]:
     """Registered workers (live, and those stopped within the hour), newest first, with
-    recent throughput (jobs finished per minute over about the last minute, from the workers
+    lost work (`lost_total`: lost claims plus jobs the reaper rescued from it), in-flight jobs
+    only for a live worker (`reported_in_flight` is its last report), recent throughput (jobs finished per minute over about the last minute, from the workers
     collector's counter marks: `recent_per_minute`, None while there is no mark old enough),
     the lifetime average (`throughput`, jobs/s), claim latency quantiles and a stale flag."""
     with conn.cursor(row_factory=dict_row) as cur:
@@ -759,6 +760,14 @@ def workers(conn: psycopg.Connection, *, stale_after: float = 30.0) -> list[dict
         row["claim_mean"] = row["claim_seconds_sum"] / row["claim_calls"] if row["claim_calls"] else None
         row["stopped"] = row["stopped_at"] is not None
         row["stale"] = not row["stopped"] and float(row["seen_seconds_ago"]) > stale_after
+        # Lost work: jobs whose claim it lost (counted by the worker) and jobs the reaper rescued
+        # from it after its lease expired (a SIGKILLed worker cannot count those itself).
+        row["lost_total"] = row["lost"] + row["reaped"]
+        # In flight is what a live worker says it holds; a stale or stopped one holds nothing it
+        # could finish: its last report would otherwise read "in flight 2" for an hour.
+        row["reported_in_flight"] = row["in_flight"]
+        if row["stale"] or row["stopped"]:
+            row["in_flight"] = 0
         for key in ("claim_histogram", "pickup_histogram"):
             row.pop(key, None)
     return rows

@@ -114,6 +114,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "reap_interval", float, 30.0, "Seconds between reaper runs (expired leases back to pending or failed).", positive),
     Setting("scheduler", "reap_batch_size", int, 1000, "Most jobs the reaper rescues in one transaction.", positive),
     Setting("scheduler", "archive_interval", float, 300.0, "Seconds between archiver runs (completed jobs out of the hot table).", positive),
+    Setting("scheduler", "rate_window", duration, timedelta(minutes=15), "Window the rates and \"idle\" are computed over (dead letters per hour, retry rate, per-queue throughput for idle), e.g. 15m: never one collection interval, so one dead letter does not read as 360 per hour.", positive_duration),
     Setting("scheduler", "retention_interval", float, 300.0, "Seconds between sample retention and rollup runs.", positive),
     Setting("scheduler", "election_interval", float, 5.0, "Seconds between leader elections: a standby takes over within this long after the leader dies.", positive),
     Setting("scheduler", "misfire_grace", float, 30.0, "Seconds a job may start late (e.g. after a pause) before that run is skipped.", positive),
@@ -182,7 +183,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "count_cap", int, 10000, "Counts above this are shown as 'N+' (a count never scans more than this).", positive),
     Setting("web", "export_limit", int, 100000, "Most rows one CSV/JSON export returns.", positive),
     Setting("web", "db_wait", float, 2.0, "Seconds a page waits for a database connection before saying the database is unreachable.", positive),
-    Setting("web", "stale_worker_after", float, 30.0, "Seconds without a heartbeat after which a worker is shown as stale.", positive),
+    Setting("web", "stale_worker_after", float, 30.0, "Seconds without a heartbeat after which a worker is stale: no longer counted in workers_live (the workers_zero alert) nor as live on the Workers page; at least three worker.flush_interval.", positive),
     # [advisor] thresholds of `skiplock check` and the advisor page (docs/advisor.md explains each)
     Setting("advisor", "idle_in_transaction_warn", duration, timedelta(seconds=10), "How long a session touching the jobs tables may sit idle in a transaction before the advisor warns.", positive_duration),
     Setting("advisor", "idle_in_transaction_fail", duration, timedelta(minutes=1), "Time idle in a transaction on the jobs tables that the advisor calls a failure.", positive_duration),

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import psycopg
-from psycopg.types.json import Jsonb  # noqa: F401  (re-exported for handlers' convenience)
+from psycopg.types.json import Jsonb  # also handy for handlers: console.worker.Jsonb
 
 from console import limits, tasks
 from console import queue as q
@@ -108,6 +108,9 @@ class Counters:
 
     def __init__(self) -> None:
         self.claimed = self.completed = self.failed = self.retried = self.lost = 0
+        # {queue: [completed, failed, retried]}: the collectors' per-queue throughput, so a
+        # queue that finishes fast jobs is busy even when no sample catches one running.
+        self.by_queue: dict[str, list[int]] = {}
         self.claim_calls = 0
         self.claim_seconds_sum = 0.0
         self.pickup_count = 0
@@ -116,8 +119,43 @@ class Counters:
         self.pickup_histogram = Histogram()
         self.runtime_histogram = Histogram()
 
+    def completions(self, done: list[q.Job], completed: list[int]) -> None:
+        """Count the jobs of `done` that were completed (`completed`: their ids); the rest lost
+        their claim (the reaper rescued them) and count as lost."""
+        self.completed += len(completed)
+        self.lost += len(done) - len(completed)
+        if not completed:
+            return
+        if len(completed) == len(done):
+            kept = done
+        else:
+            ids = set(completed)
+            kept = [j for j in done if j.id in ids]
+        by_queue = self.by_queue
+        for job in kept:
+            counts = by_queue.get(job.queue)
+            if counts is None:
+                by_queue[job.queue] = [1, 0, 0]
+            else:
+                counts[0] += 1
+
+    def outcome(self, queue: str, status: str | None) -> None:
+        """Count one failed attempt by what became of the job: 'failed' (dead letter),
+        'pending' (retried), None (its claim was lost)."""
+        if status is None:
+            self.lost += 1
+            return
+        counts = self.by_queue.setdefault(queue, [0, 0, 0])
+        if status == "failed":
+            self.failed += 1
+            counts[1] += 1
+        else:
+            self.retried += 1
+            counts[2] += 1
+
     def as_params(self) -> dict:
         return {
+            "queue_counts": Jsonb(self.by_queue),
             "claimed": self.claimed,
             "completed": self.completed,
             "failed": self.failed,
@@ -381,12 +419,7 @@ class Worker:
                 error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
             )
             failures.pop(0)
-            if status is None:
-                self.counters.lost += 1
-            elif status == "failed":
-                self.counters.failed += 1
-            else:
-                self.counters.retried += 1
+            self.counters.outcome(outcome.job.queue, status)
             log.info("job %s (%s) attempt %s failed: %s -> %s", outcome.job.id, outcome.job.kind,
                      outcome.job.attempts, type(error).__name__, status or "claim lost")
 
@@ -548,9 +581,7 @@ class Worker:
                         # Only when a unit is due: otherwise the completions ride along with the
                         # fast claim as without limits (one statement and one commit a round).
                         if done:
-                            completed = q.complete_many(conn, done)
-                            self.counters.completed += len(completed)
-                            self.counters.lost += len(done) - len(completed)
+                            self.counters.completions(done, q.complete_many(conn, done))
                             done = []
                         # Limited units fill free slots only, never ahead.
                         claimed = self._limits.claim(conn, min(limit, free), now=started)
@@ -563,8 +594,7 @@ class Worker:
                 elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)
                 if done and completed is not None:
-                    self.counters.completed += len(completed)
-                    self.counters.lost += len(done) - len(completed)
+                    self.counters.completions(done, completed)
                     done = []
                 if time.monotonic() - last_flush >= self.flush_interval:
                     self._flush()
@@ -641,7 +671,7 @@ class Worker:
             left = [job for job, _ in self._in_flight.values()]
         try:
             conn = self._connection()
-            self.counters.completed += len(q.complete_many(conn, finished))
+            self.counters.completions(finished, q.complete_many(conn, finished))
             self._record_failures(conn, failures)
             if left:
                 released = q.release(conn, left)

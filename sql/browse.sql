@@ -144,6 +144,7 @@ SELECT
     w.failed,
     w.retried,
     w.lost,
+    w.reaped,
     w.claim_calls,
     w.claim_seconds_sum,
     w.claim_histogram,

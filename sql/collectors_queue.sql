@@ -13,6 +13,9 @@
 --   estimates: rows by status from the planner's statistics (last ANALYZE), for completed rows
 --     (never counted) and for scaling a pending backlog beyond the cap.
 --   known: queues the operator paused or resumed, so an empty queue still reports 0.
+--   arrived: dead letters that arrived within the last %(window)s seconds, by queue (the newest
+--     %(failed_queue_cap)s of them, walking jobs_failed_idx backwards), with the oldest arrival
+--     time seen: the collector divides by the window, or by the span seen when the cap was hit.
 SELECT
     (
         SELECT coalesce(jsonb_agg(p ORDER BY p.queue), '[]'::jsonb)
@@ -96,4 +99,22 @@ SELECT
     (
         SELECT coalesce(jsonb_agg(q.name ORDER BY q.name), '[]'::jsonb)
         FROM skiplock.queues AS q
-    ) AS known;
+    ) AS known,
+    (
+        SELECT jsonb_build_object(
+            'seen', coalesce(sum(a.jobs), 0),
+            'span_s', extract(epoch FROM now() - min(a.first_at))::float8,
+            'by_queue', coalesce(jsonb_object_agg(a.queue, a.jobs), '{}'::jsonb))
+        FROM (
+            SELECT w.queue, count(*) AS jobs, min(w.finished_at) AS first_at
+            FROM (
+                SELECT j.queue, j.finished_at
+                FROM skiplock.jobs AS j
+                WHERE j.status = 'failed'
+                  AND j.finished_at >= now() - make_interval(secs => %(window)s)
+                ORDER BY j.finished_at DESC, j.id DESC
+                LIMIT %(failed_queue_cap)s
+            ) AS w
+            GROUP BY w.queue
+        ) AS a
+    ) AS arrived;

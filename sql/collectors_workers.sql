@@ -17,6 +17,7 @@ SELECT
     w.pickup_count,
     w.pickup_seconds_sum,
     w.pickup_histogram,
+    w.queue_counts,
     w.stopped_at IS NULL AND w.last_seen >= now() - make_interval(secs => %(live_within)s) AS live
 FROM skiplock.workers AS w
 WHERE w.stopped_at IS NULL

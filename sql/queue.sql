@@ -312,6 +312,8 @@ RETURNING j.id;
 -- Rescue up to %(batch_size)s running jobs whose lease expired. FOR UPDATE SKIP LOCKED plus the
 -- repeated predicate make it safe against a worker completing the same job at this moment:
 -- whichever commits first wins, and the other's fenced UPDATE matches nothing.
+-- The worker that held each rescued job is charged with it (workers.reaped): a worker killed
+-- with SIGKILL cannot count its own lost work, and the Workers page shows it as lost.
 WITH expired AS (
     SELECT j.id
     FROM skiplock.jobs AS j
@@ -320,31 +322,47 @@ WITH expired AS (
     ORDER BY j.lease_until
     LIMIT %(batch_size)s
     FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE skiplock.jobs AS j
+    SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
+        run_at = CASE WHEN j.attempts < j.max_attempts
+                      THEN now() + make_interval(secs => least(%(backoff_cap)s,
+                               %(backoff_base)s * power(2, greatest(j.attempts - 1, 0)))
+                               * (0.5 + random() / 2))
+                      ELSE j.run_at END,
+        finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE now() END,
+        last_error = 'LeaseExpired: lease expired while held by ' || coalesce(j.locked_by, 'unknown worker'),
+        error_fingerprint = 'LeaseExpired: lease expired while held by <worker>',
+        errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s THEN j.errors - 0 ELSE j.errors END
+                 || jsonb_build_array(jsonb_build_object(
+                        'attempt', j.attempts,
+                        'at', now(),
+                        'worker', j.locked_by,
+                        'error_class', 'LeaseExpired',
+                        'message', 'lease expired at ' || j.lease_until::text || '; rescued by the reaper',
+                        'traceback', NULL)),
+        lease_until = NULL
+    FROM expired AS e
+    WHERE j.id = e.id
+      AND j.status = 'running'
+      AND j.lease_until < now()
+    RETURNING j.id, j.status, j.locked_by
+),
+charged AS (
+    UPDATE skiplock.workers AS w
+    SET reaped = w.reaped + c.jobs
+    FROM (
+        SELECT r.locked_by, count(*) AS jobs
+        FROM rescued AS r
+        WHERE r.locked_by IS NOT NULL
+        GROUP BY r.locked_by
+    ) AS c
+    WHERE w.id = c.locked_by
 )
-UPDATE skiplock.jobs AS j
-SET status = CASE WHEN j.attempts < j.max_attempts THEN 'pending' ELSE 'failed' END,
-    run_at = CASE WHEN j.attempts < j.max_attempts
-                  THEN now() + make_interval(secs => least(%(backoff_cap)s,
-                           %(backoff_base)s * power(2, greatest(j.attempts - 1, 0)))
-                           * (0.5 + random() / 2))
-                  ELSE j.run_at END,
-    finished_at = CASE WHEN j.attempts < j.max_attempts THEN NULL ELSE now() END,
-    last_error = 'LeaseExpired: lease expired while held by ' || coalesce(j.locked_by, 'unknown worker'),
-    error_fingerprint = 'LeaseExpired: lease expired while held by <worker>',
-    errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s THEN j.errors - 0 ELSE j.errors END
-             || jsonb_build_array(jsonb_build_object(
-                    'attempt', j.attempts,
-                    'at', now(),
-                    'worker', j.locked_by,
-                    'error_class', 'LeaseExpired',
-                    'message', 'lease expired at ' || j.lease_until::text || '; rescued by the reaper',
-                    'traceback', NULL)),
-    lease_until = NULL
-FROM expired AS e
-WHERE j.id = e.id
-  AND j.status = 'running'
-  AND j.lease_until < now()
-RETURNING j.id, j.status;
+SELECT r.id, r.status
+FROM rescued AS r
+ORDER BY r.id;
 
 -- name: set_paused
 INSERT INTO skiplock.queues AS q (name, paused, paused_at, paused_by, updated_at)
@@ -389,6 +407,7 @@ SET last_seen = now(),
     failed = %(failed)s,
     retried = %(retried)s,
     lost = %(lost)s,
+    queue_counts = %(queue_counts)s,
     claim_calls = %(claim_calls)s,
     claim_seconds_sum = %(claim_seconds_sum)s,
     claim_histogram = %(claim_histogram)s,

@@ -71,18 +71,22 @@ WHERE s.collected_at = (
 ORDER BY s.metric, s.labels;
 
 -- name: queue_activity
--- Every queue the collectors reported within the last %(within)s seconds (queue_depth samples,
--- through samples_metric_time_idx), with the newest sample and the newest one in which the
--- queue had work (eligible, scheduled or running jobs), so an emptied queue stays listed and
--- says since when it is idle. Capped at %(cap)s queues.
+-- Every queue the collectors reported within the last %(within)s seconds (queue_depth and
+-- queue_throughput samples, through samples_metric_time_idx), with the newest sample and the
+-- newest one in which the queue was busy: it had work (eligible, scheduled or running jobs) or
+-- finished some (queue_throughput above 0: the workers' counters catch jobs too fast for any
+-- sample to see running). An emptied queue stays listed and says since when it is idle
+-- (console.signals.queue_idle). Capped at %(cap)s queues.
 SELECT
     s.labels ->> 'queue' AS queue,
     max(s.collected_at) AS last_seen,
     max(s.collected_at) FILTER (
-        WHERE s.value > 0 AND s.labels ->> 'state' IN ('eligible', 'scheduled', 'running')
+        WHERE s.value > 0
+          AND (s.metric = 'queue_throughput'
+               OR s.labels ->> 'state' IN ('eligible', 'scheduled', 'running'))
     ) AS last_busy
 FROM skiplock.samples AS s
-WHERE s.metric = 'queue_depth'
+WHERE s.metric IN ('queue_depth', 'queue_throughput')
   AND s.collected_at >= now() - make_interval(secs => %(within)s)
   AND s.labels ? 'queue'
   AND NOT s.labels ? 'external'

@@ -36,7 +36,9 @@ def test_depth_age_stuck_and_dead_letters_by_queue(dsn, conn):
     assert value(first, "queue_depth_estimated") == 0
     assert value(first, "queue_age_seconds", queue="a") >= 0
     assert value(first, "queue_age_seconds", queue="b") == 0  # nothing eligible left in b
-    assert value(first, "dead_letter_growth", queue="a") is None  # needs two cycles
+    # One dead letter in the 15-minute window: 4 per hour, from the first cycle on (it used to be
+    # the difference of two cycles a collection interval apart: 360 per hour with 10 s cycles).
+    assert value(first, "dead_letter_growth", queue="a") == 4.0
 
     # The reaper sends the stuck job back; another dead letter arrives in a.
     q.reap(conn)
@@ -45,7 +47,33 @@ def test_depth_age_stuck_and_dead_letters_by_queue(dsn, conn):
     second = cycle(dsn)
     assert value(second, "stuck_leases", queue="b") == 0
     assert value(second, "dead_letters", queue="a") == 2
-    assert value(second, "dead_letter_growth", queue="a") > 0
+    assert value(second, "dead_letter_growth", queue="a") == 8.0
+
+
+def test_dead_letter_growth_counts_the_arrivals_of_the_rate_window(dsn, conn):
+    """Arrivals within [scheduler] rate_window per hour, whatever the collection interval: a
+    dead letter older than the window, or replayed since, does not count; a stream past the
+    cap is divided by the span the newest arrivals cover, not by the whole window."""
+    rows = [q.NewJob("noop", queue="dl", max_attempts=1) for _ in range(12)]
+    ids = q.enqueue_many(conn, rows)
+    for job in q.claim(conn, "w", queues=["dl"], limit=12):
+        q.fail(conn, job, q.DoNotRetry("no"))
+    # Three arrived 20 minutes ago (outside a 15-minute window), one is replayed.
+    conn.execute("UPDATE skiplock.jobs SET finished_at = now() - interval '20 minutes' WHERE id = ANY(%s)", (ids[:3],))
+    conn.execute("UPDATE skiplock.jobs SET status = 'pending', finished_at = NULL WHERE id = %s", (ids[3],))
+    report = cycle(dsn, Options(rate_window=900))
+    assert value(report, "dead_letter_growth", queue="dl") == 8 * 4.0  # 8 in 15 min
+    assert value(report, "dead_letters", queue="dl") == 11
+    shorter = cycle(dsn, Options(rate_window=60))
+    assert value(shorter, "dead_letter_growth", queue="dl") == 8 * 60.0  # 8 in the last minute
+    # Past the cap: the 5 newest arrivals (2, 4, ... 10 s ago) cover the last 10 seconds, and
+    # 5 in 10 s is 1,800 per hour, not 5 in the whole window (20 per hour).
+    conn.execute("""UPDATE skiplock.jobs AS j SET finished_at = now() - make_interval(secs => 2 * n.rank)
+                    FROM (SELECT id, row_number() OVER (ORDER BY id) AS rank FROM skiplock.jobs
+                          WHERE queue = 'dl' AND status = 'failed' AND finished_at > now() - interval '1 minute') AS n
+                    WHERE j.id = n.id""")
+    capped = cycle(dsn, Options(rate_window=900, failed_queue_limit=5))
+    assert 5 * 3600 / 11 <= value(capped, "dead_letter_growth", queue="dl") <= 5 * 3600 / 9.5
 
 
 def test_oldest_eligible_job_sets_the_queue_age(dsn, conn):
@@ -85,7 +113,8 @@ def test_queue_queries_walk_the_partial_indexes(dsn, conn):
     )
     conn.execute("VACUUM ANALYZE skiplock.jobs")
     opts = Options(depth_exact_limit=100)
-    params = {"cap": opts.depth_exact_limit, "failed_total_cap": opts.failed_total_limit, "failed_queue_cap": opts.failed_queue_limit}
+    params = {"cap": opts.depth_exact_limit, "failed_total_cap": opts.failed_total_limit, "failed_queue_cap": opts.failed_queue_limit,
+              "window": opts.rate_window}
     with collector_connection(dsn, opts) as collector:  # the collectors' session settings
         plan = "\n".join(r[0] for r in collector.execute("EXPLAIN " + query("collectors_queue", "queue_snapshot"), params))
     assert "Seq Scan on jobs" not in plan and "Bitmap Heap Scan on jobs" not in plan, plan

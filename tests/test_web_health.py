@@ -35,8 +35,34 @@ def test_good_news_is_stated_plainly(conn, client_as):
     assert jobs["threshold"] == 50_050  # from the stored sample
 
 
-def test_idle_in_transaction_holder_is_named_with_what_to_do(dsn, client_as, monkeypatch):
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.2)
+def horizon_rule(conn, threshold: float) -> None:
+    """The vacuum_blocked rule in force, overridden in the UI (as an admin would)."""
+    from console.alerts.rules import save_rule
+
+    save_rule(conn, {"name": "vacuum_blocked", "metric": "xmin_horizon_age_seconds", "labels": {"holder": "any"},
+                     "op": ">", "threshold": threshold, "for": "0s", "severity": "warning",
+                     "summary": "horizon {value}s"}, actor="admin", reason="test threshold")
+
+
+def test_a_holder_younger_than_the_rule_in_force_holds_back_nothing(dsn, conn, client_as):
+    """The panel judges holders by the vacuum_blocked rule in force, as the alert does: a
+    transaction open for a second is not "holding back vacuum" under the shipped 10 minutes."""
+    with psycopg.connect(dsn, application_name="quick-report") as other:
+        other.execute("SELECT txid_current()")
+        time.sleep(1.1)
+        data = client_as("viewer").get("/api/v1/health").get_json()["holders"]
+        assert data["threshold_s"] == 600 and data["level"] == "good"
+        html = client_as("viewer").get("/health").get_data(as_text=True)
+        assert "No sessions are holding back vacuum" in html and "more than 10 min" in html
+        horizon_rule(conn, 1)  # an admin lowers it: the same holder now holds back vacuum
+        data = client_as("viewer").get("/api/v1/health").get_json()["holders"]
+        assert data["threshold_s"] == 1 and [h["application"] for h in data["holders"] if h["level"] == "warn"] == [
+            "quick-report"]
+        other.rollback()
+
+
+def test_idle_in_transaction_holder_is_named_with_what_to_do(dsn, conn, client_as):
+    horizon_rule(conn, 0.2)
     with psycopg.connect(dsn, application_name="forgotten-report") as other:
         other.execute("SELECT txid_current()")  # a transaction with an xid, left open
         pid = other.info.backend_pid
@@ -54,10 +80,10 @@ def test_idle_in_transaction_holder_is_named_with_what_to_do(dsn, client_as, mon
 GID = "nightly'); DROP TABLE skiplock.jobs; -- o'brien \\ batch"
 
 
-def test_prepared_transaction_advice_is_valid_safe_sql(dsn, conn, client_as, monkeypatch):
+def test_prepared_transaction_advice_is_valid_safe_sql(dsn, conn, client_as):
     """A gid with quotes and a backslash: the advised ROLLBACK PREPARED runs as is, rolls back
     exactly that transaction and nothing else (the test cluster allows prepared transactions)."""
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.2)
+    horizon_rule(conn, 0.2)
     with psycopg.connect(dsn) as other:
         other.execute("SELECT txid_current()")
         other.execute(psycopg.sql.SQL("PREPARE TRANSACTION {}").format(psycopg.sql.Literal(GID)))
@@ -127,7 +153,7 @@ def test_lock_tree_handles_chains_and_cycles():
 
 @pytest.mark.parametrize("slow_panel", ["holders_panel"])
 def test_a_slow_panel_says_not_available_alone(client_as, monkeypatch, slow_panel):
-    def slow(conn):
+    def slow(conn, *args):
         conn.execute("SELECT pg_sleep(5)")
 
     monkeypatch.setattr(health, slow_panel, slow)

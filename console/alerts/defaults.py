@@ -20,9 +20,11 @@ _DEFAULTS = [
          summary="Oldest eligible job in queue {queue} has waited {value}s (over {threshold}s)"),
     dict(name="stuck_leases", metric="stuck_leases", op=">", threshold=0, for_="5m", severity="warning",
          summary="{value} running job(s) in queue {queue} hold an expired lease that the reaper has not rescued"),
-    dict(name="dead_letter_growth", metric="dead_letter_growth", op=">", threshold=50, for_="10m", severity="warning",
+    # Both are rates over [scheduler] rate_window (15 min by default), which already smooths
+    # them: a `for` of 5 minutes on top, not the 10 a one-interval rate needed (and never met).
+    dict(name="dead_letter_growth", metric="dead_letter_growth", op=">", threshold=50, for_="5m", severity="warning",
          summary="Queue {queue} gains {value} dead letters per hour"),
-    dict(name="retry_rate", metric="retry_rate", op=">", threshold=0.2, for_="10m", severity="warning",
+    dict(name="retry_rate", metric="retry_rate", op=">", threshold=0.2, for_="5m", severity="warning",
          summary="{value} of finished attempts were retried (over {threshold})"),
     dict(name="claim_latency_p95", metric="claim_latency_seconds", labels={"quantile": "p95", "source": "workers"}, op=">",
          threshold=0.25, for_="10m", severity="warning",

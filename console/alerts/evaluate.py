@@ -469,7 +469,8 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> l
         rule = ruleset.rules.get(row["rule"]) if ruleset else None
         silenced = next((s for s in silences if s["rule"] in (None, row["rule"])
                          and all(row["labels"].get(k) == v for k, v in s["labels"].items())), None)
-        out.append({**row, "severity": rule.severity if rule else None,
+        out.append({**row, "severity": rule.severity if rule else None, "metric": rule.metric if rule else None,
+                    "for_seconds": rule.for_seconds if rule else None,
                     "summary": rule.render_summary(row["labels"], row["value"]) if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
                     "look_here": _list_links(conn, rule, row) if rule else [],

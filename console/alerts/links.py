@@ -206,6 +206,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "claim_rows_per_call": _claim,
     "claim_without_skip_locked_calls": _convoy,
     "throughput": _workers,
+    "queue_throughput": _queues,
     "retry_rate": _retries,
     "stuck_leases": _stuck,
     "stuck_lease_age_seconds": _stuck,

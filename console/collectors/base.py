@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from console import signals
 from console.config import database_names, external_queues
 from console.db import connect
 from console.samples import Sample
@@ -52,6 +53,9 @@ class Options:
     # Seconds between re-reads of pg_stat_statements query text to find the claim statement.
     pgss_discovery_interval: float = 300.0
     live_worker_within: float = 15.0
+    # Seconds the windowed signals are computed over (dead letters per hour, retry rate,
+    # per-queue throughput): `[scheduler] rate_window`.
+    rate_window: float = 900.0
     exclude_apps: tuple[str, ...] = CONSOLE_APPS
     tables: tuple[tuple[str, str], ...] = WATCHED_TABLES
     # [[external_queues]] entries (console.config.ExternalQueue) the external collector reads.
@@ -71,7 +75,8 @@ class Options:
             failed_queue_limit=s.failed_queue_limit,
             failed_total_limit=s.failed_total_limit,
             probe_queues=s.probe_queues,
-            live_worker_within=3 * config.worker.flush_interval,
+            live_worker_within=signals.live_worker_within(config),
+            rate_window=s.rate_window.total_seconds(),
             external=tuple(sources_of(config, database)),
         )
 

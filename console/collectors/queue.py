@@ -10,6 +10,13 @@ which sort last, are under-represented in it. The per-queue dead-letter split is
 same way to the total, which is exact up to `failed_total_limit` and the planner's estimate
 beyond it (`queue_depth_estimated` is 1 then too).
 Completed rows are never counted, only estimated from the same statistics.
+
+`dead_letter_growth` is the arrival rate of dead letters over `[scheduler] rate_window`
+(default 15 minutes), per hour: the jobs that became failed within the window and are still
+failed, counted through jobs_failed_idx. It is never the difference of two samples a collection
+interval apart, which read 0 / 360 / 720 per hour for a steady 180 per hour with 10 s
+collections, and 360 per hour after one dead letter. A job replayed or purged within the window
+no longer counts.
 """
 
 from __future__ import annotations
@@ -25,13 +32,17 @@ def collect(ctx: Context) -> Iterable[Sample]:
     cap = opts.depth_exact_limit
     snap = ctx.rows("collectors_queue", "queue_snapshot", {
         "cap": cap, "failed_total_cap": opts.failed_total_limit, "failed_queue_cap": opts.failed_queue_limit,
+        "window": opts.rate_window,
     })[0]
     pending, running, failed_rows = snap["pending"], snap["running"], snap["failed"]
     failed_total = snap["failed_total"]
     estimates = snap["estimates"]
     known = snap["known"]
 
-    queues = sorted({*known, *(r["queue"] for r in pending), *(r["queue"] for r in running), *(r["queue"] for r in failed_rows)})
+    arrived = snap["arrived"]
+    per_hour = arrival_rates(arrived, opts.rate_window, opts.failed_queue_limit)
+    queues = sorted({*known, *(r["queue"] for r in pending), *(r["queue"] for r in running),
+                     *(r["queue"] for r in failed_rows), *per_hour})
 
     pending_seen = sum(r["eligible"] + r["scheduled"] for r in pending)
     scale = 1.0
@@ -52,9 +63,6 @@ def collect(ctx: Context) -> Iterable[Sample]:
     by_running = {r["queue"]: r for r in running}
     by_failed = {r["queue"]: r["failed"] for r in failed_rows}
 
-    previous_dead = ctx.previous.get("dead_letters", {})
-    interval = ctx.interval
-    dead_now: dict[str, float] = {}
     out: list[Sample] = []
     for name in queues:
         p = by_pending.get(name)
@@ -62,7 +70,6 @@ def collect(ctx: Context) -> Iterable[Sample]:
         eligible = round((p["eligible"] if p else 0) * scale)
         scheduled = round((p["scheduled"] if p else 0) * scale)
         dead = float(round(by_failed.get(name, 0) * failed_scale))
-        dead_now[name] = dead
         q = {"queue": name, "system": "skiplock"}
         out += [
             Sample("queue_depth", {**q, "state": "eligible"}, eligible),
@@ -73,11 +80,19 @@ def collect(ctx: Context) -> Iterable[Sample]:
             Sample("stuck_leases", q, r["stuck"] if r else 0),
             Sample("stuck_lease_age_seconds", q, r["oldest_stuck_s"] if r and r["oldest_stuck_s"] is not None else 0.0),
             Sample("dead_letters", q, dead),
+            Sample("dead_letter_growth", q, per_hour.get(name, 0.0)),
         ]
-        growth = (dead - previous_dead.get(name, 0.0)) * 3600.0 / interval if interval else None
-        out.append(Sample("dead_letter_growth", q, growth))
 
     out.append(Sample("queue_depth_estimated", {"system": "skiplock"}, 1.0 if estimated else 0.0))
     out.append(Sample("completed_rows_estimate", {}, estimates.get("completed", 0.0)))
-    ctx.remember({"dead_letters": dead_now})
     return out
+
+
+def arrival_rates(arrived: dict, window: float, cap: int) -> dict[str, float]:
+    """Dead letters per hour by queue from the window's arrivals. When the cap was hit, the
+    arrivals seen cover only the newest part of the window: divide by the span they cover."""
+    seen = arrived.get("seen") or 0
+    span = window
+    if seen >= cap and arrived.get("span_s"):
+        span = max(min(float(arrived["span_s"]), window), 1.0)
+    return {queue: jobs * 3600.0 / span for queue, jobs in (arrived.get("by_queue") or {}).items()}

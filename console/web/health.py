@@ -23,7 +23,7 @@ from flask import Blueprint, jsonify, render_template
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from console import samples
+from console import samples, signals
 from console.collectors import database as collectors_db
 from console.collectors.base import CONSOLE_APPS
 from console.sqlfiles import query
@@ -31,11 +31,11 @@ from console.web.api import STR, TIME, api_doc, obj, opt, panel
 from console.web.auth import requires
 from console.web.charts import format_value
 from console.web.database import run_panel
-from console.web.overview import Latest
+from console.web.overview import Judge, Latest, default_judge, load_judge
 
 bp = Blueprint("health", __name__)
 
-HOLDER_WARN_S, HOLDER_BAD_S = 300.0, 3600.0       # a horizon held this long: amber, red
+HOLDER_BAD_S = 3600.0  # a horizon held this long is red; amber from the rules' threshold (console.signals)
 XID_RED = 1_000_000_000                            # half-way to the 2^31 shutdown point
 LOCK_WARN_S, LOCK_BAD_S = 5.0, 60.0
 LAG_WARN_S, LAG_BAD_S = 30.0, 300.0
@@ -149,24 +149,35 @@ def _holder_advice(conn, row: dict[str, Any]) -> str:
     return _HOLDER_ADVICE[row["kind"]].format(pid=int(row["pid"]) if row["pid"] is not None else "NULL", id=ident)
 
 
-def holders_panel(conn) -> dict[str, Any]:
-    """The collectors' own query (sql/collectors_database.sql horizon_holders), run live."""
+def holders_panel(conn, latest: Latest | None = None, judge: Judge | None = None) -> dict[str, Any]:
+    """The collectors' own query (sql/collectors_database.sql horizon_holders), run live.
+
+    A holder "holds back vacuum" (amber, listed with what to do) from the age the rules in force
+    say (console.signals.horizon_threshold: the vacuum_blocked rule, or your own over
+    xmin_horizon_age_seconds), the same age at which the alert that links here fires; and the
+    oldest holder does whatever its age while a jobs table's last vacuum removed nothing. Red
+    from an hour, for an inactive replication slot, or past 100 million XIDs."""
+    threshold = signals.horizon_threshold(judge.rules if judge else None)
+    removed_nothing = bool(latest and (latest.jobs_table("vacuum_removed_nothing") or 0) > 0)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("collectors_database", "horizon_holders"), {"exclude_apps": list(CONSOLE_APPS)}).fetchall()
+    # the oldest by age, not the first row: rows are ordered by XID age, and the first is often a
+    # standby's feedback, which has no age of its own
+    oldest = max((r["age_s"] for r in rows if r["age_s"] is not None), default=None)
     out = []
     for r in rows[:20]:
         age = r["age_s"]
-        lv = "bad" if (age or 0) >= HOLDER_BAD_S else "warn" if (age or 0) >= HOLDER_WARN_S else "good"
+        holds = signals.holds_back_vacuum(age, threshold, vacuum_removed_nothing=removed_nothing,
+                                          oldest=age is not None and age == oldest)
+        lv = "bad" if (age or 0) >= max(HOLDER_BAD_S, threshold) else "warn" if holds else "good"
         if r["kind"] == "replication_slot" and r["state"] == "inactive":
             lv = "bad"
         if r["xid_age"] and r["xid_age"] >= 100_000_000:
             lv = "bad"
         out.append({**r, "application": r["application_name"], "level": lv,
                     "advice": _holder_advice(conn, r) if lv != "good" else None})
-    # the oldest by age, not the first row: rows are ordered by XID age, and the first is often a
-    # standby's feedback, which has no age of its own
-    oldest = max((h["age_s"] for h in out if h["age_s"] is not None), default=None)
-    return {"holders": out, "oldest_s": oldest, "level": _worst(h["level"] for h in out)}
+    return {"holders": out, "oldest_s": oldest, "threshold_s": threshold, "removed_nothing": removed_nothing,
+            "level": _worst(h["level"] for h in out)}
 
 
 def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -237,10 +248,12 @@ def _latest(conn) -> Latest:
 def health_data() -> dict[str, Any]:
     latest_p = run_panel(_latest)
     latest = latest_p.data if latest_p.ok else Latest([])
+    judged = run_panel(load_judge)
+    judge = judged.data if judged.ok else default_judge()
     return {
         "measured_at": latest.newest(),
         "tables": run_panel(tables_panel, latest, timeout=PANEL_MS),
-        "holders": run_panel(holders_panel, timeout=PANEL_MS),
+        "holders": run_panel(holders_panel, latest, judge, timeout=PANEL_MS),
         "locks": run_panel(locks_panel, timeout=PANEL_MS),
         "wraparound": run_panel(wraparound_panel, timeout=PANEL_MS),
         "slru": run_panel(slru_panel, latest, timeout=PANEL_MS),

@@ -39,7 +39,7 @@ from flask import Blueprint, abort, current_app, jsonify, render_template, reque
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import samples
+from console import samples, signals
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
 from console.web import charts
@@ -260,8 +260,9 @@ def _optional(module: str, attr: str) -> Callable[..., Any] | None:
         return None
 
 
-def firing_alerts(conn) -> list[dict[str, Any]] | None:
-    """Firing alerts (newest state first), or None when the alerts package is not installed."""
+def active_alerts(conn) -> list[dict[str, Any]] | None:
+    """Pending and firing alerts (firing first, critical before warning), or None when the
+    alerts package is not installed."""
     active = _optional("console.alerts.evaluate", "active_alerts")
     load = _optional("console.alerts.rules", "load")
     if active is None or load is None:
@@ -273,7 +274,13 @@ def firing_alerts(conn) -> list[dict[str, Any]] | None:
     except ValueError as exc:  # a bad rule is the alerts page's to report; the overview goes on
         log.warning("alert rules could not be loaded for the overview: %s", exc)
         ruleset = None
-    return [a for a in active(conn, ruleset) if a["state"] == "firing"]
+    return active(conn, ruleset)
+
+
+def firing_alerts(conn) -> list[dict[str, Any]] | None:
+    """Firing alerts only (the fleet page counts them), or None without the alerts package."""
+    found = active_alerts(conn)
+    return None if found is None else [a for a in found if a["state"] == "firing"]
 
 
 @dataclass(frozen=True)
@@ -281,11 +288,15 @@ class Finding:
     """One reason for the verdict, and the panel of the overview that shows it: a figure's key
     (`data-figure`), `queue:<name>` (a row of the queues table), `alerts` (the firing alerts),
     `advisor` (the advisor's line) or `measurements` (the verdict's "measured ..." line). The
-    verdict lists nothing a panel on the same screen does not show in the same colour."""
+    verdict lists nothing a panel on the same screen does not show in the same colour.
+    `metric` and `queue` say which alert rule's series it is about (None: a figure no rule
+    watches), so the verdict does not say twice what an alert already says."""
 
     level: str  # warn / bad
     text: str
     panel: str
+    metric: str | None = None
+    queue: str | None = None
 
 
 def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], list[Finding]]:
@@ -295,14 +306,14 @@ def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], 
     levels: dict[str, str] = {}
     found: list[Finding] = []
 
-    def note(lv: str, text: str, panel: str) -> None:
+    def note(lv: str, text: str, panel: str, metric: str | None = None, queue: str | None = None) -> None:
         if lv in ("warn", "bad"):
-            found.append(Finding(lv, text, panel))
+            found.append(Finding(lv, text, panel, metric, queue))
 
     def per_queue(metric: str, panel: str, text) -> str:
         values = judge.per_label(metric, "queue")
         for queue, (value, lv) in sorted(values.items(), key=lambda kv: -(kv[1][0] or 0)):
-            note(lv, text(queue, value), panel)
+            note(lv, text(queue, value), panel, metric, queue)
         if not values:
             return judge.level(metric, None)
         return worst(_rank(lv) for _, lv in values.values()) if judge.rules_for(metric, None) or any(
@@ -314,7 +325,7 @@ def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], 
         f"queue {q}: {charts.format_value(v, 'jobs/h')} new dead letters"))
     for queue, (value, lv) in sorted(judge.per_label("stuck_leases", "queue").items()):
         note(lv, f"queue {queue}: {charts.format_value(value, 'jobs')} with an expired lease not yet reaped",
-             f"queue:{queue}")
+             f"queue:{queue}", "stuck_leases", queue)
 
     ratio = failure_ratio(latest)
     levels["failures"] = level(ratio, "failure_ratio")
@@ -322,7 +333,8 @@ def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], 
 
     claim = claim_p95(latest)
     levels["claim"] = judge.level("claim_latency_seconds", claim, dict(CLAIM_LABELS))
-    note(levels["claim"], f"claiming a job takes {charts.format_value(claim, 'seconds')} (p95)", "claim")
+    note(levels["claim"], f"claiming a job takes {charts.format_value(claim, 'seconds')} (p95)", "claim",
+         "claim_latency_seconds")
 
     # Dead rows are news when they pass the autovacuum threshold with no vacuum running (the
     # autovacuum_behind rule): the panel shows the dead rows against that threshold's line.
@@ -331,12 +343,14 @@ def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], 
     dead = latest.jobs_table("table_dead_tuples")
     threshold = latest.jobs_table("table_autovacuum_threshold")
     note(levels["dead_tuples"], f"{charts.format_value(dead, '')} dead rows in the jobs table, past its autovacuum "
-         f"threshold of {charts.format_value(threshold, '')}, and no vacuum is running", "dead_tuples")
+         f"threshold of {charts.format_value(threshold, '')}, and no vacuum is running", "dead_tuples",
+         "table_autovacuum_behind")
 
     eligible = latest.total("queue_depth", state="eligible") or 0
     workers = judge.level("workers_live", latest.total("workers_live"), {})
     levels["depth"] = workers if workers in ("warn", "bad") else "neutral"
-    note(levels["depth"], f"no live workers and {charts.format_value(eligible, 'jobs')} waiting", "depth")
+    note(levels["depth"], f"no live workers and {charts.format_value(eligible, 'jobs')} waiting", "depth",
+         "workers_live")
     found.sort(key=lambda f: f.level != "bad")  # stable: bad first, each in the order found
     return levels, found
 
@@ -354,12 +368,37 @@ def sample_verdict(latest: Latest, judge: Judge | None = None) -> tuple[str, lis
 _ORDER = ["unknown", "healthy", "degraded", "failing"]
 
 
+def _covers(alert: dict[str, Any], finding: Finding) -> bool:
+    """Whether an active alert is about the same series as a finding of the samples."""
+    if finding.metric is None or alert.get("metric") != finding.metric:
+        return False
+    return finding.queue is None or (alert.get("labels") or {}).get("queue") in (None, finding.queue)
+
+
+def _alert_note(alert: dict[str, Any], now: datetime) -> str:
+    """What an active alert's state adds to the line of the series it is about."""
+    if alert.get("silence"):
+        return "alert silenced"
+    if alert["state"] == "firing":
+        return "alert firing" + (f", acknowledged by {alert['acknowledged_by']}" if alert.get("acknowledged_by") else "")
+    since = alert.get("state_since")
+    held = (now - since).total_seconds() if since else 0.0
+    remaining = max((alert.get("for_seconds") or 0.0) - held, 0.0)
+    return f"alert pending: fires if this lasts {charts.format_value(remaining, 'seconds')} more"
+
+
 def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "load",
             judge: Judge | None = None) -> dict[str, Any]:
-    """The worst of: firing alerts (when installed), the advisor's line (when installed), and
-    the latest samples judged by the alert rules in force. Alerts need time to fire (their
-    `for` duration) and may be silenced; the samples see a problem at once, so neither alone
-    decides. Each reason names the panel that shows it (`why`: text, level, panel)."""
+    """The worst of: the active alerts (when installed), the advisor's line (when installed),
+    and the latest samples judged by the alert rules in force. Each fact is said once, naming
+    the panel that shows it (`why`: text, level, panel): a finding of the samples that an
+    active alert is about carries the alert's state ("alert firing", "alert pending: fires if
+    this lasts 40 s more", "alert silenced") instead of a second line with the alert's summary,
+    and an alert no figure shows (vacuum_blocked, lock waits ...) has its own line (panel
+    `alerts`). The alerts panel beside the verdict lists pending alerts too, so a red verdict
+    never stands beside "no alerts" without saying which alert is on its way. Alerts need time
+    to fire (their `for` duration) and may be silenced; the samples see a problem at once, so
+    neither alone decides."""
     now = datetime.now(UTC)
     newest = latest.newest()
     stale = newest is None or now - newest > STALE_AFTER
@@ -373,12 +412,29 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
             why.append({"text": text, "level": lv, "panel": panel})
 
     if alerts == "load":
-        alerts = firing_alerts(conn)
+        alerts = active_alerts(conn)
+    found: list[Finding] = []
+    if newest is not None:
+        _, found = assess(latest, judge)
+    said: set[int] = set()  # the alerts a finding already speaks for
+    notes: dict[int, list[str]] = {}
+    for i, f in enumerate(found):
+        for a in alerts or []:
+            if _covers(a, f):
+                said.add(a["id"])
+                notes.setdefault(i, []).append(_alert_note(a, now))
     if alerts is not None:
         live = [a for a in alerts if not a.get("silence")]
-        states.append("failing" if any(a.get("severity") == "critical" for a in live) else "degraded" if live else "healthy")
+        firing = [a for a in live if a["state"] == "firing"]
+        pending = [a for a in live if a["state"] == "pending"]
+        states.append("failing" if any(a.get("severity") == "critical" for a in firing)
+                      else "degraded" if firing or pending else "healthy")
         for a in live:
-            add(a.get("summary") or a["rule"], "bad" if a.get("severity") == "critical" else "warn", "alerts")
+            if a["id"] in said:
+                continue
+            lv = "bad" if a["state"] == "firing" and a.get("severity") == "critical" else "warn"
+            text = a.get("summary") or a["rule"]
+            add(text if a["state"] == "firing" else f"{text} ({_alert_note(a, now)})", lv, "alerts")
         sources.append("alerts")
     advisor_line = _optional("console.advisor", "verdict_line")
     if advisor_line is not None and not stale:
@@ -390,10 +446,9 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
                 add(r, "warn", "advisor")
             sources.append("advisor")
     if newest is not None:
-        _, found = assess(latest, judge)
         states.append("failing" if any(f.level == "bad" for f in found) else "degraded" if found else "healthy")
-        for f in found:
-            add(f.text, f.level, f.panel)
+        for i, f in enumerate(found):
+            add(f"{f.text} ({'; '.join(notes[i])})" if i in notes else f.text, f.level, f.panel)
         sources.append("samples")
     if stale:
         add("no measurements stored yet: is `skiplock scheduler` running?" if newest is None else
@@ -581,6 +636,10 @@ def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[s
     activity = samples.queue_activity(conn)
     names = sorted(set(depth) | set(paused) | set(activity))
     out = []
+    now = datetime.now(UTC)
+    from console.web import state
+
+    window = signals.rate_window(state().config)
     for name in names:
         d = depth.get(name, {})
         age, age_lv = ages.get(name, (None, "unknown"))
@@ -588,14 +647,15 @@ def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[s
         n_growth, growth_lv = growth.get(name, (None, "unknown"))
         lv = worst(_rank(x) for x in (age_lv, stuck_lv, growth_lv))
         p = paused.get(name, {})
-        idle = not (d.get("eligible") or d.get("scheduled") or d.get("running"))
+        last_busy = (activity.get(name) or {}).get("last_busy")
+        idle, idle_since = signals.queue_idle(d, last_busy, now=now, window=window)
         out.append({
             "queue": name,
             "eligible": d.get("eligible"), "scheduled": d.get("scheduled"), "running": d.get("running"),
             "failed": d.get("failed"), "oldest_age_s": age, "stuck": n_stuck,
             "dead_letter_growth": n_growth, "paused": bool(p.get("paused")),
             "paused_by": p.get("paused_by"), "level": lv, "idle": idle,
-            "idle_since": (activity.get(name) or {}).get("last_busy") if idle else None,
+            "idle_since": idle_since, "last_busy": last_busy,
         })
     out.sort(key=lambda q: (["bad", "warn", "good", "unknown"].index(q["level"]), q["queue"]))
     return out
@@ -610,7 +670,7 @@ def overview_data(window_name: str, window: timedelta, *, draw: bool, parts: tup
     """Each part is its own time-limited panel; a fragment computes only its own part."""
     latest = run_panel(_latest)
     out: dict[str, Any] = {"window": window_name, "windows": list(WINDOWS)}
-    alerts = run_panel(firing_alerts) if ("alerts" in parts or "verdict" in parts) else None
+    alerts = run_panel(active_alerts) if ("alerts" in parts or "verdict" in parts) else None
     # One set of rules for every part: the verdict's reasons and the panels' colours agree.
     judged = run_panel(load_judge)
     judge = judged.data if judged.ok else default_judge()

@@ -14,11 +14,12 @@ POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; C
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
-from console import browse, limits, samples
+from console import browse, limits, samples, signals
 from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
 from console.web.actor import actor, reason_for
@@ -56,17 +57,21 @@ IDLE_ROW = {"eligible": 0, "scheduled": 0, "running": 0, "stuck": 0, "failed": 0
             "oldest_eligible": None, "paused": False, "paused_at": None, "paused_by": None}
 
 
-def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, Any]], *,
+                     window: timedelta = signals.DEFAULT_RATE_WINDOW) -> list[dict[str, Any]]:
     """The rows plus every queue the samples of the last 24 h know (so an emptied queue does not
-    vanish), each with `idle` (nothing eligible, scheduled or running) and `idle_since` (the
-    newest sample in which it had work; None: no work in the window, or no samples)."""
+    vanish), each with `idle` and `idle_since` as console.signals.queue_idle defines them
+    (nothing waiting or running, and nothing finished within the rate window), and
+    `last_busy` (the newest sample with work or finished jobs)."""
     by_name = {r["queue"]: r for r in rows}
     for name in activity:
         by_name.setdefault(name, {"queue": name, **IDLE_ROW})
     out = sorted(by_name.values(), key=lambda r: r["queue"])
+    now = datetime.now(UTC)
     for row in out:
-        row["idle"] = not (row.get("eligible") or row.get("scheduled") or row.get("running"))
-        row["idle_since"] = (activity.get(row["queue"]) or {}).get("last_busy") if row["idle"] else None
+        last_busy = (activity.get(row["queue"]) or {}).get("last_busy")
+        row["idle"], row["idle_since"] = signals.queue_idle(row, last_busy, now=now, window=window)
+        row["last_busy"] = last_busy
     return out
 
 
@@ -76,16 +81,22 @@ def queues_data() -> dict[str, Any]:
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
+    from console.web import state
+
     activity = run_panel(samples.queue_activity)
-    rows = with_idle_queues(rows, activity.data if activity.ok else {})
+    rows = with_idle_queues(rows, activity.data if activity.ok else {}, window=signals.rate_window(state().config))
     points = run_panel(browse.backlog_points)
+    now = datetime.now(UTC)
     for row in rows:
-        if points.ok:
-            estimate = browse.drain_estimate(points.data.get(row["queue"], []))
+        # The trend ends at the figure the row shows (live, or the newest sample): "nothing
+        # waiting" beside "2 eligible" was the samples' last point against the live count.
+        trend = points.data.get(row["queue"], []) if points.ok else []
+        if row.get("eligible") is not None and source == "live":
+            trend = [*trend, (now, float(row["eligible"]))]
+        if points.ok or row.get("eligible") is not None:
+            estimate = browse.drain_estimate(trend)
         else:
             estimate = browse.Drain("unknown", "samples not available")
-        if estimate.state == "unknown" and row.get("eligible") == 0:
-            estimate = browse.Drain("empty", "nothing waiting", 0.0)
         row["drain"] = {"state": estimate.state, "text": estimate.text, "seconds": estimate.seconds,
                         "net_per_second": estimate.net_per_second}
     limited = run_panel(limits.queue_limits)

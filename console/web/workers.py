@@ -1,5 +1,6 @@
 """Workers: live processes, last seen, throughput, claim latency, in-flight jobs; stale ones
-(no heartbeat for web.stale_worker_after seconds) are highlighted.
+(no heartbeat within console.signals.live_worker_within: web.stale_worker_after, at least three
+flush intervals, as the workers_live metric counts them) are highlighted.
 
 GET /workers, /workers/_table (polled fragment), /api/v1/workers
 """
@@ -10,7 +11,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify, render_template
 
-from console import browse
+from console import browse, signals
 from console.web.api import INT, NUM, OBJ, STR, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
@@ -21,12 +22,18 @@ bp = Blueprint("workers", __name__)
 def workers_data() -> dict[str, Any]:
     from console.web import state
 
-    stale_after = state().config.web.stale_worker_after
+    stale_after = signals.live_worker_within(state().config)
     listing = run_panel(browse.workers, stale_after=stale_after)
     running = run_panel(browse.running_jobs)
     rows = listing.data if listing.ok else []
     live = [w for w in rows if not w["stopped"] and not w["stale"]]
     stale = [w for w in rows if w["stale"]]
+    # What a worker that is gone still holds: its running jobs, until the reaper rescues them.
+    held: dict[str, int] = {}
+    for job in running.data if running.ok else []:
+        held[job["locked_by"]] = held.get(job["locked_by"], 0) + 1
+    for w in rows:
+        w["held"] = held.get(w["id"], 0)
     return {
         "workers": rows,
         "workers_error": listing.error,
