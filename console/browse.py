@@ -85,8 +85,10 @@ class JobFilter:
     until: datetime | None = None
     eligible: bool | None = None  # pending and due now (run_at <= now()): what a worker claims next
     lease: str | None = None  # "expired": running past the lease, not yet rescued by the reaper
+    retrying: bool | None = None  # pending after a failed attempt, waiting for the next one (a retry storm's jobs)
 
-    FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until", "eligible", "lease")
+    FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until", "eligible", "lease",
+              "retrying")
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> JobFilter:
@@ -136,8 +138,14 @@ class JobFilter:
                 raise InvalidFilter(f"lease: only running jobs hold a lease (state is {state!r}); "
                                     "use state=running or leave state empty")
             state = "running"
+        retrying = _flag(text("retrying"), "retrying")
+        if retrying:
+            if state not in (None, "pending"):
+                raise InvalidFilter(f"retrying: only pending jobs wait for a retry (state is {state!r}); "
+                                    "use state=pending or leave state empty")
+            state = "pending"
         return cls(state, text("queue"), text("kind"), text("fingerprint"), job_id, payload, since, until,
-                   eligible or None, lease)
+                   eligible or None, lease, retrying or None)
 
     def as_args(self) -> dict[str, str]:
         """Back to query-string arguments (for links that keep the filter)."""
@@ -266,7 +274,7 @@ def _params(conn: psycopg.Connection, f: JobFilter) -> dict[str, Any]:
         "queue": f.queue, "kind": f.kind, "fingerprint": f.fingerprint, "id": f.id,
         "payload": Jsonb(f.payload) if f.payload is not None else None,
         "since": f.since, "until": f.until, "min_id": None, "max_id": None,
-        "eligible": bool(f.eligible), "expired": f.lease == "expired",
+        "eligible": bool(f.eligible), "expired": f.lease == "expired", "retrying": bool(f.retrying),
     }
     if _PLANS[f.state].time_column == "j.created_at" and f.state in (None, "completed") and (f.since or f.until) and f.id is None:
         with conn.cursor(row_factory=dict_row) as cur:

@@ -20,6 +20,8 @@ WHERE {state}
   AND (NOT %(eligible)s::bool OR j.run_at <= now())
   -- lease=expired (state running): the head of jobs_lease_idx, an index range.
   AND (NOT %(expired)s::bool OR j.lease_until < now())
+  -- retrying (state pending): failed at least one attempt, waiting for the next one.
+  AND (NOT %(retrying)s::bool OR (j.attempts > 0 AND j.last_error IS NOT NULL))
 ORDER BY {order}
 LIMIT %(window)s
 

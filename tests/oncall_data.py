@@ -93,3 +93,13 @@ def wait_audited(conn, action: str, outcome: str = "ok", timeout: float = 10) ->
             return rows
         time.sleep(0.05)
     raise AssertionError(f"no {outcome} audit row for {action} after {timeout} s")
+
+
+def horizon_rule(conn, threshold: float) -> None:
+    """The vacuum_blocked rule in force, overridden in the UI as an admin would: the Database
+    page's holders panel judges holders by it (console.signals.horizon_threshold)."""
+    from console.alerts.rules import save_rule
+
+    save_rule(conn, {"name": "vacuum_blocked", "metric": "xmin_horizon_age_seconds", "labels": {"holder": "any"},
+                     "op": ">", "threshold": threshold, "for": "0s", "severity": "warning",
+                     "summary": "horizon {value}s"}, actor="admin", reason="test threshold")

@@ -34,8 +34,8 @@ from console.collectors.database import standby_labels
 from console.config import load_config
 from console.db import connect, migrate
 from console.pgcluster import PrivateCluster
-from console.web import health
 from tests.collector_helpers import cycle, eventually, value
+from tests.oncall_data import horizon_rule
 
 SLOT = "skiplock_test_slot"
 FEEDBACK = {"hot_standby_feedback": "on", "wal_receiver_status_interval": "1s"}
@@ -197,7 +197,7 @@ def test_an_idle_in_transaction_snapshot_is_named_with_its_kind_and_age(dsn, con
         assert re.search(r"No sessions are holding back vacuum \(the oldest open transaction is [1-9](\.\d)? s old: [^)]*idle in transaction[^)]*\)", html), \
             re.findall(r"No sessions are holding back vacuum[^<]*", html)
 
-        monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
+        horizon_rule(conn, 0)
         held = holder(cycle(dsn, only=("horizon",)), "idle_in_transaction", pid)
         assert held and held["application_name"] == "forgotten-report" and held["state"] == "idle in transaction"
         assert held["xid_age"] >= 5 and held["age_s"] >= 0.3
@@ -219,7 +219,7 @@ def test_an_idle_in_transaction_snapshot_is_named_with_its_kind_and_age(dsn, con
 
 def test_a_replication_slot_fed_by_a_standby_is_named_with_its_kind_and_age(
         replication, dsn, conn, client_as, monkeypatch):
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
+    horizon_rule(conn, 0)
     cycle(dsn, only=("horizon",))  # the XID history the slot's age is estimated from
     session = standby_snapshot(replication.slot_standby)
     try:
@@ -252,7 +252,7 @@ def test_a_replication_slot_fed_by_a_standby_is_named_with_its_kind_and_age(
 
 
 def test_a_prepared_transaction_is_named_with_its_kind_and_age(dsn, conn, client_as, monkeypatch):
-    monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
+    horizon_rule(conn, 0)
     gid = "skiplock-test-2pc"
     with connect(dsn, application_name="coordinator") as coordinator:
         coordinator.execute("BEGIN")
@@ -292,7 +292,7 @@ def test_standby_feedback_is_named_with_its_kind_and_age_and_lets_go_when_the_qu
         # claims none (it used to print the first holder's, here "0 ms").
         html = client_as("viewer").get("/health").get_data(as_text=True)
         assert "No sessions are holding back vacuum.</p>" in html, re.findall(r"No sessions are holding back vacuum[^<]*", html)
-        monkeypatch.setattr(health, "HOLDER_WARN_S", 0.0)
+        horizon_rule(conn, 0)
 
         def held():
             h = holder(cycle(dsn, only=("horizon",)), "standby", walsender)

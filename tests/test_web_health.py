@@ -11,7 +11,7 @@ import psycopg.sql
 import pytest
 
 from console.web import health
-from tests.oncall_data import store_history
+from tests.oncall_data import horizon_rule, store_history
 
 
 def test_personas(client_as):
@@ -33,15 +33,6 @@ def test_good_news_is_stated_plainly(conn, client_as):
     assert {k: data[k]["level"] for k in health.PANELS} == {k: "good" for k in health.PANELS}
     jobs = next(t for t in data["tables"]["tables"] if t["table"] == "jobs")
     assert jobs["threshold"] == 50_050  # from the stored sample
-
-
-def horizon_rule(conn, threshold: float) -> None:
-    """The vacuum_blocked rule in force, overridden in the UI (as an admin would)."""
-    from console.alerts.rules import save_rule
-
-    save_rule(conn, {"name": "vacuum_blocked", "metric": "xmin_horizon_age_seconds", "labels": {"holder": "any"},
-                     "op": ">", "threshold": threshold, "for": "0s", "severity": "warning",
-                     "summary": "horizon {value}s"}, actor="admin", reason="test threshold")
 
 
 def test_a_holder_younger_than_the_rule_in_force_holds_back_nothing(dsn, conn, client_as):

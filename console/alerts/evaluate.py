@@ -258,12 +258,18 @@ def _series_for(rule: Rule, samples: Mapping[str, list[dict[str, Any]]]) -> list
 
 
 def _guard_state(rule: Rule, samples: Mapping[str, list[dict[str, Any]]]) -> bool | None:
-    """True/False when the guard holds / does not; None when it has no usable data."""
+    """True/False when the guard holds / does not; None when its series are there but "not
+    available" (a collector failed: hold the alert as it is). No series at all is an answer:
+    nothing is eligible when no queue reports eligible jobs (the queues drained and left the
+    samples), so the guard does not hold. It was None, and workers_zero stayed firing for ever
+    after the workers came back and finished the work."""
     if rule.guard is None:
         return True
     guard = rule.guard
-    values = [row["value"] for row in samples.get(guard.metric, [])
-              if all(row["labels"].get(k) == v for k, v in guard.labels.items()) and row["value"] is not None]
+    rows = [row for row in samples.get(guard.metric, []) if all(row["labels"].get(k) == v for k, v in guard.labels.items())]
+    values = [row["value"] for row in rows if row["value"] is not None]
+    if not rows:
+        return False
     if not values:
         return None
     from console.alerts.rules import compare

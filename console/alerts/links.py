@@ -113,8 +113,11 @@ def _dead_letters(labels: Mapping[str, str]) -> Pairs:
 
 
 def _retries(labels: Mapping[str, str]) -> Pairs:
-    return [("Error groups (dead letters)", _path("/deadletters", "groups")),
-            _advisor("retry-hot-loops", "retries back off")]
+    queue = _queue(labels)
+    where = f" in queue {queue}" if queue else ""
+    return [(f"Jobs waiting for a retry{where}, with their last error", _path("/jobs", state="pending", queue=queue,
+                                                                            retrying="1")),
+            _advisor("retry-hot-loops", "retries back off"), ("Error groups (dead letters)", _path("/deadletters", "groups"))]
 
 
 def _claim(labels: Mapping[str, str]) -> Pairs:

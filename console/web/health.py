@@ -149,6 +149,13 @@ def _holder_advice(conn, row: dict[str, Any]) -> str:
     return _HOLDER_ADVICE[row["kind"]].format(pid=int(row["pid"]) if row["pid"] is not None else "NULL", id=ident)
 
 
+def _collected_holders(conn) -> list[dict[str, Any]]:
+    from console.collectors import latest_details
+
+    found = latest_details(conn) or {}
+    return list((found.get("details") or {}).get("xmin_holders") or [])
+
+
 def holders_panel(conn, latest: Latest | None = None, judge: Judge | None = None) -> dict[str, Any]:
     """The collectors' own query (sql/collectors_database.sql horizon_holders), run live.
 
@@ -161,6 +168,13 @@ def holders_panel(conn, latest: Latest | None = None, judge: Judge | None = None
     removed_nothing = bool(latest and (latest.jobs_table("vacuum_removed_nothing") or 0) > 0)
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("collectors_database", "horizon_holders"), {"exclude_apps": list(CONSOLE_APPS)}).fetchall()
+    # A slot's or a standby's hold has no start time; the horizon collector estimates its age
+    # from its XID history (the age the alert judged). Use that estimate rather than none.
+    estimated = {(h.get("kind"), h.get("id")): h.get("age_s") for h in _collected_holders(conn)
+                 if h.get("age_estimated") and h.get("age_s") is not None}
+    for r in rows:
+        if r["age_s"] is None and (r["kind"], r["id"]) in estimated:
+            r["age_s"], r["age_estimated"] = estimated[(r["kind"], r["id"])], True
     # the oldest by age, not the first row: rows are ordered by XID age, and the first is often a
     # standby's feedback, which has no age of its own
     oldest = max((r["age_s"] for r in rows if r["age_s"] is not None), default=None)
@@ -223,14 +237,20 @@ def slru_panel(conn, latest: Latest) -> dict[str, Any]:
             "multixact_per_s": consumption, "slru_reads_per_s": reads, "level": lv}
 
 
-def wal_panel(conn, latest: Latest) -> dict[str, Any]:
+def wal_panel(conn, latest: Latest, judge: Judge | None = None) -> dict[str, Any]:
+    """WAL rate, standbys and slots. A standby is amber where the replica_lag rule in force
+    would fire (the judge), red from LAG_BAD_S; the constants only without any such rule."""
     standbys = _rows(conn, "replication")
     slots = _rows(conn, "slots")
     wal = _rows(conn, "wal")[0]
     levels = []
     for s in standbys:
         lag = s["replay_lag_s"] or 0
-        s["level"] = "bad" if lag >= LAG_BAD_S else "warn" if lag >= LAG_WARN_S else "good"
+        judged = judge.level("replica_lag_seconds", lag, {"standby": s["name"] or ""}) if judge else "neutral"
+        if judged == "neutral":
+            s["level"] = "bad" if lag >= LAG_BAD_S else "warn" if lag >= LAG_WARN_S else "good"
+        else:
+            s["level"] = "bad" if lag >= LAG_BAD_S else judged
         levels.append(s["level"])
     for s in slots:
         kept = s["retained_bytes"] or 0
@@ -257,7 +277,7 @@ def health_data() -> dict[str, Any]:
         "locks": run_panel(locks_panel, timeout=PANEL_MS),
         "wraparound": run_panel(wraparound_panel, timeout=PANEL_MS),
         "slru": run_panel(slru_panel, latest, timeout=PANEL_MS),
-        "wal": run_panel(wal_panel, latest, timeout=PANEL_MS),
+        "wal": run_panel(wal_panel, latest, judge, timeout=PANEL_MS),
     }
 
 

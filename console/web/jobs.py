@@ -52,6 +52,7 @@ FILTER_PARAMS = [
     Param("since", description="ISO 8601 time or a span back from now (15m, 6h, 7d); failed: failure time, else enqueue time"),
     Param("until", description="ISO 8601 time or a span back from now"),
     Param("eligible", enum=("1", "0"), description="1: pending jobs due now (what workers claim next), in claim order; implies state=pending"),
+    Param("retrying", enum=("1", "0"), description="1: pending jobs that failed an attempt and wait for the next one (a retry storm's jobs); implies state=pending"),
     Param("lease", enum=("expired",), description="expired: running jobs past their lease (stuck); implies state=running"),
 ]
 
