@@ -455,7 +455,7 @@ def _holder_explains(sig: Signal, horizon: Series, present: _Present) -> Cause |
     if found is not None:
         cycle_at, holders = found
         # the one of that kind that was already holding at the last instant the history shows
-        still = [h for h in holders if h.get("kind") == kind and (
+        still = [h for h in holders if kind in (None, h.get("kind")) and (
             h.get("age_s") is None or cycle_at - timedelta(seconds=float(h["age_s"])) <= last + timedelta(seconds=tolerance))]
         if still:
             h = max(still, key=lambda x: (x.get("age_s") is not None, x.get("age_s") or 0.0, x.get("xid_age") or 0.0))
