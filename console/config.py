@@ -201,6 +201,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("advisor", "completed_rows_warn", int, 10000, "Old completed rows in the hot table (estimated) before the advisor warns.", positive),
     Setting("advisor", "sample_pages", int, 1000, "Most pages of the jobs table the advisor samples to estimate old completed rows.", positive),
     Setting("advisor", "claim_min_calls", int, 100, "Claim calls needed before a buffers-per-claim figure counts.", positive),
+    Setting("advisor", "claim_baseline_min", int, 5, "Measurements of buffers per claim (each of claims that claimed rows) the baseline needs before claim-buffers may fail.", positive),
 )
 
 _BY_KEY = {(s.section, s.key): s for s in SETTINGS}

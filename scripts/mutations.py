@@ -40,6 +40,8 @@ REAPER = "tests/test_contract_reaper.py"
 SIGNATURE = "tests/test_contract_webhook_signature.py"
 ARCHIVE = "tests/test_contract_archive.py"
 DOORBELL = "tests/test_contract_doorbell.py"
+CAUSES = "tests/test_advisor_causes.py"
+VERDICT = "tests/test_advisor_verdict.py"
 
 
 @dataclass(frozen=True)
@@ -225,6 +227,54 @@ MUTATIONS: tuple[Mutation, ...] = (
              "tests/test_scenarios_replica.py::test_replica_lag",
              (("console/web/health.py", '        judged = judge.level("replica_lag_seconds", lag, {"standby": s["name"] or ""}) if judge else "neutral"\n',
                '        judged = "neutral"\n'),)),
+    Mutation("advisor-empty-baseline", "claim-buffers counts measurements of an empty queue's claims in its baseline",
+             f"{CAUSES}::test_a_baseline_taken_while_the_queue_was_empty_does_not_count",
+             (("console/advisor/claim_path.py", "BASELINE_ROWS_PER_CALL = 0.1\n", "BASELINE_ROWS_PER_CALL = 0.0\n"),)),
+    Mutation("advisor-one-measurement-fails", "claim-buffers fails against a baseline of one measurement",
+             f"{CAUSES}::test_a_baseline_of_too_few_measurements_cannot_fail",
+             (("console/advisor/claim_path.py", "    enough = len(counted) >= needed\n", "    enough = True\n"),)),
+    Mutation("advisor-claims-ignore-holder", "claim-buffers fails beside the horizon holder xmin-horizon names",
+             f"{CAUSES}::test_claims_climbing_behind_an_idle_holder_name_it_in_every_check_that_sees_it",
+             (("console/advisor/claim_path.py", "    if holder is not None:\n        cause = holder_cause(holder)\n        return cause,",
+               "    if False:\n        cause = holder_cause(holder)\n        return cause,"),)),
+    Mutation("advisor-horizon-own-words", "xmin-horizon names its holder in words of its own",
+             f"{CAUSES}::test_claims_climbing_behind_an_idle_holder_name_it_in_every_check_that_sees_it",
+             (("console/advisor/hygiene.py", 'return Outcome(status, cause.sentence("vacuum can then remove the dead rows"),',
+               'return Outcome(status, f"the xmin horizon has been held for {seconds(oldest)}",'),)),
+    Mutation("advisor-claims-ignore-pause", "claim-buffers fails beside a paused queue's backlog it walks past",
+             f"{CAUSES}::test_claims_walking_past_a_paused_queues_backlog_name_the_pause",
+             (("console/advisor/claim_path.py", "    if held:\n        return held[0],", "    if False:\n        return held[0],"),)),
+    Mutation("advisor-claims-ignore-change", "claim-buffers fails right after an operator's bulk replay",
+             f"{CAUSES}::test_an_operators_change_shortly_before_is_named",
+             (("console/advisor/claim_path.py", "    if changes:\n        cause = change_cause(changes[0])",
+               "    if False:\n        cause = change_cause(changes[0])"),)),
+    Mutation("verdict-short-history", "a signal says outgrowing after minutes of history",
+             f"{VERDICT}::test_eight_minutes_of_history_say_not_enough_history_and_call_nothing_outgrowing",
+             (("console/advisor/verdict.py", "    short = sig.history_seconds < OUTGROWING_HISTORY.total_seconds() or sig.instants < OUTGROWING_POINTS\n",
+               "    short = False\n"),)),
+    Mutation("verdict-ignore-holder", "the verdict calls an idle-in-transaction session's damage outgrowing",
+             f"{VERDICT}::test_claims_climbing_behind_an_idle_holder_name_it_and_its_fix_not_outgrowing",
+             (("console/advisor/verdict.py", 'HOLDER_SIGNALS = ("claim-latency", "autovacuum", "competition")',
+               "HOLDER_SIGNALS = ()"),)),
+    Mutation("verdict-ignore-pause", "the verdict calls a paused queue's backlog outgrowing",
+             f"{VERDICT}::test_a_paused_queue_whose_backlog_grows_names_the_pause",
+             (("console/advisor/verdict.py", 'HELD_BACK_SIGNALS = ("claim-latency", "competition")', "HELD_BACK_SIGNALS = ()"),)),
+    Mutation("verdict-ignore-change", "the verdict calls the aftermath of an operator's replay outgrowing",
+             f"{VERDICT}::test_an_operators_change_shortly_before_the_rise_is_named",
+             (("console/advisor/verdict.py", "    return causes.change_cause(rows[0], onset) if rows else None\n",
+               "    return None\n"),)),
+    Mutation("verdict-any-overlap-explains", "a holder in a fifth of the samples explains a signal away",
+             f"{VERDICT}::test_a_capacity_signal_with_no_known_cause_is_still_outgrowing",
+             (("console/advisor/verdict.py", "EXPLAINS = 0.5 ", "EXPLAINS = 0.1 "),)),
+    Mutation("verdict-small-backlog-explains", "a paused queue of 50 jobs explains a signal away",
+             f"{VERDICT}::test_a_capacity_signal_with_no_known_cause_is_still_outgrowing",
+             (("console/advisor/causes.py", "BACKLOG_MIN = 100 ", "BACKLOG_MIN = 10 "),)),
+    Mutation("verdict-old-change-explains", "a replay three hours before the rise explains it away",
+             f"{VERDICT}::test_a_capacity_signal_with_no_known_cause_is_still_outgrowing",
+             (("console/advisor/causes.py", "CHANGES_BEFORE = timedelta(minutes=30)", "CHANGES_BEFORE = timedelta(hours=4)"),)),
+    Mutation("verdict-login-explains", "a sign-in just before the rise explains it away",
+             f"{VERDICT}::test_a_capacity_signal_with_no_known_cause_is_still_outgrowing",
+             (("console/advisor/causes.py", 'LOAD_CHANGES = ("pause",', 'LOAD_CHANGES = ("login", "pause",'),)),
 )
 
 

@@ -190,9 +190,16 @@ ORDER BY a.xact_start, a.pid;
 -- name: xmin_holders
 -- What holds back the xmin horizon for this database's tables: its own sessions, replication
 -- slots, prepared transactions and standbys with hot_standby_feedback. Oldest first.
+-- holder_kind, pid, application_name and state are the horizon collector's vocabulary
+-- (sql/collectors_database.sql horizon_holders), so a holder named by a check and one named by
+-- the verdict from the collector's details read the same (console.advisor.causes).
 SELECT
     h.kind,
+    h.holder_kind,
     h.id,
+    h.pid,
+    h.application_name,
+    h.state,
     h.who,
     h.detail,
     age(h.xmin) AS xid_age,
@@ -200,7 +207,11 @@ SELECT
 FROM (
     SELECT
         'session' AS kind,
+        CASE WHEN a.state LIKE 'idle in transaction%%' THEN 'idle_in_transaction' ELSE 'transaction' END AS holder_kind,
         a.pid::text AS id,
+        a.pid,
+        a.application_name,
+        a.state,
         coalesce(nullif(a.application_name, ''), a.backend_type) || ' (' || coalesce(a.usename::text, '?') || ')' AS who,
         a.state || ': ' || left(a.query, 200) AS detail,
         CASE WHEN a.backend_xid IS NOT NULL AND (a.backend_xmin IS NULL OR age(a.backend_xid) > age(a.backend_xmin))
@@ -212,21 +223,114 @@ FROM (
       AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
       AND a.backend_type <> 'autovacuum worker'
     UNION ALL
-    SELECT 'replication slot', s.slot_name::text, s.slot_type, 'active=' || s.active, s.xmin, NULL
+    SELECT 'replication slot', 'replication_slot', s.slot_name::text, s.active_pid, NULL,
+           CASE WHEN s.active THEN 'active' ELSE 'inactive' END, s.slot_type, 'active=' || s.active, s.xmin, NULL
     FROM pg_replication_slots AS s
     WHERE s.xmin IS NOT NULL
     UNION ALL
-    SELECT 'prepared transaction', p.gid, p.owner::text, 'prepared', p.transaction, p.prepared
+    SELECT 'prepared transaction', 'prepared_transaction', p.gid, NULL, NULL, 'prepared', p.owner::text, 'prepared',
+           p.transaction, p.prepared
     FROM pg_prepared_xacts AS p
     WHERE p.database = current_database()
     UNION ALL
     -- no start time: backend_start is when the standby connected, not when its xmin was taken
-    SELECT 'standby feedback', r.pid::text, r.application_name, r.state, r.backend_xmin, NULL
+    SELECT 'standby feedback', 'standby', r.pid::text, r.pid, r.application_name, r.state, r.application_name, r.state,
+           r.backend_xmin, NULL
     FROM pg_stat_replication AS r
     WHERE r.backend_xmin IS NOT NULL
 ) AS h
 ORDER BY age(h.xmin) DESC, h.since NULLS LAST
 LIMIT 10;
+
+-- name: held_back_work
+-- Paused queues, limited queues and limited kinds, with their jobs among the first %(cap)s
+-- entries of the claim index (its own order, like the claim): the workers' claim leaves that
+-- work alone and walks past it, so a backlog there makes every claim dearer. The head is
+-- walked only when something is paused or limited (a one-time filter); `running` counts through
+-- jobs_lease_idx (running rows are few) and `tokens` is the rate bucket as of now, as
+-- sql/limits.sql queue_limits computes it.
+WITH held AS (
+    SELECT
+        'queue' AS unit,
+        q.name,
+        q.paused,
+        q.paused_at,
+        q.paused_by,
+        q.limited,
+        q.concurrency,
+        q.rate_count,
+        q.rate_period,
+        CASE WHEN q.rate_count IS NOT NULL THEN
+            least(q.burst, coalesce(q.tokens, q.burst)
+                  + greatest(0, extract(epoch FROM clock_timestamp() - coalesce(q.refilled_at, clock_timestamp())))
+                    * q.rate_count::double precision / q.rate_period)
+        END AS tokens,
+        q.limits_set_at AS limited_since,
+        q.limits_set_by AS limited_by
+    FROM skiplock.queues AS q
+    WHERE q.paused OR q.limited
+    UNION ALL
+    SELECT 'kind', k.kind, false, NULL, NULL, true, k.concurrency, NULL, NULL, NULL, k.updated_at, k.declared_by
+    FROM skiplock.kind_limits AS k
+),
+head AS (
+    SELECT j.queue, j.kind, j.run_at
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+      AND EXISTS (SELECT 1 FROM held)
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(cap)s
+)
+SELECT
+    h.unit,
+    h.name,
+    h.paused,
+    h.paused_at,
+    h.paused_by,
+    h.limited,
+    h.concurrency,
+    h.rate_count,
+    h.rate_period,
+    h.tokens::float8 AS tokens,
+    h.limited_since,
+    h.limited_by,
+    w.waiting,
+    w.eligible,
+    w.oldest_eligible_s,
+    (SELECT count(*)
+     FROM skiplock.jobs AS r
+     WHERE r.status = 'running'
+       AND CASE WHEN h.unit = 'queue' THEN r.queue = h.name ELSE r.kind = h.name END) AS running
+FROM held AS h
+CROSS JOIN LATERAL (
+    SELECT
+        count(*) AS waiting,
+        count(*) FILTER (WHERE x.run_at <= now()) AS eligible,
+        extract(epoch FROM now() - min(x.run_at) FILTER (WHERE x.run_at <= now()))::float8 AS oldest_eligible_s
+    FROM head AS x
+    WHERE CASE WHEN h.unit = 'queue' THEN x.queue = h.name ELSE x.kind = h.name END
+) AS w
+ORDER BY w.waiting DESC, h.unit DESC, h.name;
+
+-- name: operator_changes
+-- What operators did between %(since)s and %(until)s that changes the queue's load (the actions
+-- in %(actions)s: pauses, limits, bulk replays and purges, maintenance run by hand), newest
+-- first, through audit_log_at_idx; sign-ins, users, tokens and alert settings are left out.
+SELECT
+    a.id,
+    a.at,
+    a.actor,
+    a.action,
+    a.target,
+    a.reason,
+    a.rows,
+    a.outcome
+FROM skiplock.audit_log AS a
+WHERE a.at >= %(since)s
+  AND a.at <= %(until)s
+  AND a.action = ANY(%(actions)s::text[])
+ORDER BY a.at DESC, a.id DESC
+LIMIT %(limit)s;
 
 -- name: stuck_leases
 -- Running jobs whose lease has expired, oldest expiry first (walks jobs_lease_idx).

@@ -68,6 +68,32 @@ def test_the_verdict_on_the_page_follows_the_stored_history(client_as, conn):
     assert 'data-signal="claim-latency"' in html and "claim latency went from" in html
 
 
+def test_the_page_states_the_minimums_and_names_a_known_cause_instead_of_outgrowing(client_as, conn):
+    """Twenty minutes of history: the verdict says so as "N of M", and the signal's row names the
+    operator's replay that came just before the claims grew dearer, with its fix."""
+    now = datetime.now(UTC)
+    labels = {"queue": "all", "source": "workers", "quantile": "p95"}
+    store(conn, [Sample("claim_latency_seconds", labels, 0.004 if i < 40 else 0.04, now - timedelta(seconds=15 * (80 - i)))
+                 for i in range(81)])
+    conn.execute("INSERT INTO skiplock.audit_log (at, actor, action, target, rows) "
+                 "VALUES (now() - interval '11 minutes', 'alice', 'replay', 'operation:7', 20000)")
+    html = client_as("viewer").get("/advisor").get_data(as_text=True)
+    assert 'data-verdict="not enough history"' in html
+    assert "Not enough history yet (20 min of 1 h of samples)" in html
+    minimums = html[html.index('id="advisor-minimums"'):]
+    assert "needs 6 h and 6 sampling points of the signal&#39;s own history" in minimums[:minimums.index("</p>")]
+    assert "This history: 20 min." in minimums[:minimums.index("</p>")]
+    row = html[html.index('data-signal="claim-latency"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-cause="operator-change"' in row and "known cause" in row
+    assert "Known cause:</strong> an operator&#39;s change shortly before: alice ran &#39;replay&#39; on operation:7" in row
+    assert "(81 sampling points over 20 min)" in row
+    verdict = client_as("viewer").get("/api/v1/advisor").get_json()["verdict"]
+    assert verdict["minimums"]["outgrowing_s"] == 6 * 3600 and verdict["minimums"]["outgrowing_points"] == 6
+    [latency] = [s for s in verdict["signals"] if s["id"] == "claim-latency"]
+    assert latency["level"] == "watch" and latency["cause"]["kind"] == "operator-change" and "held" not in latency
+
+
 def test_an_unknown_check_is_a_400_and_anonymous_visitors_are_sent_to_sign_in(client_as):
     bad = client_as("viewer").get("/api/v1/advisor?check=claim-plna")
     assert bad.status_code == 400

@@ -6,10 +6,34 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from console.advisor.base import FAIL, OK, UNKNOWN, WARN, Family, Outcome, Probe, count, size
+from console.advisor.base import (
+    FAIL,
+    OK,
+    UNKNOWN,
+    WARN,
+    Family,
+    Outcome,
+    Probe,
+    count,
+    seconds,
+    size,
+)
+from console.advisor.causes import (
+    BACKLOG_MIN,
+    CHANGES_BEFORE,
+    HOLDER,
+    Cause,
+    change_cause,
+    held_back_causes,
+    held_back_work,
+    holder_cause,
+    operator_changes,
+    the_holder,
+)
 from console.resources import resource_dir
 from console.sqlfiles import query
 
@@ -147,6 +171,51 @@ def unused_indexes(probe: Probe) -> Outcome:
     return Outcome(OK, "only Skiplock's own indexes are on the hot table", [], "", data)
 
 
+# A measurement counts toward the baseline only when its claims claimed rows: one claimed row per
+# ten calls at least. Claims of an empty queue read the empty index's two or three pages, a
+# figure no working queue matches, so such a baseline would call any later load a failure.
+BASELINE_ROWS_PER_CALL = 0.1
+MEMORY = 50  # measurements kept
+
+
+def _baseline(counted: list[float]) -> float:
+    """The lower quartile of the counted measurements: robust to one low outlier, and to a
+    degradation that covers less than three quarters of the memory."""
+    ordered = sorted(counted)
+    return ordered[(len(ordered) - 1) // 4]
+
+
+def claims_cause(probe: Probe, now: datetime) -> tuple[Cause | None, list[str]]:
+    """What, present now, explains claims getting dearer, and the facts behind the answer (the
+    same readings the xmin-horizon and autovacuum-progress checks judge, so the page agrees with
+    itself): a horizon holder the xmin-horizon check warns about, held-back work at the head of
+    the claim index, a load-changing operator action in the last half hour."""
+    warn_at = probe.setting("advisor.xmin_horizon_warn")
+    holders = probe.rows("xmin_holders")
+    stats = probe.row("jobs_table_stats")
+    facts = [f"skiplock.jobs: {count(stats['n_dead_tup'])} dead rows; autovacuum starts at {count(stats['vacuum_trigger'])}"]
+    holder = the_holder(holders, warn_at)
+    if holder is not None:
+        cause = holder_cause(holder)
+        return cause, facts + [f"xmin horizon: {cause.text}"]
+    if holders:
+        young = holder_cause(max(holders, key=lambda h: h["age_s"] or 0.0))
+        facts.append(f"xmin horizon: nothing held past advisor.xmin_horizon_warn ({seconds(warn_at)}); "
+                     f"the oldest: {young.text}")
+    else:
+        facts.append("xmin horizon: nothing holds it")
+    held = held_back_causes(held_back_work(probe.cur), now)
+    if held:
+        return held[0], facts + [c.text for c in held]
+    facts.append(f"no paused or limited queue and no limited kind has {BACKLOG_MIN}+ jobs at the head of the claim index")
+    changes = operator_changes(probe.cur, now - CHANGES_BEFORE, now)
+    if changes:
+        cause = change_cause(changes[0])
+        return cause, facts + [change_cause(r).text for r in changes[:5]]
+    facts.append(f"no operator changed the queue's load in the last {seconds(CHANGES_BEFORE.total_seconds())} (audit log)")
+    return None, facts
+
+
 @FAMILY.check("claim-buffers", "The claim stays cheap (buffers per claim against its baseline)")
 def claim_buffers(probe: Probe) -> Outcome:
     if not probe.has_pg_stat_statements:
@@ -154,49 +223,75 @@ def claim_buffers(probe: Probe) -> Outcome:
                        remedy="Add pg_stat_statements to shared_preload_libraries and CREATE EXTENSION pg_stat_statements.")
     stats = probe.row("claim_statements")
     min_calls = probe.setting("advisor.claim_min_calls")
+    needed = probe.setting("advisor.claim_baseline_min")
     calls, rows, buffers = stats["calls"], stats["rows"], stats["buffers"]
     previous = probe.recall("claim_buffers")
     memory = dict(previous["data"]) if previous else {}
-    history: list[float] = list(memory.get("history", []))
-    current = None
+    # Measurements are {"buffers", "rows_per_call"}; a bare number is from before rows were
+    # kept and cannot say whether its claims found work, so it does not count.
+    history: list[dict[str, float]] = [m for m in memory.get("history", []) if isinstance(m, dict)]
+    current = rows_per_call = None
     basis = ""
     if memory and calls >= memory.get("calls", 0) and calls - memory["calls"] >= min_calls:
         d_calls = calls - memory["calls"]
-        d_units = d_calls + (rows - memory.get("rows", 0))
-        current = (buffers - memory["buffers"]) / max(d_units, 1)
+        d_rows = rows - memory.get("rows", 0)
+        current = (buffers - memory["buffers"]) / max(d_calls + d_rows, 1)
+        rows_per_call = max(d_rows, 0) / d_calls
         basis = f"over the last {count(d_calls)} claim calls"
     elif (not memory or calls < memory.get("calls", 0)) and calls >= min_calls:
         current = buffers / max(calls + rows, 1)  # first reading, or counters were reset
+        rows_per_call = rows / calls
         basis = f"over all {count(calls)} claim calls since pg_stat_statements was reset"
-    baseline = min(history) if history else None
+    counted = [m["buffers"] for m in history if m["rows_per_call"] >= BASELINE_ROWS_PER_CALL]
+    baseline = _baseline(counted) if counted else None
     if current is not None:
-        history = (history + [round(current, 3)])[-50:]
+        history = (history + [{"buffers": round(current, 3), "rows_per_call": round(rows_per_call, 3)}])[-MEMORY:]
         probe.remember("claim_buffers", {"calls": calls, "rows": rows, "buffers": buffers, "history": history})
     elif not memory:
         probe.remember("claim_buffers", {"calls": calls, "rows": rows, "buffers": buffers, "history": []})
     data = {"calls": calls, "rows": rows, "buffers": buffers, "current": current, "baseline": baseline,
-            "statements": stats["statements"]}
+            "baseline_measurements": len(counted), "baseline_needed": needed, "statements": stats["statements"]}
     if current is None:
         return Outcome(OK, f"not enough claim calls yet to measure ({count(calls)} seen; {min_calls} needed between runs)",
                        [], "", data)
-    evidence = [f"{current:.1f} buffers per claim call or claimed row {basis}"]
+    evidence = [f"{current:.1f} buffers per claim call or claimed row {basis} ({rows_per_call:.2f} rows claimed per call)"]
+    rule = (f"a baseline needs {needed} measurements (advisor.claim_baseline_min) whose claims claimed at least "
+            f"one row per {1 / BASELINE_ROWS_PER_CALL:.0f} calls; an empty queue's claims do not count")
     if baseline is None:
-        return Outcome(OK, f"{current:.1f} buffers per claim (first measurement: this becomes the baseline)",
-                       evidence, "", data)
-    evidence.append(f"baseline (lowest of the last {len(history) - 1} measurements): {baseline:.1f}")
-    remedy = ("A rising figure means the claim walks dead entries at the head of the claim index: vacuum is "
-              "behind or blocked. Check autovacuum-progress and xmin-horizon below; end the transaction that "
-              "holds the horizon; keep the jobs table's per-table autovacuum settings (scale factor 0, a fixed "
-              "threshold, no cost delay).")
+        return Outcome(OK, f"{current:.1f} buffers per claim; no baseline yet (0 of {needed} measurements that claimed rows)",
+                       evidence + [rule], "", data)
+    enough = len(counted) >= needed
+    evidence.append(f"baseline (lower quartile of {len(counted)} measurements that claimed rows, of the last "
+                    f"{len(history) - 1}): {baseline:.1f}" + ("" if enough else f"; {rule}, so it cannot fail yet"))
     ratio = current / max(baseline, 0.5)
     data["ratio"] = ratio
+    figure = f"each claim reads {ratio:.1f}x the buffers of its baseline ({current:.0f} vs {baseline:.1f})"
     if ratio >= 20 and current - baseline >= 100:
-        return Outcome(FAIL, f"each claim reads {ratio:.0f}x the buffers of its baseline ({current:.0f} vs {baseline:.1f})",
-                       evidence, remedy, data)
-    if ratio >= 4 and current - baseline >= 20:
-        return Outcome(WARN, f"each claim reads {ratio:.1f}x the buffers of its baseline ({current:.0f} vs {baseline:.1f})",
-                       evidence, remedy, data)
-    return Outcome(OK, f"{current:.1f} buffers per claim, {ratio:.1f}x its baseline", evidence, "", data)
+        status = FAIL
+    elif ratio >= 4 and current - baseline >= 20:
+        status = WARN
+    else:
+        return Outcome(OK, f"{current:.1f} buffers per claim, {ratio:.1f}x its baseline", evidence, "", data)
+    cause, facts = claims_cause(probe, datetime.now(UTC))
+    evidence += facts
+    if cause is not None:
+        # Named, with its fix, instead of a verdict on the claim: the cause's own check
+        # (xmin-horizon, the queue's page, the audit log) carries how bad it is.
+        data["cause"] = cause.to_dict()
+        return Outcome(WARN, f"{figure}: {cause.sentence('claims recover once vacuum runs' if cause.kind == HOLDER else '')}",
+                       evidence, f"{cause.fix[0].upper()}{cause.fix[1:]}. " + _CLAIM_REMEDY, data)
+    if status == FAIL and not enough:
+        return Outcome(WARN, f"{figure}, but the baseline rests on {len(counted)} of the {needed} measurements needed "
+                       "to call it a failure: not enough evidence yet", evidence, _CLAIM_REMEDY, data)
+    return Outcome(status, f"{figure}, with no known cause (no horizon holder, no held-back work, no recent change)",
+                   evidence, _CLAIM_REMEDY, data)
+
+
+_CLAIM_REMEDY = ("A rising figure means the claim walks more entries at the head of the claim index: dead ones "
+                 "that vacuum has not removed yet (look at autovacuum-progress and xmin-horizon), or live ones it "
+                 "must leave alone (a paused or limited queue's backlog). Keep the jobs table's per-table autovacuum "
+                 "settings (scale factor 0, a fixed threshold, no cost delay); if the figure stays high with none of "
+                 "these, the claim itself has become dearer at this load.")
 
 
 @FAMILY.check("claim-skip-locked", "Claim-like statements skip locked rows (no FOR UPDATE convoy in the history)")

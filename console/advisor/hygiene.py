@@ -17,6 +17,7 @@ from console.advisor.base import (
     scheduler_line,
     seconds,
 )
+from console.advisor.causes import holder_cause, the_holder
 
 FAMILY = Family("Hot table hygiene")
 
@@ -137,13 +138,22 @@ def autovacuum_progress(probe: Probe) -> Outcome:
               "autovacuum_max_workers) or disabled; run VACUUM (VERBOSE) skiplock.jobs to see what it can remove.")
     if dead <= trigger:
         return Outcome(OK, f"{count(dead)} dead rows, below the autovacuum trigger ({count(trigger)})", evidence, "", data)
+    # Dead rows above the trigger while a holder stands: the holder is why (the same holder,
+    # in the same words, as xmin-horizon and claim-buffers name).
+    holder = the_holder(probe.rows("xmin_holders"), probe.setting("advisor.xmin_horizon_warn"))
+    because = ""
+    if holder is not None:
+        cause = holder_cause(holder)
+        data["cause"] = cause.to_dict()
+        because = f": {cause.sentence('vacuum can then remove them')}"
+        remedy = f"{cause.fix[0].upper()}{cause.fix[1:]}. " + remedy
     if dead >= 10 * trigger and dead >= 10_000:
-        return Outcome(FAIL, f"{count(dead)} dead rows, {dead / max(trigger, 1):.0f}x the autovacuum trigger",
+        return Outcome(FAIL, f"{count(dead)} dead rows, {dead / max(trigger, 1):.0f}x the autovacuum trigger{because}",
                        evidence, remedy, data)
-    if s["vacuum_running"]:
+    if s["vacuum_running"] and not because:
         return Outcome(OK, f"{count(dead)} dead rows above the trigger and a vacuum is running", evidence, "", data)
-    return Outcome(WARN, f"{count(dead)} dead rows above the autovacuum trigger ({count(trigger)}) and no vacuum running",
-                   evidence, remedy, data)
+    return Outcome(WARN, f"{count(dead)} dead rows above the autovacuum trigger ({count(trigger)})"
+                   + (because or " and no vacuum running"), evidence, remedy, data)
 
 
 @FAMILY.check("xmin-horizon", "Vacuum is not blocked by the xmin horizon")
@@ -164,14 +174,16 @@ def xmin_horizon(probe: Probe) -> Outcome:
               "transaction, or set idle_in_transaction_session_timeout. Until then every claim walks more dead "
               "index entries.")
     data["oldest_s"] = oldest
-    # slots and standby feedback carry no time; judge them by XID age (a million transactions
-    # is a lot of churn)
-    stuck = [h for h in holders if h["age_s"] is None and h["xid_age"] >= 1_000_000]
-    if oldest >= fail_at:
-        return Outcome(FAIL, f"the xmin horizon has been held for {seconds(oldest)}", evidence, remedy, data)
-    if oldest >= warn_at or stuck:
-        return Outcome(WARN, f"the xmin horizon has been held for {seconds(oldest)}" if oldest >= warn_at
-                       else f"a {stuck[0]['kind']} holds the xmin horizon back", evidence, remedy, data)
+    # The holder named is the one claim-buffers and autovacuum-progress name (causes.the_holder:
+    # held past the warn level, or a slot's or standby's hold a million transactions back, which
+    # carries no time), in the same words.
+    holder = the_holder(holders, warn_at)
+    if holder is not None:
+        cause = holder_cause(holder)
+        data["cause"] = cause.to_dict()
+        status = FAIL if oldest >= fail_at else WARN
+        return Outcome(status, cause.sentence("vacuum can then remove the dead rows"), evidence,
+                       f"{cause.fix[0].upper()}{cause.fix[1:]}. " + remedy, data)
     # all of them (up to five), not only the first: the oldest by XID is often a standby's
     # feedback a few transactions behind, and the session that matters comes second
     return Outcome(OK, f"the oldest snapshot is {seconds(oldest)} old", evidence[:-1], "", data)
