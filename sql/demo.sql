@@ -21,3 +21,27 @@ SELECT
     (SELECT count(*) FROM skiplock.jobs AS j WHERE j.status = 'failed') AS dead_letters,
     (SELECT count(*) FROM skiplock.jobs AS j
       WHERE j.status = 'running' AND j.lease_until < now()) AS stuck_leases;
+
+-- name: kill_moment
+-- Whether the demo may kill worker %(worker)s (a LIKE pattern of its id: host:pid:token) now: it
+-- holds a running job, and the reaper's newest run finished less than %(fresh)s seconds ago.
+SELECT
+    EXISTS (
+        SELECT 1
+        FROM skiplock.jobs AS j
+        WHERE j.status = 'running'
+          AND j.locked_by LIKE %(worker)s
+    ) AS holds,
+    coalesce((
+        SELECT r.finished_at > now() - make_interval(secs => %(fresh)s)
+        FROM skiplock.maintenance_runs AS r
+        WHERE r.task = 'reap'
+          AND r.finished_at IS NOT NULL
+        ORDER BY r.id DESC
+        LIMIT 1
+    ), false) AS reaped_recently,
+    EXISTS (
+        SELECT 1
+        FROM skiplock.maintenance_runs AS r
+        WHERE r.task = 'reap'
+    ) AS reaper_seen;

@@ -19,10 +19,14 @@ from console.cli.common import DURATION, main_group
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where the demo keeps its PostgreSQL, logs and config [default: ./.skiplock-demo].")
 @click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Worker processes besides the reports worker.")
-@click.option("--kill-every", type=DURATION, default="3m", show_default=True,
-              help="SIGKILL the reports worker this often (stuck leases for the reaper); 0 never.")
+@click.option("--kill-every", type=DURATION, default=None,
+              help="SIGKILL the reports worker this often (stuck leases for the reaper); 0 never [default: 3m, divided by --pace].")
+@click.option("--pace", type=click.FloatRange(min=0.1, max=60), default=1.0, show_default=True,
+              help="Play the demo's schedule this many times faster: its intervals, leases, alert durations, bursts, "
+                   "idle sessions and kills (--pace 6: the half hour's incidents in five minutes).")
 @click.option("--reset", is_flag=True, help="Throw away the demo's earlier data first.")
-def demo_cmd(port: int, rate: float, duration, seed_history: bool, data_dir: Path | None, workers: int, kill_every, reset: bool) -> None:
+def demo_cmd(port: int, rate: float, duration, seed_history: bool, data_dir: Path | None, workers: int, kill_every,
+             pace: float, reset: bool) -> None:
     """Run Skiplock on a private PostgreSQL with realistic traffic, until Ctrl-C.
 
     Starts a throwaway PostgreSQL cluster in its own data directory, migrates it, starts the
@@ -36,11 +40,12 @@ def demo_cmd(port: int, rate: float, duration, seed_history: bool, data_dir: Pat
         raise click.BadParameter("must be greater than 0", param_hint="--rate")
     if not 1 <= port <= 65535:
         raise click.BadParameter("must be between 1 and 65535", param_hint="--port")
+    kill_s = kill_every.total_seconds() if kill_every is not None else 180.0 / pace
     options = DemoOptions(
         data_dir=data_dir, port=port, rate=rate,
         duration=duration.total_seconds() if duration else None,
-        seed_history=seed_history, workers=workers, kill_every=kill_every.total_seconds(),
-        first_kill_after=min(60.0, kill_every.total_seconds() or 60.0), reset=reset,
+        seed_history=seed_history, workers=workers, kill_every=kill_s,
+        first_kill_after=min(60.0 / pace, kill_s or 60.0 / pace), reset=reset, pace=pace,
     )
     demo = Demo(options, out=lambda text: click.echo(text))
     try:

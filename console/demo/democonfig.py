@@ -6,13 +6,16 @@ declares (`console.config.SETTINGS`) are written.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from console.config import SETTINGS
 
-# The demo's configuration: short leases and intervals so that a few minutes show the whole
-# life of a job. Only settings this installation knows are written (an unknown key would be
-# refused by the config loader); the others are listed as not applied.
+# The demo's configuration at pace 1: short leases and intervals so that a few minutes show the
+# whole life of a job. Only settings this installation knows are written (an unknown key would
+# be refused by the config loader); the others are listed as not applied. `demo_settings(pace)`
+# divides every interval by the pace (`skiplock demo --pace 6`: the same schedule six times
+# faster, which is how tests/test_demo_promises.py sees every promise within minutes).
 DEMO_SETTINGS: dict[str, Any] = {
     "database.pool_size": 4,
     "worker.concurrency": 4,
@@ -23,9 +26,12 @@ DEMO_SETTINGS: dict[str, Any] = {
     "queue.backoff_base": 2.0,
     "queue.backoff_cap": 60.0,
     "scheduler.collect_interval": 10.0,
-    "scheduler.reap_interval": 30.0,  # the default: stuck leases stay visible for a few samples
+    # 75 s, more than twice the default: a killed worker's jobs (killed within a sixth of it
+    # after a reaper run, see Demo._chaos) stay stuck long enough for the stuck_leases alert.
+    "scheduler.reap_interval": 75.0,
     "scheduler.archive_interval": 60.0,
     "scheduler.election_interval": 5.0,
+    "scheduler.rate_window": "15m",
     "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
     "maintenance.archive_retention": "1d",
     # The demo's webhook receiver listens on loopback, which the address policy refuses by default.
@@ -34,6 +40,24 @@ DEMO_SETTINGS: dict[str, Any] = {
     # mode, a local Prometheus may still scrape the demo's /metrics without a token.
     "web.metrics_public": True,
 }
+
+# Seconds-valued settings that the pace divides, and the least each may become.
+_PACED: dict[str, float] = {
+    "worker.lease": 2.0, "worker.poll_interval": 0.2, "worker.flush_interval": 0.5, "worker.shutdown_grace": 1.0,
+    "scheduler.collect_interval": 1.0, "scheduler.reap_interval": 5.0, "scheduler.archive_interval": 5.0,
+    "scheduler.election_interval": 1.0,
+}
+
+
+def demo_settings(pace: float = 1.0) -> dict[str, Any]:
+    """DEMO_SETTINGS with every interval divided by `pace`."""
+    out = dict(DEMO_SETTINGS)
+    for key, least in _PACED.items():
+        out[key] = max(float(out[key]) / pace, least)
+    out["scheduler.rate_window"] = f"{rate_window_s(pace):g}s"
+    out["maintenance.archive_after"] = f"{max(120.0 / pace, 20.0):g}s"
+    return out
+
 
 # The PostgreSQL settings of the demo cluster: the defaults plus a quick autovacuum so dead
 # tuples are visibly removed (and visibly not, while a session holds the horizon).
@@ -44,49 +68,110 @@ CLUSTER_SETTINGS = {
 }
 
 
-# Alert rules with demo thresholds (they replace the defaults of the same name), so the bursts,
-# the killed worker and the idle session fire alerts within minutes, and a local receiver.
-DEMO_ALERTS = """\
-# Demo alert thresholds, lower than the defaults so that alerts fire (and resolve) within minutes.
-[[webhooks]]
-name = "demo-receiver"
-kind = "json"
-url = "http://127.0.0.1:{port}/hook"
-secret = "{secret}"
+@dataclass(frozen=True)
+class Promise:
+    """A condition the demo provokes on purpose and the alert that detects it: first provoked
+    `first_after` seconds after the start (then every `every`), at pace 1. `within(pace, rate)`
+    is how long after being provoked the alert fires at most: the rule's threshold, `for` and
+    two collection intervals, all divided by the pace; for a dead-letter rate, also the time
+    the windowed rate takes to pass 50 per hour at `per_hour` (its rate at --rate 5, scaled by
+    --rate), plus `unpaced` seconds of retries' backoff. docs/operators-guide.md ("The demo")
+    is this table, and tests/test_demo_promises.py holds the demo to it."""
 
-[[alerts.rules]]
-name = "queue_age"
-metric = "queue_age_seconds"
-op = ">"
-threshold = 30
-clear = 10
-for = "20s"
-severity = "critical"
-summary = "Oldest eligible job in queue {{queue}} has waited {{value}}s (over {{threshold}}s)"
-runbook = "docs/alerts.md#queue_age"
+    key: str
+    condition: str
+    rule: str
+    labels: dict[str, str]
+    first_after: float
+    every: float
+    paced: float  # seconds at pace 1 (threshold + for + two collections)
+    why: str
+    per_hour: float | None = None  # dead letters per hour at --rate 5
+    unpaced: float = 0.0
 
-[[alerts.rules]]
-name = "stuck_leases"
-metric = "stuck_leases"
-op = ">"
-threshold = 0
-for = "10s"
-severity = "warning"
-summary = "{{value}} job(s) in queue {{queue}} hold an expired lease (a worker died)"
-runbook = "docs/alerts.md#stuck_leases"
+    def within(self, pace: float = 1.0, rate: float = 5.0) -> float:
+        seconds = self.paced / pace + self.unpaced
+        if self.per_hour:
+            seconds += rate_window_s(pace) * DEMO_RULES["dead_letter_growth"]["threshold"] / (self.per_hour * rate / 5.0)
+        return seconds
 
-[[alerts.rules]]
-name = "vacuum_blocked"
-metric = "xmin_horizon_age_seconds"
-labels = {{ holder = "any" }}
-op = ">"
-threshold = 30
-clear = 5
-for = "10s"
-severity = "warning"
-summary = "The xmin horizon has been held for {{value}}s: vacuum cannot remove dead rows"
-runbook = "docs/alerts.md#vacuum_blocked"
-"""
+
+# The demo's alert rules (they replace the defaults of the same name): a threshold, a `for`
+# and, where the default has one, a clear value, all in seconds at pace 1.
+DEMO_RULES: dict[str, dict[str, Any]] = {
+    "queue_age": {"metric": "queue_age_seconds", "op": ">", "threshold": 30, "clear": 10, "for": 20,
+                  "severity": "critical", "summary": "Oldest eligible job in queue {queue} has waited {value}s (over {threshold}s)"},
+    "stuck_leases": {"metric": "stuck_leases", "op": ">", "threshold": 0, "for": 10, "severity": "warning",
+                     "summary": "{value} job(s) in queue {queue} hold an expired lease (a worker died)"},
+    "vacuum_blocked": {"metric": "xmin_horizon_age_seconds", "labels": {"holder": "any"}, "op": ">", "threshold": 30,
+                       "clear": 5, "for": 10, "severity": "warning",
+                       "summary": "The xmin horizon has been held for {value}s: vacuum cannot remove dead rows"},
+    # The shipped threshold (50 per hour) and `for` (5 min): only the pace changes it.
+    "dead_letter_growth": {"metric": "dead_letter_growth", "op": ">", "threshold": 50, "for": 300, "severity": "warning",
+                           "summary": "Queue {queue} gains {value} dead letters per hour"},
+}
+
+COLLECT = DEMO_SETTINGS["scheduler.collect_interval"]
+LEASE = DEMO_SETTINGS["worker.lease"]
+
+
+def rate_window_s(pace: float = 1.0) -> float:
+    """[scheduler] rate_window of the demo: 15 minutes divided by the pace, never under five (a
+    shorter window holds too few dead letters to say a rate without flapping)."""
+    return max(900.0 / pace, 300.0)
+
+
+PROMISES: tuple[Promise, ...] = (
+    Promise("burst", "a burst of 600 search.reindex jobs (priority -10) every 4 minutes, the first after 45 s",
+            "queue_age", {"queue": "search"}, 45.0, 240.0,
+            DEMO_RULES["queue_age"]["threshold"] + DEMO_RULES["queue_age"]["for"] + 2 * COLLECT,
+            "the head of the search queue waits past 30 s while two threads drain the burst (about 80 s)"),
+    Promise("kill", "worker-reports killed with SIGKILL every 3 minutes (the first after a minute), while it holds "
+            "a job and just after a reaper run", "stuck_leases", {}, 60.0, 180.0,
+            LEASE + DEMO_RULES["stuck_leases"]["for"] + 2 * COLLECT,
+            "its jobs' leases expire 15 s later and stay expired until the reaper's next run, 75 s after the last"),
+    Promise("idle", "a session idle in transaction (REPEATABLE READ, with an xid) for 6 minutes every 20 minutes, "
+            "the first after 90 s", "vacuum_blocked", {"holder": "any"}, 90.0, 1200.0,
+            DEMO_RULES["vacuum_blocked"]["threshold"] + DEMO_RULES["vacuum_blocked"]["for"] + 2 * COLLECT,
+            "it holds back the xmin horizon: dead rows cannot be removed while it lasts"),
+    Promise("partner-c", "partner-c is down: 3 % of partner webhooks fail three times, then go to the dead letters "
+            "(about 140 per hour at --rate 5)", "dead_letter_growth", {"queue": "webhooks"}, 0.0, 0.0,
+            DEMO_RULES["dead_letter_growth"]["for"] + 2 * COLLECT,
+            "the rate over the 15-minute window passes 50 per hour after about 5.4 min, then holds for 5 min",
+            per_hour=140.0, unpaced=15.0),
+    Promise("declined", "2 % of cards are declined, straight to the dead letters (about 95 per hour at --rate 5)",
+            "dead_letter_growth", {"queue": "billing"}, 0.0, 0.0,
+            DEMO_RULES["dead_letter_growth"]["for"] + 2 * COLLECT,
+            "the rate over the 15-minute window passes 50 per hour after about 8 min, then holds for 5 min",
+            per_hour=95.0),
+)
+
+
+def demo_alerts(*, port: int, secret: str, pace: float = 1.0) -> str:
+    """The [[webhooks]] receiver and DEMO_RULES, with every duration divided by `pace`."""
+    lines = ["# Demo alert thresholds, lower than the defaults so that alerts fire (and resolve) within minutes.",
+             "[[webhooks]]", 'name = "demo-receiver"', 'kind = "json"', f'url = "http://127.0.0.1:{port}/hook"',
+             f'secret = "{secret}"', ""]
+    for name, rule in DEMO_RULES.items():
+        seconds_valued = rule["metric"] in ("queue_age_seconds", "xmin_horizon_age_seconds")
+        lines += ["[[alerts.rules]]", f'name = "{name}"', f'metric = "{rule["metric"]}"']
+        if "labels" in rule:
+            lines.append("labels = { " + ", ".join(f'{k} = "{v}"' for k, v in rule["labels"].items()) + " }")
+        threshold = rule["threshold"] / pace if seconds_valued else rule["threshold"]
+        lines += [f'op = "{rule["op"]}"', f"threshold = {threshold:g}"]
+        if "clear" in rule:
+            lines.append(f"clear = {rule['clear'] / pace if seconds_valued else rule['clear']:g}")
+        lines += [f'for = "{max(rule["for"] / pace, 1):g}s"', f'severity = "{rule["severity"]}"',
+                  f"summary = {json.dumps(rule['summary'])}", f'runbook = "docs/alerts.md#{name}"', ""]
+    return "\n".join(lines)
+
+
+def traffic_args(pace: float = 1.0) -> list[str]:
+    """The traffic generator's schedule (console.demo.traffic) divided by `pace`: the bursts
+    (smaller too, so one drains in the same share of its interval) and the idle sessions."""
+    return ["--burst-every", f"{240.0 / pace:g}", "--burst-size", str(max(int(600 / pace), 20)),
+            "--first-burst-after", f"{45.0 / pace:g}", "--idle-every", f"{1200.0 / pace:g}",
+            "--idle-for", f"{360.0 / pace:g}", "--first-idle-after", f"{90.0 / pace:g}"]
 
 
 def has_setting(dotted: str) -> bool:

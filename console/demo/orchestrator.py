@@ -50,10 +50,11 @@ from console.config import SETTINGS
 from console.db import DatabaseError, connect, migrate, time_limited
 from console.demo.democonfig import (
     CLUSTER_SETTINGS,
-    DEMO_ALERTS,
-    DEMO_SETTINGS,
+    demo_alerts,
+    demo_settings,
     has_setting,
     toml_value,
+    traffic_args,
 )
 from console.demo.processes import Child, pid_alive, reachable_by_postgres
 from console.pgcluster import ClusterError, PostgresNotFound, PrivateCluster, free_port
@@ -84,8 +85,13 @@ class DemoOptions:
     reset: bool = False
     status_every: float = 60.0
     traffic_args: list[str] = field(default_factory=list)
+    # Every interval of the demo (its config, its traffic's schedule, the kills) divided by
+    # this: --pace 6 plays the same half hour in five minutes.
+    pace: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.1 <= self.pace <= 60:
+            raise ValueError("--pace must be between 0.1 and 60")
         if self.rate <= 0:
             raise ValueError("--rate must be greater than 0 jobs per second")
         if self.duration is not None and self.duration <= 0:
@@ -126,6 +132,7 @@ class Demo:
         self._stop_requested = 0
         self._commands: set[str] = set()
         self._next_kill = 0.0
+        self._next_look = 0.0
         self._victim_down_since: float | None = None
 
     # --- paths ---------------------------------------------------------------------------
@@ -252,7 +259,7 @@ class Demo:
 
     def _write_config(self) -> None:
         known = {s.dotted: s for s in SETTINGS}
-        wanted = dict(DEMO_SETTINGS)
+        wanted = demo_settings(self.options.pace)
         if self.url:
             wanted["alerts.console_url"] = self.url.rstrip("/")
         applied = {k: v for k, v in wanted.items() if k in known}
@@ -267,7 +274,7 @@ class Demo:
         if skipped:
             lines += ["# Demo settings this installation does not have yet (its component is not installed):", *skipped, ""]
         if self.alerts_installed:
-            lines += [DEMO_ALERTS.format(port=self.receiver_port, secret=self._secrets()["webhook_secret"])]
+            lines += [demo_alerts(port=self.receiver_port, secret=self._secrets()["webhook_secret"], pace=self.options.pace)]
         self.config_path.write_text("\n".join(lines), encoding="utf-8")
         self.config_path.chmod(0o600)  # it holds the demo receiver's signing secret
 
@@ -329,7 +336,8 @@ class Demo:
         self._add("worker-reports", self._skiplock("worker", "--tasks", "console.demo.tasks", "--queues", "reports,search",
                                                    "--concurrency", "2"))
         self._next_kill = time.monotonic() + opts.first_kill_after
-        traffic = [sys.executable, "-m", "console.demo.traffic", "--dsn", self.dsn, "--rate", str(opts.rate)]
+        traffic = [sys.executable, "-m", "console.demo.traffic", "--dsn", self.dsn, "--rate", str(opts.rate),
+                   *traffic_args(opts.pace)]
         self._add("traffic", traffic + list(opts.traffic_args))
         self._write_state(running=True)
 
@@ -384,13 +392,18 @@ class Demo:
         lines += [
             f"  Database   {self.dsn}   (psql \"{self.dsn}\")",
             f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
-            "             retries, dead letters in three error groups, a burst every 4 min, a session idle in",
-            "             transaction for 6 min every 20 min" + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else ""),
+            f"             retries, dead letters in three error groups, a burst every {_human(240 / opts.pace)}, a session idle in",
+            f"             transaction for {_human(360 / opts.pace)} every {_human(1200 / opts.pace)}"
+            + (", worker-reports killed every " + _human(opts.kill_every) if opts.kill_every else "")
+            + (f" (--pace {opts.pace:g})" if opts.pace != 1 else ""),
         ]
+        paced = demo_settings(opts.pace)
         if "scheduler" in self.children:
-            lines.append("  Scheduler  collectors every 10 s, reaper every 30 s, archiver every minute (completed jobs older than 2 min)")
+            lines.append(f"  Scheduler  collectors every {_human(paced['scheduler.collect_interval'])}, reaper every "
+                         f"{_human(paced['scheduler.reap_interval'])}, archiver every {_human(paced['scheduler.archive_interval'])}")
         if "webhooks" in self.children:
-            lines.append(f"  Alerts     demo thresholds (queue age > 30 s, stuck leases, xmin horizon > 30 s) delivered to a local"
+            lines.append(f"  Alerts     demo thresholds (queue age > {_human(30 / opts.pace)}, stuck leases, xmin horizon > "
+                         f"{_human(30 / opts.pace)}; docs/operators-guide.md says when each fires) delivered to a local"
                          f" receiver: {self.children['webhooks'].log_path}")
         lines += [
             f"  Processes  {', '.join(f'{name} (pid {c.pid})' for name, c in self.children.items())}",
@@ -423,21 +436,43 @@ class Demo:
         return 0
 
     def _chaos(self, now: float) -> None:
-        """SIGKILL the reports worker now and then; its jobs keep their leases until the reaper."""
+        """SIGKILL the reports worker now and then; its jobs keep their leases until the reaper.
+
+        The kill waits until the worker holds a job (a worker killed idle loses nothing, and
+        there would be nothing to see) and comes just after a reaper run: its jobs' leases then
+        expire and stay expired until the next run, long enough for the stuck_leases alert.
+        Killed at a random moment, the reaper often came first and the promised alert never
+        fired (docs/operators-guide.md, "The demo")."""
         victim = self.children.get("worker-reports")
         if not self.options.kill_every or victim is None:
             return
-        if self._victim_down_since is None and now >= self._next_kill and victim.alive():
+        if self._victim_down_since is None and now >= self._next_kill and victim.alive() and now >= self._next_look:
+            self._next_look = now + 0.5  # a look at the database at most twice a second while a kill is due
+            if not self._ripe(victim):
+                return
             victim.signal_group(signal.SIGKILL)
             victim.popen.wait()
             self._victim_down_since = now
-            self.out(f"chaos: killed worker-reports (pid {victim.pid}) with SIGKILL; its jobs keep their leases "
-                     "until they expire and the reaper rescues them")
-        elif self._victim_down_since is not None and now - self._victim_down_since >= 5.0:
+            self.out(f"chaos: killed worker-reports (pid {victim.pid}) with SIGKILL while it held a job; its jobs keep "
+                     "their leases until they expire and the reaper rescues them")
+        elif self._victim_down_since is not None and now - self._victim_down_since >= 5.0 / self.options.pace:
             victim.start()
             self._victim_down_since = None
             self._next_kill = now + self.options.kill_every
             self._write_state(running=True)
+
+    def _ripe(self, victim: Child) -> bool:
+        """The victim holds a running job and the reaper ran less than a sixth of its interval ago
+        (or the scheduler is not running: then nothing rescues the jobs anyway)."""
+        try:
+            with connect(self.dsn, application_name="skiplock-demo", connect_timeout=2) as conn, \
+                    time_limited(conn, 1000) as cur:
+                row = cur.execute(query("demo", "kill_moment"), {
+                    "worker": f"%:{victim.pid}:%", "fresh": demo_settings(self.options.pace)["scheduler.reap_interval"] / 6,
+                }).fetchone()
+        except (psycopg.Error, DatabaseError):
+            return False
+        return bool(row["holds"]) and (row["reaped_recently"] or not row["reaper_seen"] or "scheduler" not in self.children)
 
     def _supervise(self, now: float) -> None:
         """Restart a child that exited on its own (not the victim while it is meant to be down)."""
@@ -505,7 +540,9 @@ class Demo:
 
 
 def _human(seconds: float) -> str:
-    return f"{seconds / 60:g} min" if seconds >= 60 and seconds % 60 == 0 else f"{seconds:g} s"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g} min"
+    return f"{seconds:.3g} s"
 
 
 def _check_port_free(host: str, port: int) -> None:

@@ -12,7 +12,10 @@ enqueues, each in its own short transaction the way application code would:
 - a burst of low-priority search reindex jobs every few minutes, which raises queue age;
 - every 20 minutes (the first after 90 s) a session left idle in transaction for six minutes
   (REPEATABLE READ with an xid), which holds back the xmin horizon so dead tuples climb until it
-  ends; six, because the database page calls a holder amber after five.
+  ends (the demo's vacuum_blocked rule fires after 30 s of it).
+
+The orchestrator passes the schedule (`console.demo.democonfig.traffic_args`, divided by
+`--pace`); the defaults below are the schedule at pace 1.
 
 Killing a worker (stuck leases for the reaper) is the orchestrator's job: it owns the processes.
 This module never deletes or updates jobs; the workers and the scheduler do.
@@ -53,7 +56,7 @@ class TrafficOptions:
     rate: float = 5.0  # jobs per second, on average
     duration: float | None = None  # seconds; None runs until stopped
     burst_every: float = 240.0
-    burst_size: int = 300
+    burst_size: int = 600
     first_burst_after: float = 45.0
     idle_every: float = 1200.0
     idle_for: float = 360.0
@@ -234,7 +237,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, TrafficOptions]:
     parser.add_argument("--rate", type=float, default=5.0, help="jobs per second on average (default 5)")
     parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until stopped)")
     parser.add_argument("--burst-every", type=float, default=240.0, help="seconds between bursts")
-    parser.add_argument("--burst-size", type=int, default=300, help="jobs per burst (0: no bursts)")
+    parser.add_argument("--burst-size", type=int, default=600, help="jobs per burst (0: no bursts)")
     parser.add_argument("--first-burst-after", type=float, default=45.0)
     parser.add_argument("--idle-every", type=float, default=1200.0, help="seconds between idle-in-transaction sessions")
     parser.add_argument("--idle-for", type=float, default=360.0, help="seconds each stays idle (0: never)")
