@@ -30,6 +30,7 @@ _METRICS = [
     Metric("pickup_delay_seconds", "Time from a job becoming due to a worker claiming it.", "seconds", ("quantile",)),
     Metric("throughput", "Jobs finished per second by outcome (completed, failed, retried), from worker counters (an external source: per queue, from its library's completion log, system and external set).", "jobs/s", ("outcome", "queue", "system", "external")),
     Metric("queue_throughput", "Jobs of the queue finished per second by outcome (completed, failed, retried) since the last sample, from the workers' per-queue counters; a queue with any in the rate window is busy, not idle.", "jobs/s", ("queue", "outcome", "system")),
+    Metric("failure_ratio", "Share of finished jobs that failed for good (went to the dead letters), over [scheduler] rate_window (default 15 min).", "ratio"),
     Metric("retry_rate", "Share of finished attempts that were retried, over [scheduler] rate_window (default 15 min).", "ratio"),
     Metric("stuck_leases", "Running jobs whose lease has expired and that the reaper has not yet rescued.", "jobs", ("queue", "system", "external")),
     Metric("stuck_lease_age_seconds", "How long ago the oldest stuck lease expired (0 when none).", "seconds", ("queue", "system", "external")),

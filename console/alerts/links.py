@@ -211,6 +211,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "throughput": _workers,
     "queue_throughput": _queues,
     "retry_rate": _retries,
+    "failure_ratio": _dead_letters,
     "stuck_leases": _stuck,
     "stuck_lease_age_seconds": _stuck,
     "dead_letters": _dead_letters,

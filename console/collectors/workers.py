@@ -84,6 +84,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
         for outcome in ("completed", "failed", "retried"):
             out.append(Sample("throughput", {"outcome": outcome}, None))
         out.append(Sample("retry_rate", {}, None))
+        out.append(Sample("failure_ratio", {}, None))
         for label, _ in QUANTILES:
             out.append(Sample("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": label}, None))
             out.append(Sample("pickup_delay_seconds", {"quantile": label}, None))
@@ -96,6 +97,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
             out.append(Sample("queue_throughput", {"queue": queue, "outcome": outcome, "system": "skiplock"},
                               counts[i] / interval))
     out.append(Sample("retry_rate", {}, retry_rate(recent)))
+    out.append(Sample("failure_ratio", {}, failure_ratio(recent)))
     for label, q in QUANTILES:
         out.append(Sample("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": label}, quantile(claim_hist, q)))
         out.append(Sample("pickup_delay_seconds", {"quantile": label}, quantile(pickup_hist, q)))
@@ -120,6 +122,14 @@ def retry_rate(recent: list[list[float]]) -> float:
     retried = sum(m[4] for m in recent)
     finished = completed + failed + retried
     return retried / finished if finished else 0.0
+
+
+def failure_ratio(recent: list[list[float]]) -> float:
+    """Jobs that failed for good over jobs finished (completed or failed for good) in the
+    window; 0 when none finished."""
+    completed = sum(m[2] for m in recent)
+    failed = sum(m[3] for m in recent)
+    return failed / (completed + failed) if completed + failed else 0.0
 
 
 def _history(ctx: Context, rows: list[dict]) -> dict[str, list[list[float]]]:

@@ -32,6 +32,7 @@ DEMO_SETTINGS: dict[str, Any] = {
     "scheduler.archive_interval": 60.0,
     "scheduler.election_interval": 5.0,
     "scheduler.rate_window": "15m",
+    "web.stale_worker_after": 30.0,
     "maintenance.archive_after": "2m",  # completed jobs leave the hot table after two minutes
     "maintenance.archive_retention": "1d",
     # The demo's webhook receiver listens on loopback, which the address policy refuses by default.
@@ -43,9 +44,11 @@ DEMO_SETTINGS: dict[str, Any] = {
 
 # Seconds-valued settings that the pace divides, and the least each may become.
 _PACED: dict[str, float] = {
-    "worker.lease": 2.0, "worker.poll_interval": 0.2, "worker.flush_interval": 0.5, "worker.shutdown_grace": 1.0,
+    # The lease never below 9 s: the demo's reports take up to 8 s, and a lease shorter than
+    # its jobs is what the advisor's lease-vs-runtime check fails on (rightly).
+    "worker.lease": 9.0, "worker.poll_interval": 0.2, "worker.flush_interval": 0.5, "worker.shutdown_grace": 1.0,
     "scheduler.collect_interval": 1.0, "scheduler.reap_interval": 5.0, "scheduler.archive_interval": 5.0,
-    "scheduler.election_interval": 1.0,
+    "scheduler.election_interval": 1.0, "web.stale_worker_after": 3.0,
 }
 
 
@@ -88,9 +91,12 @@ class Promise:
     why: str
     per_hour: float | None = None  # dead letters per hour at --rate 5
     unpaced: float = 0.0
+    lease: bool = False  # add the workers' lease (paced, never under 9 s: see _PACED)
 
     def within(self, pace: float = 1.0, rate: float = 5.0) -> float:
         seconds = self.paced / pace + self.unpaced
+        if self.lease:
+            seconds += demo_settings(pace)["worker.lease"]
         if self.per_hour:
             seconds += rate_window_s(pace) * DEMO_RULES["dead_letter_growth"]["threshold"] / (self.per_hour * rate / 5.0)
         return seconds
@@ -112,7 +118,6 @@ DEMO_RULES: dict[str, dict[str, Any]] = {
 }
 
 COLLECT = DEMO_SETTINGS["scheduler.collect_interval"]
-LEASE = DEMO_SETTINGS["worker.lease"]
 
 
 def rate_window_s(pace: float = 1.0) -> float:
@@ -128,8 +133,9 @@ PROMISES: tuple[Promise, ...] = (
             "the head of the search queue waits past 30 s while two threads drain the burst (about 80 s)"),
     Promise("kill", "worker-reports killed with SIGKILL every 3 minutes (the first after a minute), while it holds "
             "a job and just after a reaper run", "stuck_leases", {}, 60.0, 180.0,
-            LEASE + DEMO_RULES["stuck_leases"]["for"] + 2 * COLLECT,
-            "its jobs' leases expire 15 s later and stay expired until the reaper's next run, 75 s after the last"),
+            DEMO_RULES["stuck_leases"]["for"] + 2 * COLLECT,
+            "its jobs' leases expire 15 s later and stay expired until the reaper's next run, 75 s after the last",
+            lease=True),
     Promise("idle", "a session idle in transaction (REPEATABLE READ, with an xid) for 6 minutes every 20 minutes, "
             "the first after 90 s", "vacuum_blocked", {"holder": "any"}, 90.0, 1200.0,
             DEMO_RULES["vacuum_blocked"]["threshold"] + DEMO_RULES["vacuum_blocked"]["for"] + 2 * COLLECT,
@@ -157,11 +163,11 @@ def demo_alerts(*, port: int, secret: str, pace: float = 1.0) -> str:
         lines += ["[[alerts.rules]]", f'name = "{name}"', f'metric = "{rule["metric"]}"']
         if "labels" in rule:
             lines.append("labels = { " + ", ".join(f'{k} = "{v}"' for k, v in rule["labels"].items()) + " }")
-        threshold = rule["threshold"] / pace if seconds_valued else rule["threshold"]
+        threshold = round(rule["threshold"] / pace, 1) if seconds_valued else rule["threshold"]
         lines += [f'op = "{rule["op"]}"', f"threshold = {threshold:g}"]
         if "clear" in rule:
-            lines.append(f"clear = {rule['clear'] / pace if seconds_valued else rule['clear']:g}")
-        lines += [f'for = "{max(rule["for"] / pace, 1):g}s"', f'severity = "{rule["severity"]}"',
+            lines.append(f"clear = {round(rule['clear'] / pace, 1) if seconds_valued else rule['clear']:g}")
+        lines += [f'for = "{round(max(rule["for"] / pace, 1), 1):g}s"', f'severity = "{rule["severity"]}"',
                   f"summary = {json.dumps(rule['summary'])}", f'runbook = "docs/alerts.md#{name}"', ""]
     return "\n".join(lines)
 

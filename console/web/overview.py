@@ -56,8 +56,8 @@ DEFAULT_WINDOW = "1h"
 STALE_AFTER = timedelta(minutes=5)
 JOBS_TABLES = ("jobs", "skiplock.jobs")
 
-# (warn at, bad at) for the one figure no alert rule watches: failed / (completed + failed) in
-# the latest interval. Every other figure is coloured by the alert rules in force (`Judge`).
+# (warn at, bad at) for the one figure no alert rule watches: failed / (completed + failed) over
+# the rate window. Every other figure is coloured by the alert rules in force (`Judge`).
 RULES: dict[str, tuple[float, float]] = {
     "failure_ratio": (0.05, 0.25),
 }
@@ -243,6 +243,13 @@ def claim_p95(latest: Latest) -> float | None:
 
 
 def failure_ratio(latest: Latest) -> float | None:
+    """Jobs failing for good over jobs finished, over the rate window (the workers collector's
+    `failure_ratio`); from the newest interval's throughput only where that is not stored (a
+    history from before it, or seeded samples). One interval of a few seconds mostly holds no
+    failure at all, then one: 0 % and 20 % in turn for a steady 2 %."""
+    stored = latest.total("failure_ratio")
+    if stored is not None:
+        return stored
     done = latest.total("throughput", outcome="completed")
     failed = latest.total("throughput", outcome="failed")
     if done is None and failed is None:
