@@ -50,6 +50,15 @@ def _redact(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
 
 
+def error_text(exc: BaseException) -> str:
+    """An error for a log line: its class and its message on one line, a DSN's password masked
+    (libpq quotes the connection string in some of its errors), e.g. "OperationalError:
+    consuming input failed: terminating connection due to administrator command"."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    name = type(exc).__name__
+    return f"{name}: {_redact(text)}"[:500] if text else name
+
+
 def connect(dsn: str, *, application_name: str = "skiplock", autocommit: bool = True, **kwargs) -> psycopg.Connection:
     try:
         return psycopg.connect(dsn, autocommit=autocommit, application_name=application_name, **kwargs)

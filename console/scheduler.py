@@ -68,7 +68,7 @@ from psycopg.rows import dict_row
 from console import collectors, periodic
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
-from console.db import DatabaseError, connect, require_schema
+from console.db import DatabaseError, connect, error_text, require_schema
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.scheduler")
@@ -138,7 +138,9 @@ def _alive(conn: psycopg.Connection) -> bool:
     """One empty round trip on a cached connection before a job uses it. A connection whose
     server went away (a restart, a failover, an idle timeout) only learns so on its next
     statement, which would fail that job's run once per connection after every restart; the
-    check costs one loopback round trip per run (runs are seconds apart)."""
+    check costs one loopback round trip per run (runs are seconds apart). Only the thread that
+    owns `conn` may call it: from another thread, a statement in progress would read as "not
+    idle" and the caller would close the connection under it."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return False  # a job that failed mid-transaction left it unusable
     try:
@@ -166,8 +168,9 @@ class Scheduler:
         self.is_leader = False
         self.leader_since: datetime | None = None
         self._lock_conn: psycopg.Connection | None = None
+        # Each job's connections, used only by that job's run (see "running jobs" below).
         self._conns: dict[str, psycopg.Connection] = {}
-        self._conn_lock = threading.Lock()
+        self._conns_lock = threading.Lock()  # guards the dict itself, never held across I/O
         self._stop = threading.Event()
         for module in HOOK_MODULES:
             importlib.import_module(module)
@@ -188,6 +191,7 @@ class Scheduler:
         if run_periodic:
             self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
         self._by_name = {j.name: j for j in self.jobs}
+        self._running = {j.name: threading.Lock() for j in self.jobs}  # one run of a job at a time
         self._aps: BlockingScheduler | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -238,54 +242,91 @@ class Scheduler:
         self.leader_since = None
 
     # --- running jobs ------------------------------------------------------------------
+    #
+    # Who uses which connection. A psycopg connection must never be used by two threads at
+    # once: libpq is not thread-safe per connection, and closing one while another thread is
+    # inside a statement on it frees memory that thread still reads (the scheduler died with
+    # SIGSEGV in psycopg that way while every job recorded its health on one shared
+    # connection). So each job owns its connections (`_conns[job]`, and `_conns["hooks"]` for
+    # the collect job's hooks), runs of one job never overlap (`_running[job]`, whoever calls
+    # run_job), and a run records its health on its own job's connection. Only the owning
+    # run checks, closes or replaces a connection; `close()` runs once every run has ended.
 
-    def _conn(self, spec: JobSpec) -> psycopg.Connection:
-        with self._conn_lock:
-            conn = self._conns.get(spec.name)
-            if conn is not None and not (conn.closed or conn.broken) and not _alive(conn):
-                conn.close()  # e.g. PostgreSQL restarted since the last run: reconnect, don't fail the run
-            if conn is None or conn.closed or conn.broken:
-                if spec.name == "collect":
-                    conn = collector_connection(self.dsn, self.options)
-                else:
-                    conn = connect(self.dsn, application_name=spec.app)
-                self._conns[spec.name] = conn
-            return conn
+    def _conn(self, name: str, app: str = JOB_APP) -> psycopg.Connection:
+        """Job `name`'s connection, checked (`_alive`) and replaced if the server dropped it.
+        Called only from that job's run (see above)."""
+        conn = self._conns.get(name)
+        if conn is not None and not (conn.closed or conn.broken) and not _alive(conn):
+            conn.close()  # e.g. PostgreSQL restarted since the last run: reconnect, don't fail the run
+        if conn is None or conn.closed or conn.broken:
+            if name == "collect":
+                conn = collector_connection(self.dsn, self.options)
+            else:
+                conn = connect(self.dsn, application_name=app)
+            with self._conns_lock:
+                self._conns[name] = conn
+        return conn
+
+    def _drop_if_unusable(self, name: str) -> None:
+        """After a failure: a broken connection, or one left inside a transaction, is closed
+        (by its owner) so that the next use reconnects."""
+        conn = self._conns.get(name)
+        if conn is not None and not conn.closed and (
+                conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+            conn.close()
 
     def run_job(self, name: str) -> bool:
         """Run one job now if this process leads; record its health. Returns True if it ran
-        without error (False for a standby or a failure)."""
+        without error (False for a standby, a failure, or while a run of it is in progress)."""
         if not self.is_leader or self._stop.is_set():
             return False
         spec = self._by_name[name]
-        return self._timed(name, spec.interval, lambda: spec.run(self._conn(spec)), spec)
+        running = self._running[name]
+        if not running.acquire(blocking=False):
+            log.info("database %s: job %s is still running; this run is skipped", self.database, name)
+            return False
+        try:
+            return self._timed(name, spec.interval, lambda: spec.run(self._conn(name, spec.app)), name, spec.app)
+        finally:
+            running.release()
 
-    def _timed(self, name: str, interval: float | None, work: Callable[[], Any], spec: JobSpec | None = None) -> bool:
+    def _timed(self, name: str, interval: float | None, work: Callable[[], Any], owner: str,
+               app: str = JOB_APP) -> bool:
+        """Run `work`, then record its health on the connection `owner` (the running job's)."""
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         error = None
         try:
             work()
         except Exception as exc:  # a job's failure is recorded, never the scheduler's death
-            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
+            error = error_text(exc)[:1000]
             log.warning("database %s: job %s failed: %s", self.database, name, error)
-            if spec is not None:
-                conn = self._conns.get(spec.name)
-                if conn is not None and (conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
-                    conn.close()
+            self._drop_if_unusable(owner)
         duration_ms = (time.perf_counter() - t0) * 1000.0
-        self._record(name, interval, started_at, duration_ms, error)
+        self._record(name, interval, started_at, duration_ms, error, owner, app)
         return error is None
 
-    def _record(self, name: str, interval: float | None, started_at: datetime, duration_ms: float, error: str | None) -> None:
-        try:
-            conn = self._conn(JobSpec("health", 0, lambda c: None))
-            conn.execute(query("scheduler", "job_ran"), {
-                "job": name, "leader": self.node_id, "interval": interval, "started_at": started_at,
-                "duration_ms": duration_ms, "error": error,
-            })
-        except (psycopg.Error, DatabaseError) as exc:
-            log.warning("could not record the health of job %s (%s)", name, type(exc).__name__)
+    def _record(self, name: str, interval: float | None, started_at: datetime, duration_ms: float,
+                error: str | None, owner: str, app: str = JOB_APP) -> bool:
+        """Write the run's health row on `owner`'s connection. A connection lost on the way
+        (the server restarted or ended the session between the check and the write) is
+        replaced and the write tried once more, so a run is not left out of the record for a
+        reconnect; a database that stays away is logged, with psycopg's message."""
+        params = {"job": name, "leader": self.node_id, "interval": interval, "started_at": started_at,
+                  "duration_ms": duration_ms, "error": error}
+        for attempt in (1, 2):
+            try:
+                self._conn(owner, app).execute(query("scheduler", "job_ran"), params)
+                return True
+            except (psycopg.Error, DatabaseError) as exc:
+                lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+                self._drop_if_unusable(owner)
+                if attempt == 1 and lost:
+                    continue
+                log.warning("database %s: could not record the health of job %s (%s)", self.database, name,
+                            error_text(exc))
+                return False
+        return False
 
     # --- the jobs ----------------------------------------------------------------------
 
@@ -293,9 +334,10 @@ class Scheduler:
         report = collectors.collect(conn, self.options, leader=self.node_id)
         if report.errors:
             log.info("collection %s: collector errors %s", report.run_id, report.errors)
-        hook_conn = self._conn(JobSpec("hooks", 0, lambda c: None))
+        # The hooks run on the collect job's second connection ("hooks", owned by this run),
+        # checked before each hook so that one hook's lost connection does not fail the next.
         for hook in [*AFTER_COLLECTION, self.alerts.after_collection]:
-            self._timed(_hook_name(hook), None, lambda hook=hook: hook(hook_conn, report))
+            self._timed(_hook_name(hook), None, lambda hook=hook: hook(self._conn("hooks"), report), "hooks")
 
     def _reap(self, conn: psycopg.Connection) -> None:
         from console import maintenance
@@ -388,11 +430,13 @@ class Scheduler:
                 self._lock_conn.execute(query("scheduler", "node_stopped"), {"id": self.node_id})
         except psycopg.Error:
             pass
-        for conn in [self._lock_conn, *self._conns.values()]:
+        with self._conns_lock:
+            conns = [*self._conns.values()]
+            self._conns.clear()
+        for conn in [self._lock_conn, *conns]:
             if conn is not None:
                 conn.close()
         self._lock_conn = None
-        self._conns.clear()
         self.is_leader = False
 
 

@@ -1,6 +1,8 @@
 """The scheduler: one leader per database, failover within one election interval after the
 leader is SIGKILLed, job health in the database, hooks after collection, and sample retention."""
 
+import itertools
+import json
 import os
 import signal
 import subprocess
@@ -233,3 +235,73 @@ def test_after_a_postgresql_restart_the_next_runs_reconnect_instead_of_failing(p
     with connect(dsn) as conn:
         [reap] = [j for j in scheduler.status(conn)["jobs"] if j["job"] == "reap"]
     assert reap["failures"] == 0 and reap["last_error"] is None
+
+
+# Sessions of the storm's scheduler older than this are terminated on every sweep: a job's
+# connection dies at any point of its use (as in a restart or a failover), while the fresh
+# connection a run opens in its place lives long enough to record the run.
+STORM_SPARE_MS = 300
+# Jobs whose health record is stopped midway now and then (not collect: its connection's
+# lock_timeout would end the record's wait before the session is terminated).
+STORM_TRAPS = ("reap", "periodic", "archive", "alerts_deliver", "retention")
+
+
+def _end_a_health_record_midway(conn, job: str) -> list[str]:
+    """Hold `job`'s health row so that its next record waits on the lock, then terminate the
+    session that waits: the connection is lost in the middle of the record. [job] when it was.
+    (pg_locks, not pg_stat_activity: the latter is a snapshot taken once per transaction.)"""
+    with conn.transaction():
+        if conn.execute("SELECT 1 FROM skiplock.scheduler_jobs WHERE job = %s FOR UPDATE", (job,)).fetchone() is None:
+            return []  # not recorded yet
+        until = time.monotonic() + 2
+        while time.monotonic() < until:
+            ended = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid)) FROM pg_locks AS l "
+                "WHERE NOT l.granted AND pg_backend_pid() = ANY(pg_blocking_pids(l.pid))").fetchone()[0]
+            if ended:
+                return [job]
+            time.sleep(0.005)
+    return []
+
+
+@pytest.mark.slow
+def test_concurrent_jobs_under_connection_faults_neither_crash_nor_lose_a_health_record(subprocess_env, dsn, conn, tmp_path):
+    """Every job at 50 ms in a child `Scheduler.run()` for 8 s while the parent terminates its
+    sessions: the child must exit 0 (it died with SIGSEGV when all jobs shared one connection
+    for their health records, and closed it under each other), and every run it counted must
+    be in skiplock.scheduler_jobs."""
+    env = {**subprocess_env, "PYTHONFAULTHANDLER": "1"}
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("w") as out, err_path.open("w") as err:  # files, not pipes: a full pipe would stall it
+        child = subprocess.Popen([sys.executable, "-m", "tests.scheduler_storm", dsn, "8"], env=env,
+                                 stdout=out, stderr=err)
+    dbname = conn.info.dbname
+    kills, trapped = 0, []
+    deadline = time.monotonic() + 90
+    try:
+        for sweep in itertools.count():
+            if child.poll() is not None or time.monotonic() > deadline:
+                break
+            kills += conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND application_name LIKE 'skiplock-%%' AND pid <> pg_backend_pid() "
+                "AND backend_start < now() - make_interval(secs => %s)",
+                (dbname, STORM_SPARE_MS / 1000.0)).fetchone()[0]
+            if sweep % 10 == 5:
+                trapped += _end_a_health_record_midway(conn, STORM_TRAPS[len(trapped) % len(STORM_TRAPS)])
+            time.sleep(0.1)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+            pytest.fail(f"the scheduler hung (no exit within 90 s): {err_path.read_text()[-3000:]}")
+    err = err_path.read_text()
+    assert child.returncode == 0, f"the scheduler died (exit {child.returncode}): {err[-6000:]}"
+    assert "Fatal Python error" not in err, err[-6000:]
+    assert kills >= 10, f"only {kills} sessions were terminated: the faults did not happen"
+    assert len(trapped) >= 3, f"only {trapped} health records were ended midway: the faults did not happen"
+    attempted = json.loads(out_path.read_text().strip().splitlines()[-1])
+    recorded = {job: runs for job, runs in conn.execute("SELECT job, runs FROM skiplock.scheduler_jobs")}
+    assert {"collect", "reap", "archive", "periodic", "alerts_deliver"} <= set(attempted)
+    lost = {job: (n, recorded.get(job, 0)) for job, n in attempted.items() if recorded.get(job, 0) != n}
+    assert not lost, f"runs without their health record (attempted, recorded): {lost}; {err[-3000:]}"
