@@ -26,9 +26,10 @@ config so a run more than that late is skipped):
 - retention: sample rollups and deletion (`console.collectors.retention`);
 - alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
 - periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
-  finished runs' outcomes and prune old runs (`console.periodic`). The schedules are read and
-  validated when the process starts (`[[periodic]]` and the `[scheduler] tasks` modules'
-  `@console.schedule`s): a bad one stops start-up with a message naming it.
+  finished runs' outcomes and prune old runs (`console.periodic`). It wakes at each schedule's
+  next slot and at least every `periodic_interval` seconds (`PeriodicTrigger`). The schedules
+  are read and validated when the process starts (`[[periodic]]` and the `[scheduler] tasks`
+  modules' `@console.schedule`s): a bad one stops start-up with a message naming it.
 
 Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
 says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
@@ -39,7 +40,8 @@ APScheduler, each with its own election connection, lock, job connections and he
 processes over the same list split the databases between them by whoever wins each lock, and
 either takes over the other's databases within one election interval when it dies. A database
 that is down, or whose schema is missing, is a standby that keeps trying: the others run on.
-Periodic (cron) schedules run only in the first database (one schedule, one enqueue).
+Periodic (cron) schedules run in every database: each database's leader declares them in its
+own `skiplock.periodic` and enqueues each slot once into its own queue.
 
 It does not start inside the web app (tests and gunicorn workers must never run jobs) and does
 not measure anything itself.
@@ -57,12 +59,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 from psycopg.rows import dict_row
 
 from console import collectors, periodic
@@ -154,7 +158,7 @@ class Scheduler:
     """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dsn: str, config: Any, *, node_id: str | None = None, database: str = "default",
-                 run_periodic: bool = True, home: bool = True):
+                 home: bool = True):
         self.dsn = dsn
         self.config = config
         self.database = database
@@ -188,8 +192,10 @@ class Scheduler:
         self.alerts = AlertJobs(config, database=database, home=home)
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self.periodic_entries = periodic.load_entries(config)
-        if run_periodic:
-            self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
+        # The database's clock minus this host's (seconds), measured by each periodic pass: the
+        # database decides which slots are due, so the pass wakes by its clock.
+        self._clock_offset = 0.0
+        self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
         self._by_name = {j.name: j for j in self.jobs}
         self._running = {j.name: threading.Lock() for j in self.jobs}  # one run of a job at a time
         self._aps: BlockingScheduler | None = None
@@ -373,6 +379,9 @@ class Scheduler:
 
     def _periodic(self, conn: psycopg.Connection) -> None:
         s = self.config.scheduler
+        asked = time.time()
+        db_now = conn.execute(query("periodic", "db_now"), {}).fetchone()[0]
+        self._clock_offset = db_now.timestamp() - (asked + time.time()) / 2
         periodic.sync(conn, self.periodic_entries)
         report = periodic.enqueue_due(conn, self.periodic_entries, catch_up_limit=s.periodic_catch_up_limit,
                                       max_attempts=self.config.queue.max_attempts)
@@ -395,8 +404,17 @@ class Scheduler:
         """This database's election and jobs on `aps` (ids end with `suffix`, e.g. ":east")."""
         aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect" + suffix, name="elect" + suffix)
         for spec in self.jobs:
-            aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name + suffix,
+            trigger = (PeriodicTrigger(spec.interval, self.next_periodic_wake) if spec.name == "periodic"
+                       else IntervalTrigger(seconds=spec.interval))
+            aps.add_job(self.run_job, trigger, args=[spec.name], id=spec.name + suffix,
                         name=spec.name + suffix, next_run_time=datetime.now(UTC))
+
+    def next_periodic_wake(self, now: datetime) -> datetime | None:
+        """When (by this host's clock) the next slot of a periodic schedule is due by the
+        database's clock, plus SLOT_MARGIN; None without schedules."""
+        offset = timedelta(seconds=self._clock_offset)
+        slot = periodic.next_slot(self.periodic_entries, now + offset)
+        return None if slot is None else slot - offset + SLOT_MARGIN
 
     def run(self) -> int:
         with connect(self.dsn, application_name=JOB_APP) as conn:
@@ -440,6 +458,33 @@ class Scheduler:
         self.is_leader = False
 
 
+# A periodic pass wakes this long after a slot, so that the database's clock has passed the slot
+# too (the offset between the clocks is measured to within a loopback round trip).
+SLOT_MARGIN = timedelta(milliseconds=50)
+
+
+class PeriodicTrigger(BaseTrigger):
+    """The periodic job's wake-ups: at the next slot of any schedule, and at least every
+    `interval` seconds (`scheduler.periodic_interval`: outcomes are settled and pauses read).
+
+    Waking only every `interval` seconds, a schedule with a shorter period (`every = "2s"` with
+    the default 5 s pass) got one job per pass and the other slots counted as missed, which
+    fired `periodic_late` although nothing was paused or down. Waking at the slot, every
+    schedule gets each of its slots, on time, whatever the pass interval."""
+
+    def __init__(self, interval: float, next_wake: Callable[[datetime], datetime | None]):
+        self.interval = timedelta(seconds=interval)
+        self.next_wake = next_wake
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime:
+        regular = now if previous_fire_time is None else previous_fire_time + self.interval
+        wake = self.next_wake(now)
+        return regular if wake is None else min(regular, wake)
+
+    def __str__(self) -> str:
+        return f"periodic[at each slot, at least every {self.interval.total_seconds():g}s]"
+
+
 def _blocking_scheduler(config: Any, executor: ThreadPoolExecutor) -> BlockingScheduler:
     grace = max(1, int(round(config.scheduler.misfire_grace)))
     return BlockingScheduler(
@@ -463,8 +508,7 @@ class Fleet:
         self.config = config
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.members: dict[str, Scheduler] = {
-            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, run_periodic=(i == 0),
-                              home=(i == 0))
+            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, home=(i == 0))
             for i, d in enumerate(databases)
         }
         self._aps: BlockingScheduler | None = None
