@@ -72,6 +72,7 @@ from psycopg.rows import dict_row
 from console import collectors, periodic
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
+from console.collectors.restarts import RESTART_WINDOW_S
 from console.db import DatabaseError, connect, error_text, require_schema
 from console.sqlfiles import query
 
@@ -109,13 +110,16 @@ def _hook_name(hook: Hook) -> str:
 # --- reading the scheduler's health (the web console uses this) ---------------------------
 
 def status(conn: psycopg.Connection) -> dict[str, Any]:
-    """{"leader": node or None, "nodes": [...], "jobs": [...]}: every scheduler process seen in
-    the last hour with its liveness, and every job's last run, duration, error and totals."""
+    """{"leader": node or None, "nodes": [...], "jobs": [...], "restarts": [...]}: every
+    scheduler process seen in the last hour with its liveness, every job's last run, duration,
+    error and totals, and the restarts of the last 15 minutes (a process that replaced one that
+    died without stopping; `console.collectors.restarts` counts the same rows)."""
     with conn.cursor(row_factory=dict_row) as cur:
         nodes = cur.execute(query("scheduler", "nodes"), {}).fetchall()
         jobs = cur.execute(query("scheduler", "jobs"), {}).fetchall()
+        restarts = cur.execute(query("scheduler", "restarts"), {"window_seconds": RESTART_WINDOW_S}).fetchall()
     leader = next((n for n in nodes if n["is_leader"] and n["alive"]), None)
-    return {"leader": leader, "nodes": nodes, "jobs": jobs}
+    return {"leader": leader, "nodes": nodes, "jobs": jobs, "restarts": restarts}
 
 
 # --- the process ---------------------------------------------------------------------------

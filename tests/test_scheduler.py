@@ -305,3 +305,106 @@ def test_concurrent_jobs_under_connection_faults_neither_crash_nor_lose_a_health
     assert {"collect", "reap", "archive", "periodic", "alerts_deliver"} <= set(attempted)
     lost = {job: (n, recorded.get(job, 0)) for job, n in attempted.items() if recorded.get(job, 0) != n}
     assert not lost, f"runs without their health record (attempted, recorded): {lost}; {err[-3000:]}"
+
+
+# --- restarts ---------------------------------------------------------------------------------
+
+def _node(conn, node_id: str, host: str, started_ago: float, seen_ago: float, stopped: bool = False) -> None:
+    """A scheduler_nodes row as a process leaves it: started, last seen, stopped cleanly or not."""
+    conn.execute(
+        "INSERT INTO skiplock.scheduler_nodes (id, host, pid, started_at, last_seen, stopped_at) "
+        "VALUES (%(id)s, %(host)s, %(pid)s, now() - make_interval(secs => %(started)s), "
+        "now() - make_interval(secs => %(seen)s), CASE WHEN %(stopped)s THEN now() - make_interval(secs => %(seen)s) END)",
+        {"id": node_id, "host": host, "pid": abs(hash(node_id)) % 100_000, "started": started_ago, "seen": seen_ago,
+         "stopped": stopped})
+
+
+def _restarts_sample(dsn) -> float:
+    from console import collectors
+
+    with collectors.collector_connection(dsn) as cconn:
+        report = collectors.collect(cconn, only=("restarts",), store=False)
+    [value] = [s.value for s in report.samples if s.metric == "scheduler_restarts"]
+    return value
+
+
+def test_a_restart_is_a_process_that_replaced_one_that_died_not_a_standby_nor_a_deploy(conn, dsn):
+    # Host a crashed twice in the last 15 min (a1, then its replacement a2); a3 runs now.
+    _node(conn, "a1", "a", started_ago=1200, seen_ago=600)
+    _node(conn, "a2", "a", started_ago=590, seen_ago=300)
+    _node(conn, "a3", "a", started_ago=290, seen_ago=1)
+    # Host b: a second standby started next to a running one.
+    _node(conn, "b1", "b", started_ago=3600, seen_ago=1)
+    _node(conn, "b2", "b", started_ago=60, seen_ago=1)
+    # Host g: a second standby started between two election ticks of the running one.
+    _node(conn, "g1", "g", started_ago=3600, seen_ago=3)
+    _node(conn, "g2", "g", started_ago=2, seen_ago=1)
+    # Host c: a deploy (the old process stopped cleanly, the new one started).
+    _node(conn, "c1", "c", started_ago=3600, seen_ago=300, stopped=True)
+    _node(conn, "c2", "c", started_ago=290, seen_ago=1)
+    # Host d: a crash and its restart, 40 min ago (outside the window).
+    _node(conn, "d1", "d", started_ago=3600, seen_ago=2400)
+    _node(conn, "d2", "d", started_ago=2390, seen_ago=1)
+    # Host e: a crash long ago, its restart stopped cleanly since, then a start: the start
+    # follows the clean stop, not the crash.
+    _node(conn, "e1", "e", started_ago=7200, seen_ago=3000)
+    _node(conn, "e2", "e", started_ago=2990, seen_ago=400, stopped=True)
+    _node(conn, "e3", "e", started_ago=390, seen_ago=1)
+    # Host f runs two schedulers; one of them crashed and was started again.
+    _node(conn, "f1", "f", started_ago=3600, seen_ago=1)
+    _node(conn, "f2", "f", started_ago=3500, seen_ago=120)
+    _node(conn, "f3", "f", started_ago=110, seen_ago=1)
+    restarts = scheduler.status(conn)["restarts"]
+    assert [(r["id"], r["replaced"]) for r in restarts] == [("f3", "f2"), ("a3", "a2"), ("a2", "a1")]
+    assert _restarts_sample(dsn) == 3.0
+
+
+@pytest.mark.slow
+def test_a_crashed_and_restarted_scheduler_fires_scheduler_restarts_and_shows_on_the_maintenance_page(
+        subprocess_env, conn, client_as):
+    """Two schedulers (one a standby) fire nothing; SIGSEGV to the leader, as the crash did, and a
+    supervisor's restart: the alert fires and the Maintenance page names both processes."""
+    env = {**subprocess_env, "SKIPLOCK_SCHEDULER_ELECTION_INTERVAL": "0.5", "SKIPLOCK_SCHEDULER_COLLECT_INTERVAL": "0.5"}
+
+    def spawn():
+        return subprocess.Popen([sys.executable, "-m", "console", "scheduler"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cycles_after(moment) -> int:
+        return conn.execute("SELECT count(*) FROM skiplock.collection_runs WHERE started_at > %s", (moment,)).fetchone()[0]
+
+    def restarts_alert():
+        return conn.execute("SELECT state, value FROM skiplock.alerts WHERE rule = 'scheduler_restarts'").fetchone()
+
+    procs = [spawn(), spawn()]
+    try:
+        eventually(lambda: conn.execute("SELECT count(*) FROM skiplock.scheduler_nodes").fetchone()[0] == 2, timeout=30)
+        both_up = conn.execute("SELECT now()").fetchone()[0]
+        eventually(lambda: cycles_after(both_up) >= 3, timeout=30)
+        assert (restarts_alert() or ("ok",))[0] == "ok"  # a standby next to the leader is no restart
+        leader_pid = eventually(lambda: (conn.execute(
+            "SELECT pid FROM skiplock.scheduler_nodes WHERE is_leader AND stopped_at IS NULL").fetchone() or [None])[0],
+            timeout=10)
+        crashed = next(p for p in procs if p.pid == leader_pid)
+        crashed.send_signal(signal.SIGSEGV)
+        assert crashed.wait(15) == -signal.SIGSEGV
+        # The crashed process counts as dead once unseen for 30 s: rather than wait, move the
+        # nodes' history 31 s back (the live standby says it is alive again at its next tick).
+        conn.execute("UPDATE skiplock.scheduler_nodes SET last_seen = last_seen - interval '31 seconds', "
+                     "started_at = started_at - interval '31 seconds'")
+        procs.append(spawn())  # the supervisor restarts it
+        state = eventually(lambda: (restarts_alert() or (None,))[0] == "firing" and restarts_alert(), timeout=30)
+        assert state == ("firing", 1.0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    page = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    section = page.split('id="scheduler-restarts"', 1)[1].split("</table>", 1)[0]
+    assert "Restarted 1 time in the last 15 minutes" in section
+    assert f">{procs[2].pid}<" in section and f">{leader_pid}<" in section
