@@ -3,8 +3,10 @@ leader is SIGKILLed, job health in the database, hooks after collection, and sam
 
 import itertools
 import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -408,3 +410,21 @@ def test_a_crashed_and_restarted_scheduler_fires_scheduler_restarts_and_shows_on
     section = page.split('id="scheduler-restarts"', 1)[1].split("</table>", 1)[0]
     assert "Restarted 1 time in the last 15 minutes" in section
     assert f">{procs[2].pid}<" in section and f">{leader_pid}<" in section
+
+
+def test_a_health_record_that_cannot_be_written_is_logged_with_its_reason_and_no_password(caplog):
+    """The warning names the error's message, not only its class (it said `(OperationalError)`),
+    and a DSN in it keeps its password out of the log."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sched = scheduler.Scheduler(f"postgresql://skiplock:hunter2secret@127.0.0.1:{port}/gone", make_config())
+    sched.is_leader = True  # as if elected: the run and its record both meet the closed port
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiplock.scheduler"):
+            assert sched.run_job("reap") is False
+    finally:
+        sched.close()
+    [line] = [r.getMessage() for r in caplog.records if "could not record the health of job reap" in r.getMessage()]
+    assert "DatabaseError: cannot connect to" in line and "Connection refused" in line, line
+    assert "hunter2secret" not in caplog.text
