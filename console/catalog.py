@@ -87,6 +87,7 @@ _METRICS = [
     Metric("collector_duration_seconds", "Time each collector took in the last cycle.", "seconds", ("collector",)),
     Metric("collection_duration_seconds", "Time the whole collection cycle took.", "seconds"),
     Metric("collector_errors", "1 when the collector failed or timed out in the last cycle.", "bool", ("collector",)),
+    Metric("scheduler_restarts", "Scheduler processes that started in the last 15 minutes in place of one on the same host that died without stopping (a crash, SIGKILL, the OOM killer); a second standby or a clean restart is not one.", "restarts"),
     Metric("collection_age_seconds", "Seconds since the newest stored collection cycle (computed when /metrics is scraped; grows when the scheduler is down).", "seconds"),
 ]
 

@@ -127,7 +127,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "failed_queue_limit", int, 5000, "Newest dead letters read for the per-queue split (a heap fetch each); beyond it shares are scaled to the total.", positive),
     Setting("scheduler", "failed_total_limit", int, 50000, "Dead letters counted exactly per cycle; beyond it the total is the planner's estimate.", positive),
     Setting("scheduler", "probe_queues", int, 1, "Queues probed one by one with a rolled-back claim each cycle (plus one probe over all queues).", non_negative),
-    Setting("scheduler", "periodic_interval", float, 5.0, "Seconds between passes that enqueue due periodic (cron) job slots; a slot starts at most this late.", positive),
+    Setting("scheduler", "periodic_interval", float, 5.0, "Longest wait between two passes of the periodic (cron) job, which settle finished runs and read pauses; a pass also wakes at each schedule's next slot, so slots start on time whatever this is.", positive),
     Setting("scheduler", "periodic_catch_up_limit", int, 100, "Most missed slots one periodic entry with catch_up = true enqueues after downtime (the newest are kept).", positive),
     Setting("scheduler", "periodic_keep_days", float, 30.0, "Days finished periodic runs (one row per slot) are kept.", positive),
     Setting("scheduler", "tasks", str, "", "Task module(s), comma-separated (e.g. myapp.tasks), whose @console.schedule periodic jobs the scheduler runs; empty = only [[periodic]] from the config file."),

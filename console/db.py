@@ -50,6 +50,15 @@ def _redact(dsn: str) -> str:
     return re.sub(r"(password\s*=\s*)\S+", r"\1***", dsn)
 
 
+def error_text(exc: BaseException) -> str:
+    """An error for a log line: its class and its message on one line, a DSN's password masked
+    (libpq quotes the connection string in some of its errors), e.g. "OperationalError:
+    consuming input failed: terminating connection due to administrator command"."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    name = type(exc).__name__
+    return f"{name}: {_redact(text)}"[:500] if text else name
+
+
 def connect(dsn: str, *, application_name: str = "skiplock", autocommit: bool = True, **kwargs) -> psycopg.Connection:
     try:
         return psycopg.connect(dsn, autocommit=autocommit, application_name=application_name, **kwargs)
@@ -69,7 +78,11 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
     slipped onto it fails at once, on a standby and on a primary alike); `connect_timeout` bounds
     each connection attempt (libpq counts at least 2 s); `tcp_user_timeout_ms` drops a pooled
     connection whose server stopped acknowledging what is sent (a host gone from the network
-    would otherwise hold a query for the kernel's minutes of retransmissions)."""
+    would otherwise hold a query for the kernel's minutes of retransmissions).
+
+    Every connection is checked (one empty round trip, `ConnectionPool.check_connection`) as it
+    leaves the pool: after a PostgreSQL restart or failover every pooled session is dead, and
+    unchecked, each would fail the one request that borrowed it before the pool replaced it."""
     settings = []
     if statement_timeout_ms:
         settings.append(f"-c statement_timeout={statement_timeout_ms}")
@@ -82,7 +95,8 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
         kwargs["connect_timeout"] = connect_timeout
     if tcp_user_timeout_ms:
         kwargs["tcp_user_timeout"] = tcp_user_timeout_ms
-    return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name)
+    return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name,
+                          check=ConnectionPool.check_connection)
 
 
 @contextmanager

@@ -439,6 +439,12 @@ def enqueue_due(conn: psycopg.Connection, entries: list[Entry], now: datetime | 
     return report
 
 
+def next_slot(entries: Iterable[Entry], after: datetime) -> datetime | None:
+    """The earliest slot of any entry strictly after `after` (None without entries): when the
+    scheduler's next pass has something to enqueue."""
+    return min((entry.next_after(after) for entry in entries), default=None)
+
+
 def _enqueue_slot(cur: psycopg.Cursor, entry: Entry, slot: datetime, *, manual: bool, actor: str | None,
                   max_attempts: int | None) -> int | None:
     claimed = cur.execute(query("periodic", "claim_slot"),

@@ -26,9 +26,10 @@ config so a run more than that late is skipped):
 - retention: sample rollups and deletion (`console.collectors.retention`);
 - alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
 - periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
-  finished runs' outcomes and prune old runs (`console.periodic`). The schedules are read and
-  validated when the process starts (`[[periodic]]` and the `[scheduler] tasks` modules'
-  `@console.schedule`s): a bad one stops start-up with a message naming it.
+  finished runs' outcomes and prune old runs (`console.periodic`). It wakes at each schedule's
+  next slot and at least every `periodic_interval` seconds (`PeriodicTrigger`). The schedules
+  are read and validated when the process starts (`[[periodic]]` and the `[scheduler] tasks`
+  modules' `@console.schedule`s): a bad one stops start-up with a message naming it.
 
 Every run's start, duration and error are written to `skiplock.scheduler_jobs`, and every node
 says it is alive in `skiplock.scheduler_nodes`; `status(conn)` reads both for the web console.
@@ -39,7 +40,8 @@ APScheduler, each with its own election connection, lock, job connections and he
 processes over the same list split the databases between them by whoever wins each lock, and
 either takes over the other's databases within one election interval when it dies. A database
 that is down, or whose schema is missing, is a standby that keeps trying: the others run on.
-Periodic (cron) schedules run only in the first database (one schedule, one enqueue).
+Periodic (cron) schedules run in every database: each database's leader declares them in its
+own `skiplock.periodic` and enqueues each slot once into its own queue.
 
 It does not start inside the web app (tests and gunicorn workers must never run jobs) and does
 not measure anything itself.
@@ -57,18 +59,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.interval import IntervalTrigger
 from psycopg.rows import dict_row
 
 from console import collectors, periodic
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
-from console.db import DatabaseError, connect, require_schema
+from console.collectors.restarts import RESTART_WINDOW_S
+from console.db import DatabaseError, connect, error_text, require_schema
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.scheduler")
@@ -105,13 +110,16 @@ def _hook_name(hook: Hook) -> str:
 # --- reading the scheduler's health (the web console uses this) ---------------------------
 
 def status(conn: psycopg.Connection) -> dict[str, Any]:
-    """{"leader": node or None, "nodes": [...], "jobs": [...]}: every scheduler process seen in
-    the last hour with its liveness, and every job's last run, duration, error and totals."""
+    """{"leader": node or None, "nodes": [...], "jobs": [...], "restarts": [...]}: every
+    scheduler process seen in the last hour with its liveness, every job's last run, duration,
+    error and totals, and the restarts of the last 15 minutes (a process that replaced one that
+    died without stopping; `console.collectors.restarts` counts the same rows)."""
     with conn.cursor(row_factory=dict_row) as cur:
         nodes = cur.execute(query("scheduler", "nodes"), {}).fetchall()
         jobs = cur.execute(query("scheduler", "jobs"), {}).fetchall()
+        restarts = cur.execute(query("scheduler", "restarts"), {"window_seconds": RESTART_WINDOW_S}).fetchall()
     leader = next((n for n in nodes if n["is_leader"] and n["alive"]), None)
-    return {"leader": leader, "nodes": nodes, "jobs": jobs}
+    return {"leader": leader, "nodes": nodes, "jobs": jobs, "restarts": restarts}
 
 
 # --- the process ---------------------------------------------------------------------------
@@ -138,7 +146,9 @@ def _alive(conn: psycopg.Connection) -> bool:
     """One empty round trip on a cached connection before a job uses it. A connection whose
     server went away (a restart, a failover, an idle timeout) only learns so on its next
     statement, which would fail that job's run once per connection after every restart; the
-    check costs one loopback round trip per run (runs are seconds apart)."""
+    check costs one loopback round trip per run (runs are seconds apart). Only the thread that
+    owns `conn` may call it: from another thread, a statement in progress would read as "not
+    idle" and the caller would close the connection under it."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         return False  # a job that failed mid-transaction left it unusable
     try:
@@ -152,7 +162,7 @@ class Scheduler:
     """One scheduler process. `run()` blocks until `stop()` (or SIGTERM/SIGINT)."""
 
     def __init__(self, dsn: str, config: Any, *, node_id: str | None = None, database: str = "default",
-                 run_periodic: bool = True, home: bool = True):
+                 home: bool = True):
         self.dsn = dsn
         self.config = config
         self.database = database
@@ -166,8 +176,9 @@ class Scheduler:
         self.is_leader = False
         self.leader_since: datetime | None = None
         self._lock_conn: psycopg.Connection | None = None
+        # Each job's connections, used only by that job's run (see "running jobs" below).
         self._conns: dict[str, psycopg.Connection] = {}
-        self._conn_lock = threading.Lock()
+        self._conns_lock = threading.Lock()  # guards the dict itself, never held across I/O
         self._stop = threading.Event()
         for module in HOOK_MODULES:
             importlib.import_module(module)
@@ -185,9 +196,12 @@ class Scheduler:
         self.alerts = AlertJobs(config, database=database, home=home)
         self.jobs.append(JobSpec("alerts_deliver", self.alerts.interval, self.alerts.deliver))
         self.periodic_entries = periodic.load_entries(config)
-        if run_periodic:
-            self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
+        # The database's clock minus this host's (seconds), measured by each periodic pass: the
+        # database decides which slots are due, so the pass wakes by its clock.
+        self._clock_offset = 0.0
+        self.jobs.append(JobSpec("periodic", s.periodic_interval, self._periodic))
         self._by_name = {j.name: j for j in self.jobs}
+        self._running = {j.name: threading.Lock() for j in self.jobs}  # one run of a job at a time
         self._aps: BlockingScheduler | None = None
         self._executor: ThreadPoolExecutor | None = None
 
@@ -238,54 +252,91 @@ class Scheduler:
         self.leader_since = None
 
     # --- running jobs ------------------------------------------------------------------
+    #
+    # Who uses which connection. A psycopg connection must never be used by two threads at
+    # once: libpq is not thread-safe per connection, and closing one while another thread is
+    # inside a statement on it frees memory that thread still reads (the scheduler died with
+    # SIGSEGV in psycopg that way while every job recorded its health on one shared
+    # connection). So each job owns its connections (`_conns[job]`, and `_conns["hooks"]` for
+    # the collect job's hooks), runs of one job never overlap (`_running[job]`, whoever calls
+    # run_job), and a run records its health on its own job's connection. Only the owning
+    # run checks, closes or replaces a connection; `close()` runs once every run has ended.
 
-    def _conn(self, spec: JobSpec) -> psycopg.Connection:
-        with self._conn_lock:
-            conn = self._conns.get(spec.name)
-            if conn is not None and not (conn.closed or conn.broken) and not _alive(conn):
-                conn.close()  # e.g. PostgreSQL restarted since the last run: reconnect, don't fail the run
-            if conn is None or conn.closed or conn.broken:
-                if spec.name == "collect":
-                    conn = collector_connection(self.dsn, self.options)
-                else:
-                    conn = connect(self.dsn, application_name=spec.app)
-                self._conns[spec.name] = conn
-            return conn
+    def _conn(self, name: str, app: str = JOB_APP) -> psycopg.Connection:
+        """Job `name`'s connection, checked (`_alive`) and replaced if the server dropped it.
+        Called only from that job's run (see above)."""
+        conn = self._conns.get(name)
+        if conn is not None and not (conn.closed or conn.broken) and not _alive(conn):
+            conn.close()  # e.g. PostgreSQL restarted since the last run: reconnect, don't fail the run
+        if conn is None or conn.closed or conn.broken:
+            if name == "collect":
+                conn = collector_connection(self.dsn, self.options)
+            else:
+                conn = connect(self.dsn, application_name=app)
+            with self._conns_lock:
+                self._conns[name] = conn
+        return conn
+
+    def _drop_if_unusable(self, name: str) -> None:
+        """After a failure: a broken connection, or one left inside a transaction, is closed
+        (by its owner) so that the next use reconnects."""
+        conn = self._conns.get(name)
+        if conn is not None and not conn.closed and (
+                conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
+            conn.close()
 
     def run_job(self, name: str) -> bool:
         """Run one job now if this process leads; record its health. Returns True if it ran
-        without error (False for a standby or a failure)."""
+        without error (False for a standby, a failure, or while a run of it is in progress)."""
         if not self.is_leader or self._stop.is_set():
             return False
         spec = self._by_name[name]
-        return self._timed(name, spec.interval, lambda: spec.run(self._conn(spec)), spec)
+        running = self._running[name]
+        if not running.acquire(blocking=False):
+            log.info("database %s: job %s is still running; this run is skipped", self.database, name)
+            return False
+        try:
+            return self._timed(name, spec.interval, lambda: spec.run(self._conn(name, spec.app)), name, spec.app)
+        finally:
+            running.release()
 
-    def _timed(self, name: str, interval: float | None, work: Callable[[], Any], spec: JobSpec | None = None) -> bool:
+    def _timed(self, name: str, interval: float | None, work: Callable[[], Any], owner: str,
+               app: str = JOB_APP) -> bool:
+        """Run `work`, then record its health on the connection `owner` (the running job's)."""
         started_at = datetime.now(UTC)
         t0 = time.perf_counter()
         error = None
         try:
             work()
         except Exception as exc:  # a job's failure is recorded, never the scheduler's death
-            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
+            error = error_text(exc)[:1000]
             log.warning("database %s: job %s failed: %s", self.database, name, error)
-            if spec is not None:
-                conn = self._conns.get(spec.name)
-                if conn is not None and (conn.broken or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE):
-                    conn.close()
+            self._drop_if_unusable(owner)
         duration_ms = (time.perf_counter() - t0) * 1000.0
-        self._record(name, interval, started_at, duration_ms, error)
+        self._record(name, interval, started_at, duration_ms, error, owner, app)
         return error is None
 
-    def _record(self, name: str, interval: float | None, started_at: datetime, duration_ms: float, error: str | None) -> None:
-        try:
-            conn = self._conn(JobSpec("health", 0, lambda c: None))
-            conn.execute(query("scheduler", "job_ran"), {
-                "job": name, "leader": self.node_id, "interval": interval, "started_at": started_at,
-                "duration_ms": duration_ms, "error": error,
-            })
-        except (psycopg.Error, DatabaseError) as exc:
-            log.warning("could not record the health of job %s (%s)", name, type(exc).__name__)
+    def _record(self, name: str, interval: float | None, started_at: datetime, duration_ms: float,
+                error: str | None, owner: str, app: str = JOB_APP) -> bool:
+        """Write the run's health row on `owner`'s connection. A connection lost on the way
+        (the server restarted or ended the session between the check and the write) is
+        replaced and the write tried once more, so a run is not left out of the record for a
+        reconnect; a database that stays away is logged, with psycopg's message."""
+        params = {"job": name, "leader": self.node_id, "interval": interval, "started_at": started_at,
+                  "duration_ms": duration_ms, "error": error}
+        for attempt in (1, 2):
+            try:
+                self._conn(owner, app).execute(query("scheduler", "job_ran"), params)
+                return True
+            except (psycopg.Error, DatabaseError) as exc:
+                lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+                self._drop_if_unusable(owner)
+                if attempt == 1 and lost:
+                    continue
+                log.warning("database %s: could not record the health of job %s (%s)", self.database, name,
+                            error_text(exc))
+                return False
+        return False
 
     # --- the jobs ----------------------------------------------------------------------
 
@@ -293,9 +344,10 @@ class Scheduler:
         report = collectors.collect(conn, self.options, leader=self.node_id)
         if report.errors:
             log.info("collection %s: collector errors %s", report.run_id, report.errors)
-        hook_conn = self._conn(JobSpec("hooks", 0, lambda c: None))
+        # The hooks run on the collect job's second connection ("hooks", owned by this run),
+        # checked before each hook so that one hook's lost connection does not fail the next.
         for hook in [*AFTER_COLLECTION, self.alerts.after_collection]:
-            self._timed(_hook_name(hook), None, lambda hook=hook: hook(hook_conn, report))
+            self._timed(_hook_name(hook), None, lambda hook=hook: hook(self._conn("hooks"), report), "hooks")
 
     def _reap(self, conn: psycopg.Connection) -> None:
         from console import maintenance
@@ -331,6 +383,9 @@ class Scheduler:
 
     def _periodic(self, conn: psycopg.Connection) -> None:
         s = self.config.scheduler
+        asked = time.time()
+        db_now = conn.execute(query("periodic", "db_now"), {}).fetchone()[0]
+        self._clock_offset = db_now.timestamp() - (asked + time.time()) / 2
         periodic.sync(conn, self.periodic_entries)
         report = periodic.enqueue_due(conn, self.periodic_entries, catch_up_limit=s.periodic_catch_up_limit,
                                       max_attempts=self.config.queue.max_attempts)
@@ -353,8 +408,17 @@ class Scheduler:
         """This database's election and jobs on `aps` (ids end with `suffix`, e.g. ":east")."""
         aps.add_job(self.elect, "interval", seconds=self.election_interval, id="elect" + suffix, name="elect" + suffix)
         for spec in self.jobs:
-            aps.add_job(self.run_job, "interval", seconds=spec.interval, args=[spec.name], id=spec.name + suffix,
+            trigger = (PeriodicTrigger(spec.interval, self.next_periodic_wake) if spec.name == "periodic"
+                       else IntervalTrigger(seconds=spec.interval))
+            aps.add_job(self.run_job, trigger, args=[spec.name], id=spec.name + suffix,
                         name=spec.name + suffix, next_run_time=datetime.now(UTC))
+
+    def next_periodic_wake(self, now: datetime) -> datetime | None:
+        """When (by this host's clock) the next slot of a periodic schedule is due by the
+        database's clock, plus SLOT_MARGIN; None without schedules."""
+        offset = timedelta(seconds=self._clock_offset)
+        slot = periodic.next_slot(self.periodic_entries, now + offset)
+        return None if slot is None else slot - offset + SLOT_MARGIN
 
     def run(self) -> int:
         with connect(self.dsn, application_name=JOB_APP) as conn:
@@ -388,12 +452,41 @@ class Scheduler:
                 self._lock_conn.execute(query("scheduler", "node_stopped"), {"id": self.node_id})
         except psycopg.Error:
             pass
-        for conn in [self._lock_conn, *self._conns.values()]:
+        with self._conns_lock:
+            conns = [*self._conns.values()]
+            self._conns.clear()
+        for conn in [self._lock_conn, *conns]:
             if conn is not None:
                 conn.close()
         self._lock_conn = None
-        self._conns.clear()
         self.is_leader = False
+
+
+# A periodic pass wakes this long after a slot, so that the database's clock has passed the slot
+# too (the offset between the clocks is measured to within a loopback round trip).
+SLOT_MARGIN = timedelta(milliseconds=50)
+
+
+class PeriodicTrigger(BaseTrigger):
+    """The periodic job's wake-ups: at the next slot of any schedule, and at least every
+    `interval` seconds (`scheduler.periodic_interval`: outcomes are settled and pauses read).
+
+    Waking only every `interval` seconds, a schedule with a shorter period (`every = "2s"` with
+    the default 5 s pass) got one job per pass and the other slots counted as missed, which
+    fired `periodic_late` although nothing was paused or down. Waking at the slot, every
+    schedule gets each of its slots, on time, whatever the pass interval."""
+
+    def __init__(self, interval: float, next_wake: Callable[[datetime], datetime | None]):
+        self.interval = timedelta(seconds=interval)
+        self.next_wake = next_wake
+
+    def get_next_fire_time(self, previous_fire_time: datetime | None, now: datetime) -> datetime:
+        regular = now if previous_fire_time is None else previous_fire_time + self.interval
+        wake = self.next_wake(now)
+        return regular if wake is None else min(regular, wake)
+
+    def __str__(self) -> str:
+        return f"periodic[at each slot, at least every {self.interval.total_seconds():g}s]"
 
 
 def _blocking_scheduler(config: Any, executor: ThreadPoolExecutor) -> BlockingScheduler:
@@ -419,8 +512,7 @@ class Fleet:
         self.config = config
         self.node_id = node_id or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.members: dict[str, Scheduler] = {
-            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, run_periodic=(i == 0),
-                              home=(i == 0))
+            d.name: Scheduler(d.dsn, config, node_id=self.node_id, database=d.name, home=(i == 0))
             for i, d in enumerate(databases)
         }
         self._aps: BlockingScheduler | None = None

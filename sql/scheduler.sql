@@ -77,3 +77,38 @@ SELECT
         AND j.last_finished_at < now() - make_interval(secs => 3 * j.interval_seconds) AS overdue
 FROM skiplock.scheduler_jobs AS j
 ORDER BY j.job;
+
+-- name: restarts
+-- Scheduler processes that died and were started again: a node that never said it stopped
+-- (stopped_at NULL: a crash, SIGKILL, the OOM killer) and is no longer alive (unseen for 30 s,
+-- as in `nodes`), paired with its replacement, the first node of its host that started after
+-- its last sign of life; listed when the replacement started within the window. A second
+-- standby started next to a live one is not a restart (the live one is not dead), nor is a
+-- clean stop and start (a deploy: stopped_at is set), nor a process that died and was never
+-- replaced. The table is small: one row per process start.
+SELECT
+    replacement.id,
+    replacement.host,
+    replacement.pid,
+    replacement.started_at,
+    dead.id AS replaced,
+    dead.pid AS replaced_pid,
+    dead.last_seen AS replaced_last_seen
+FROM skiplock.scheduler_nodes AS dead
+JOIN LATERAL (
+    SELECT
+        n.id,
+        n.host,
+        n.pid,
+        n.started_at
+    FROM skiplock.scheduler_nodes AS n
+    WHERE n.host = dead.host
+      AND n.id <> dead.id
+      AND n.started_at >= dead.last_seen
+    ORDER BY n.started_at
+    LIMIT 1
+) AS replacement ON true
+WHERE dead.stopped_at IS NULL
+  AND dead.last_seen < now() - interval '30 seconds'
+  AND replacement.started_at >= now() - make_interval(secs => %(window_seconds)s)
+ORDER BY replacement.started_at DESC, dead.last_seen DESC;

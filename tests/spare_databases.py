@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from console.db import connect
+from console.db import DatabaseError, connect
 
 
 class SpareDatabases:
@@ -86,7 +86,7 @@ class SpareDatabases:
                     self._conn = connect(self._admin_dsn, application_name="skiplock-test-spares")
                 self._conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
                 return name
-            except psycopg.OperationalError:
+            except (psycopg.OperationalError, DatabaseError):  # cut off, or not accepting connections yet
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None

@@ -248,3 +248,63 @@ def test_two_scheduler_processes_enqueue_each_slot_exactly_once_across_a_failove
     # One job per second of slots, no gap: catch_up filled the failover's missed seconds.
     stamps = sorted(datetime.fromisoformat(k.split(":", 2)[2]) for k in keys)
     assert all((b - a) == timedelta(seconds=1) for a, b in zip(stamps, stamps[1:], strict=False))
+
+
+# --- the scheduler's passes ------------------------------------------------------------------
+
+def _config_file(tmp_path, text: str) -> str:
+    path = tmp_path / "skiplock.toml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_period_shorter_than_the_pass_gets_every_slot_and_misses_none(tmp_path, dsn, conn):
+    """`every = "1s"` with the default 5 s periodic pass: the pass wakes at each slot, so every
+    second has its job and none is counted missed (one job per pass, the rest "missed", and a
+    periodic_late alert followed when the pass only woke every 5 s)."""
+    from console.scheduler import Scheduler
+
+    config = load_config(_config_file(tmp_path, '[scheduler]\ncollect_interval = 60\n\n'
+                                                '[[periodic]]\nname = "tick"\nkind = "tick"\nevery = "1s"\n'), env={})
+    assert config.scheduler.periodic_interval == 5.0
+    s = Scheduler(dsn, config)
+    runner = threading.Thread(target=s.run, name="scheduler", daemon=True)
+    runner.start()
+    try:
+        count = lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = 'tick'").fetchone()[0]  # noqa: E731
+        eventually(lambda: count() >= 3, timeout=30)
+    finally:
+        s.stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    missed = conn.execute("SELECT missed FROM skiplock.periodic WHERE name = 'tick'").fetchone()[0]
+    keys = [k for (k,) in conn.execute("SELECT idempotency_key FROM skiplock.jobs WHERE kind = 'tick'")]
+    stamps = sorted(datetime.fromisoformat(k.split(":", 2)[2]) for k in keys)
+    assert missed == 0, f"{missed} slot(s) counted missed; enqueued {stamps}"
+    assert all((b - a) == timedelta(seconds=1) for a, b in zip(stamps, stamps[1:], strict=False)), stamps
+
+
+def test_periodic_schedules_run_in_every_configured_database(tmp_path, make_database, monkeypatch):
+    from console.databases import load_databases
+    from console.scheduler import Fleet
+
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    east, west = make_database(), make_database()
+    path = _config_file(tmp_path, f'[[databases]]\nname = "east"\ndsn = "{east}"\n\n'
+                                  f'[[databases]]\nname = "west"\ndsn = "{west}"\n\n'
+                                  '[[periodic]]\nname = "tick"\nkind = "tick"\nevery = "1s"\n')
+    config = load_config(path, env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    try:
+        assert fleet.elect() == {"east": True, "west": True}
+        for member in fleet.members.values():
+            assert member.run_job("periodic") is True  # declares the schedule (first sight)
+        enqueued = {}
+        for name, dsn in (("east", east), ("west", west)):
+            with connect(dsn) as conn:
+                enqueued[name] = eventually(lambda conn=conn, member=fleet.members[name]: member.run_job("periodic") and conn.execute(
+                    "SELECT count(*) FROM skiplock.jobs WHERE kind = 'tick'").fetchone()[0], timeout=10, interval=0.3)
+    finally:
+        fleet.close()
+    assert enqueued["east"] >= 1 and enqueued["west"] >= 1, enqueued

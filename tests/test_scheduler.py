@@ -1,8 +1,12 @@
 """The scheduler: one leader per database, failover within one election interval after the
 leader is SIGKILLed, job health in the database, hooks after collection, and sample retention."""
 
+import itertools
+import json
+import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -233,3 +237,194 @@ def test_after_a_postgresql_restart_the_next_runs_reconnect_instead_of_failing(p
     with connect(dsn) as conn:
         [reap] = [j for j in scheduler.status(conn)["jobs"] if j["job"] == "reap"]
     assert reap["failures"] == 0 and reap["last_error"] is None
+
+
+# Sessions of the storm's scheduler older than this are terminated on every sweep: a job's
+# connection dies at any point of its use (as in a restart or a failover), while the fresh
+# connection a run opens in its place lives long enough to record the run.
+STORM_SPARE_MS = 300
+# Jobs whose health record is stopped midway now and then (not collect: its connection's
+# lock_timeout would end the record's wait before the session is terminated).
+STORM_TRAPS = ("reap", "periodic", "archive", "alerts_deliver", "retention")
+
+
+def _end_a_health_record_midway(conn, job: str) -> list[str]:
+    """Hold `job`'s health row so that its next record waits on the lock, then terminate the
+    session that waits: the connection is lost in the middle of the record. [job] when it was.
+    (pg_locks, not pg_stat_activity: the latter is a snapshot taken once per transaction.)"""
+    with conn.transaction():
+        if conn.execute("SELECT 1 FROM skiplock.scheduler_jobs WHERE job = %s FOR UPDATE", (job,)).fetchone() is None:
+            return []  # not recorded yet
+        until = time.monotonic() + 2
+        while time.monotonic() < until:
+            ended = conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(l.pid)) FROM pg_locks AS l "
+                "WHERE NOT l.granted AND pg_backend_pid() = ANY(pg_blocking_pids(l.pid))").fetchone()[0]
+            if ended:
+                return [job]
+            time.sleep(0.005)
+    return []
+
+
+@pytest.mark.slow
+def test_concurrent_jobs_under_connection_faults_neither_crash_nor_lose_a_health_record(subprocess_env, dsn, conn, tmp_path):
+    """Every job at 50 ms in a child `Scheduler.run()` for 8 s while the parent terminates its
+    sessions: the child must exit 0 (it died with SIGSEGV when all jobs shared one connection
+    for their health records, and closed it under each other), and every run it counted must
+    be in skiplock.scheduler_jobs."""
+    env = {**subprocess_env, "PYTHONFAULTHANDLER": "1"}
+    out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
+    with out_path.open("w") as out, err_path.open("w") as err:  # files, not pipes: a full pipe would stall it
+        child = subprocess.Popen([sys.executable, "-m", "tests.scheduler_storm", dsn, "8"], env=env,
+                                 stdout=out, stderr=err)
+    dbname = conn.info.dbname
+    kills, trapped = 0, []
+    deadline = time.monotonic() + 90
+    try:
+        for sweep in itertools.count():
+            if child.poll() is not None or time.monotonic() > deadline:
+                break
+            kills += conn.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND application_name LIKE 'skiplock-%%' AND pid <> pg_backend_pid() "
+                "AND backend_start < now() - make_interval(secs => %s)",
+                (dbname, STORM_SPARE_MS / 1000.0)).fetchone()[0]
+            if sweep % 10 == 5:
+                trapped += _end_a_health_record_midway(conn, STORM_TRAPS[len(trapped) % len(STORM_TRAPS)])
+            time.sleep(0.1)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+            pytest.fail(f"the scheduler hung (no exit within 90 s): {err_path.read_text()[-3000:]}")
+    err = err_path.read_text()
+    assert child.returncode == 0, f"the scheduler died (exit {child.returncode}): {err[-6000:]}"
+    assert "Fatal Python error" not in err, err[-6000:]
+    assert kills >= 10, f"only {kills} sessions were terminated: the faults did not happen"
+    assert len(trapped) >= 3, f"only {trapped} health records were ended midway: the faults did not happen"
+    attempted = json.loads(out_path.read_text().strip().splitlines()[-1])
+    recorded = {job: runs for job, runs in conn.execute("SELECT job, runs FROM skiplock.scheduler_jobs")}
+    assert {"collect", "reap", "archive", "periodic", "alerts_deliver"} <= set(attempted)
+    lost = {job: (n, recorded.get(job, 0)) for job, n in attempted.items() if recorded.get(job, 0) != n}
+    assert not lost, f"runs without their health record (attempted, recorded): {lost}; {err[-3000:]}"
+
+
+# --- restarts ---------------------------------------------------------------------------------
+
+def _node(conn, node_id: str, host: str, started_ago: float, seen_ago: float, stopped: bool = False) -> None:
+    """A scheduler_nodes row as a process leaves it: started, last seen, stopped cleanly or not."""
+    conn.execute(
+        "INSERT INTO skiplock.scheduler_nodes (id, host, pid, started_at, last_seen, stopped_at) "
+        "VALUES (%(id)s, %(host)s, %(pid)s, now() - make_interval(secs => %(started)s), "
+        "now() - make_interval(secs => %(seen)s), CASE WHEN %(stopped)s THEN now() - make_interval(secs => %(seen)s) END)",
+        {"id": node_id, "host": host, "pid": abs(hash(node_id)) % 100_000, "started": started_ago, "seen": seen_ago,
+         "stopped": stopped})
+
+
+def _restarts_sample(dsn) -> float:
+    from console import collectors
+
+    with collectors.collector_connection(dsn) as cconn:
+        report = collectors.collect(cconn, only=("restarts",), store=False)
+    [value] = [s.value for s in report.samples if s.metric == "scheduler_restarts"]
+    return value
+
+
+def test_a_restart_is_a_process_that_replaced_one_that_died_not_a_standby_nor_a_deploy(conn, dsn):
+    # Host a crashed twice in the last 15 min (a1, then its replacement a2); a3 runs now.
+    _node(conn, "a1", "a", started_ago=1200, seen_ago=600)
+    _node(conn, "a2", "a", started_ago=590, seen_ago=300)
+    _node(conn, "a3", "a", started_ago=290, seen_ago=1)
+    # Host b: a second standby started next to a running one.
+    _node(conn, "b1", "b", started_ago=3600, seen_ago=1)
+    _node(conn, "b2", "b", started_ago=60, seen_ago=1)
+    # Host g: a second standby started between two election ticks of the running one.
+    _node(conn, "g1", "g", started_ago=3600, seen_ago=3)
+    _node(conn, "g2", "g", started_ago=2, seen_ago=1)
+    # Host c: a deploy (the old process stopped cleanly, the new one started).
+    _node(conn, "c1", "c", started_ago=3600, seen_ago=300, stopped=True)
+    _node(conn, "c2", "c", started_ago=290, seen_ago=1)
+    # Host d: a crash and its restart, 40 min ago (outside the window).
+    _node(conn, "d1", "d", started_ago=3600, seen_ago=2400)
+    _node(conn, "d2", "d", started_ago=2390, seen_ago=1)
+    # Host e: a crash long ago, its restart stopped cleanly since, then a start: the start
+    # follows the clean stop, not the crash.
+    _node(conn, "e1", "e", started_ago=7200, seen_ago=3000)
+    _node(conn, "e2", "e", started_ago=2990, seen_ago=400, stopped=True)
+    _node(conn, "e3", "e", started_ago=390, seen_ago=1)
+    # Host f runs two schedulers; one of them crashed and was started again.
+    _node(conn, "f1", "f", started_ago=3600, seen_ago=1)
+    _node(conn, "f2", "f", started_ago=3500, seen_ago=120)
+    _node(conn, "f3", "f", started_ago=110, seen_ago=1)
+    restarts = scheduler.status(conn)["restarts"]
+    assert [(r["id"], r["replaced"]) for r in restarts] == [("f3", "f2"), ("a3", "a2"), ("a2", "a1")]
+    assert _restarts_sample(dsn) == 3.0
+
+
+@pytest.mark.slow
+def test_a_crashed_and_restarted_scheduler_fires_scheduler_restarts_and_shows_on_the_maintenance_page(
+        subprocess_env, conn, client_as):
+    """Two schedulers (one a standby) fire nothing; SIGSEGV to the leader, as the crash did, and a
+    supervisor's restart: the alert fires and the Maintenance page names both processes."""
+    env = {**subprocess_env, "SKIPLOCK_SCHEDULER_ELECTION_INTERVAL": "0.5", "SKIPLOCK_SCHEDULER_COLLECT_INTERVAL": "0.5"}
+
+    def spawn():
+        return subprocess.Popen([sys.executable, "-m", "console", "scheduler"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def cycles_after(moment) -> int:
+        return conn.execute("SELECT count(*) FROM skiplock.collection_runs WHERE started_at > %s", (moment,)).fetchone()[0]
+
+    def restarts_alert():
+        return conn.execute("SELECT state, value FROM skiplock.alerts WHERE rule = 'scheduler_restarts'").fetchone()
+
+    procs = [spawn(), spawn()]
+    try:
+        eventually(lambda: conn.execute("SELECT count(*) FROM skiplock.scheduler_nodes").fetchone()[0] == 2, timeout=30)
+        both_up = conn.execute("SELECT now()").fetchone()[0]
+        eventually(lambda: cycles_after(both_up) >= 3, timeout=30)
+        assert (restarts_alert() or ("ok",))[0] == "ok"  # a standby next to the leader is no restart
+        leader_pid = eventually(lambda: (conn.execute(
+            "SELECT pid FROM skiplock.scheduler_nodes WHERE is_leader AND stopped_at IS NULL").fetchone() or [None])[0],
+            timeout=10)
+        crashed = next(p for p in procs if p.pid == leader_pid)
+        crashed.send_signal(signal.SIGSEGV)
+        assert crashed.wait(15) == -signal.SIGSEGV
+        # The crashed process counts as dead once unseen for 30 s: rather than wait, move the
+        # nodes' history 31 s back (the live standby says it is alive again at its next tick).
+        conn.execute("UPDATE skiplock.scheduler_nodes SET last_seen = last_seen - interval '31 seconds', "
+                     "started_at = started_at - interval '31 seconds'")
+        procs.append(spawn())  # the supervisor restarts it
+        state = eventually(lambda: (restarts_alert() or (None,))[0] == "firing" and restarts_alert(), timeout=30)
+        assert state == ("firing", 1.0)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    page = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    section = page.split('id="scheduler-restarts"', 1)[1].split("</table>", 1)[0]
+    assert "Restarted 1 time in the last 15 minutes" in section
+    assert f">{procs[2].pid}<" in section and f">{leader_pid}<" in section
+
+
+def test_a_health_record_that_cannot_be_written_is_logged_with_its_reason_and_no_password(caplog):
+    """The warning names the error's message, not only its class (it said `(OperationalError)`),
+    and a DSN in it keeps its password out of the log."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sched = scheduler.Scheduler(f"postgresql://skiplock:hunter2secret@127.0.0.1:{port}/gone", make_config())
+    sched.is_leader = True  # as if elected: the run and its record both meet the closed port
+    try:
+        with caplog.at_level(logging.WARNING, logger="skiplock.scheduler"):
+            assert sched.run_job("reap") is False
+    finally:
+        sched.close()
+    [line] = [r.getMessage() for r in caplog.records if "could not record the health of job reap" in r.getMessage()]
+    assert "DatabaseError: cannot connect to" in line and "Connection refused" in line, line
+    assert "hunter2secret" not in caplog.text

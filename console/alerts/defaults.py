@@ -55,6 +55,8 @@ _DEFAULTS = [
     dict(name="collectors_stale", metric="collection_age_seconds", op=">", threshold=300, clear=120, for_="0s",
          severity="critical",
          summary="No collection cycle finished for {value}s: every other alert is blind until collectors run again"),
+    dict(name="scheduler_restarts", metric="scheduler_restarts", op=">", threshold=0, for_="0s", severity="warning",
+         summary="The scheduler restarted {value} times in 15 min: a scheduler process died without stopping"),
 ]
 
 

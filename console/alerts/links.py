@@ -183,6 +183,10 @@ def _collectors(labels: Mapping[str, str]) -> Pairs:
     return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler")]
 
 
+def _scheduler(labels: Mapping[str, str]) -> Pairs:
+    return [("Maintenance: the scheduler's restarts, nodes and job errors", "/maintenance#scheduler")]
+
+
 def _queues(labels: Mapping[str, str]) -> Pairs:
     return [_queue_page(_queue(labels))]
 
@@ -232,6 +236,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "connections": _connections,
     "max_connections": _connections,
     "notify_queue_usage": _notify,
+    "scheduler_restarts": _scheduler,
 }
 
 _BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (

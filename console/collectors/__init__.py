@@ -24,7 +24,16 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import samples as samples_store
-from console.collectors import database, external, periodic, queue, statements, tables, workers
+from console.collectors import (
+    database,
+    external,
+    periodic,
+    queue,
+    restarts,
+    statements,
+    tables,
+    workers,
+)
 from console.collectors.base import Collector, Context, Options, collector_connection
 from console.samples import Sample
 from console.sqlfiles import query
@@ -43,6 +52,7 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("connections", database.collect_connections, "Connections by state, max_connections, NOTIFY queue."),
     Collector("external", external.collect, "[[external_queues]]: depth, age, stuck, dead letters and table health of queues Skiplock did not create."),
     Collector("periodic", periodic.collect, "Periodic jobs: age of the last success against the interval, missed slots."),
+    Collector("restarts", restarts.collect, "Scheduler processes that replaced one that died, in the last 15 minutes."),
 )
 
 __all__ = ["COLLECTORS", "CollectionReport", "Options", "collect", "collector_connection", "latest_details"]

@@ -62,6 +62,7 @@ from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.demo")
 
+SIGNALS = {s.value for s in signal.Signals}
 DEMO_DATABASE = "skiplock_demo"
 DEMO_USER = "demo"
 
@@ -318,7 +319,8 @@ class Demo:
             self._add("webhooks", [sys.executable, "-m", "console.demo.receiver", "--port", str(self.receiver_port)],
                       env={"DEMO_WEBHOOK_SECRET": self._secrets()["webhook_secret"]})
         if "scheduler" in cmds:
-            self._add("scheduler", self._skiplock("scheduler"))
+            # A crash prints every thread's stack to its log (docs/alerts.md#scheduler_restarts).
+            self._add("scheduler", self._skiplock("scheduler"), env={"PYTHONFAULTHANDLER": "1"})
         else:
             self.not_running["scheduler"] = (
                 "`skiplock scheduler` is not in this installation yet: no collectors (charts stay empty "
@@ -486,7 +488,12 @@ class Demo:
                 child.restart = False
                 self.out(f"{name} keeps exiting (code {code}); not restarting it. See {child.log_path}")
                 continue
-            self.out(f"{name} exited (code {code}); restarting it. See {child.log_path}")
+            how = f"code {code}" + (f", {signal.Signals(-code).name}" if code is not None and -code in SIGNALS else "")
+            # The demo keeps the console running, but a restart is not hidden: a scheduler that
+            # died without stopping counts in scheduler_restarts (Maintenance page, alert).
+            counted = "; it counts as a scheduler restart (Maintenance page, alert scheduler_restarts)" \
+                if name == "scheduler" else ""
+            self.out(f"{name} exited ({how}); restarting it{counted}. See {child.log_path}")
             child.start()
             self._write_state(running=True)
 
