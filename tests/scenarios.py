@@ -71,6 +71,7 @@ SCALED: dict[str, dict[str, Any]] = {
     # burst of WAL that must not be what fires it.
     "wal_rate": {"threshold": 16 * 1024 * 1024, "for": "3s"},   # 16 MiB/s
     "collectors_stale": {"threshold": 5, "clear": 2},
+    "scheduler_restarts": {},
 }
 
 # rule -> the scenario tests that inject its condition (tests/test_scenarios_catalog.py checks
@@ -96,6 +97,7 @@ COVERED: dict[str, tuple[str, ...]] = {
     "replica_lag": ("test_scenarios_replica.py::test_replica_lag",),
     "wal_rate": ("test_scenarios_database.py::test_a_wal_flood",),
     "collectors_stale": ("test_scenarios_queue.py::test_the_scheduler_gone",),
+    "scheduler_restarts": ("test_scenarios_queue.py::test_the_scheduler_crashed_and_restarted",),
 }
 
 # The converse: conditions that must fire nothing and read healthy.
@@ -171,6 +173,11 @@ SETTINGS: dict[str, Any] = {
 }
 
 
+def _text(html: str) -> str:
+    """A page's text, for a failure message."""
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
 @dataclass
 class Fired:
     """A firing alert as the scenario found it."""
@@ -199,8 +206,10 @@ class Console:
     # --- driving the scheduler ------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One collection cycle and the evaluation after it (the `collect` job)."""
+        """An election tick (the leader says it is alive) and one collection cycle with the
+        evaluation after it (the `collect` job), as the scheduler does on its intervals."""
         started = time.monotonic()
+        assert self.scheduler.elect(), "the scenario's scheduler lost the lead"
         assert self.scheduler.run_job("collect"), "the collect job failed (see the log)"
         self.ticks.append(time.monotonic() - started)
 
@@ -314,7 +323,7 @@ class Console:
         assert links, f"{rule}: no look-here link"
         html = self.page(links[0]["path"])
         if callable(offender):
-            assert offender(html), f"{rule}: {links[0]['path']} does not show the offending thing"
+            assert offender(html), f"{rule}: {links[0]['path']} does not show the offending thing:\n" + _text(html)[:4000]
         else:
             assert offender in html, f"{rule}: {links[0]['path']} does not show {offender!r}"
 
