@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urljoin
 
 import psycopg
 from psycopg.rows import dict_row
@@ -36,7 +35,14 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.alerts import context, outbox
-from console.alerts.links import DEAD_LETTER_METRICS, Link, absolute, as_dicts, look_here
+from console.alerts.links import (
+    DEAD_LETTER_METRICS,
+    Link,
+    absolute,
+    as_dicts,
+    look_here,
+    runbook_url,
+)
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -128,9 +134,9 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
     is the alert's look-here list (`context.look_here`, which the evaluator reads with the
     database); without it, the rule's metric alone decides (`links.look_here`)."""
     labels = dict(alert["labels"])
-    runbook = rule.runbook if rule else None
-    if runbook and settings.runbook_base_url and not runbook.startswith(("http://", "https://")):
-        runbook = urljoin(settings.runbook_base_url, runbook)
+    # A docs runbook opens the console's copy (console/web/docs.py) or runbook_base_url's.
+    runbook = runbook_url(rule.runbook if rule else None, runbook_base_url=settings.runbook_base_url,
+                          console_url=settings.console_url)
     prefix = settings.link_prefix
     console_url = settings.console_url.rstrip("/") + f"{prefix}/alerts/{alert['id']}" if settings.console_url else None
     found = (links if links is not None else look_here(rule.metric, labels, settings.console_url)) if rule else []
