@@ -234,7 +234,8 @@ def _alert_chart(data: dict[str, Any]):
     win = data["window"]
     return charts.line_chart([charts.Line(data["alert"]["rule"], points)], unit=series["unit"],
                              start=datetime.fromisoformat(win["since"]), end=datetime.fromisoformat(win["until"]),
-                             threshold=series["threshold"], title=f"{data['alert']['rule']} over the alert's lifetime")
+                             threshold=series["threshold"], title=f"{data['alert']['rule']} over the alert's lifetime",
+                             width=720, height=200)  # across the page (the overview's cards draw 400 x 150)
 
 
 @bp.get("/alerts/<int:alert_id>")
