@@ -114,7 +114,8 @@ def _events(conn, **where) -> list[dict[str, Any]]:
 
 def _public_alert(a: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "rule", "labels", "state", "state_since", "value", "evaluated_at", "fired_at", "severity",
-            "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note")
+            "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note",
+            "last_over_value")
     out = {k: a.get(k) for k in keys}
     silence = a.get("silence")
     out["silenced_until"] = silence["ends_at"] if silence else None
@@ -205,7 +206,8 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
     return {
         "alert": {**alert, "labels": _labelled(labels), "severity": rule.severity if rule else None,
-                  "summary": rule.render_summary(labels, alert["value"]) if rule else alert["rule"],
+                  "summary": rule.summary_for(labels, alert["state"], alert["value"], alert["last_over_value"])
+                  if rule else alert["rule"],
                   "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
                   "look_here": links},
         "window": win.as_dict(),
