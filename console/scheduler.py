@@ -124,6 +124,11 @@ class JobSpec:
     app: str = JOB_APP
 
 
+def _describe(exc: BaseException) -> str:
+    """A failure for the job's health row and the log: its class and the message's first line."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
+
+
 def _stop_on_signals(stop: Callable[[], None]) -> None:
     """SIGTERM and SIGINT call `stop` (a scheduler or a fleet ends its runs and disconnects)."""
     def on_signal(signum, _frame):
@@ -267,7 +272,7 @@ class Scheduler:
         try:
             work()
         except Exception as exc:  # a job's failure is recorded, never the scheduler's death
-            error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:1000]
+            error = _describe(exc)
             log.warning("database %s: job %s failed: %s", self.database, name, error)
             if spec is not None:
                 conn = self._conns.get(spec.name)
@@ -285,7 +290,8 @@ class Scheduler:
                 "duration_ms": duration_ms, "error": error,
             })
         except (psycopg.Error, DatabaseError) as exc:
-            log.warning("could not record the health of job %s (%s)", name, type(exc).__name__)
+            # The message too: a class name alone ("OperationalError", 84 times) says nothing.
+            log.warning("could not record the health of job %s: %s", name, _describe(exc))
 
     # --- the jobs ----------------------------------------------------------------------
 

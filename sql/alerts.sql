@@ -365,11 +365,15 @@ ORDER BY d.id DESC
 LIMIT %(limit)s;
 
 -- name: outbox_pending_summary
+-- What waits for each destination, and why: the newest error among its retrying notifications
+-- (NULL while none has failed yet), so a count of waiting notifications comes with its reason.
 SELECT
     o.destination,
     count(*) AS pending,
     min(o.created_at) AS oldest,
-    max(o.attempts) AS most_attempts
+    max(o.attempts) AS most_attempts,
+    count(o.last_error) AS retrying,
+    (array_agg(o.last_error ORDER BY o.id DESC) FILTER (WHERE o.last_error IS NOT NULL))[1] AS last_error
 FROM skiplock.alert_outbox AS o
 WHERE o.status = 'pending'
 GROUP BY o.destination

@@ -266,6 +266,28 @@ def test_a_resolved_alert_without_a_recorded_value_says_resolved_and_no_number(c
     assert summary == "Resolved: queue_age (queue=mail)"
 
 
+def test_waiting_notifications_show_why_on_the_destinations_page(client_as, conn):
+    """"2 waiting" said nothing about why: the newest delivery error is beside the count, and the
+    destination's delivery log is one click away."""
+    admin = client_as("admin")
+    assert admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "oncall", "kind": "json",
+                                                    "url": "https://hooks.example/oncall",
+                                                    "reason": "on-call hook"}).status_code == 302
+    with Receiver([503, 503]) as receiver:
+        dest = parse_destination({"name": "oncall", "url": receiver.url})
+        fire(conn, destinations={"oncall": dest})
+        fire(conn, billing=700, destinations={"oncall": dest})  # mail still firing, billing fires
+        settings = ev.AlertSettings(retry_base=60, allow_private_destinations=True)
+        assert outbox.Sender(conn, lambda: {"oncall": dest}, settings).run_once().retried == 2
+    html = client_as("viewer").get("/alerts/destinations").get_data(as_text=True)
+    cell = html[html.index("data-waiting>"):]
+    cell = cell[:cell.index("</td>")]
+    assert "2 waiting since" in cell and "2 retrying: HTTP 503" in cell
+    assert 'href="/alerts/deliveries?destination=oncall">its delivery log</a>' in cell
+    log = client_as("viewer").get("/alerts/deliveries?destination=oncall").get_data(as_text=True)
+    assert log.count('data-outcome="retry"') == 2 and "HTTP 503" in log
+
+
 def test_a_bad_config_file_rule_stops_the_app(dsn, tmp_path):
     from console.alerts.rules import RuleError
     from console.web import create_app

@@ -185,7 +185,8 @@ def _archive(labels: Mapping[str, str]) -> Pairs:
 
 
 def _collectors(labels: Mapping[str, str]) -> Pairs:
-    return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler")]
+    return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler"),
+            ("Maintenance: the collectors' errors, with their messages", "/maintenance#collectors")]
 
 
 def _queues(labels: Mapping[str, str]) -> Pairs:
@@ -195,7 +196,8 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
 def _external(labels: Mapping[str, str]) -> Pairs:
     """An [[external_queues]] source's series: its panel on the Queues page (read-only there)."""
     name = labels.get("external")
-    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues"))]
+    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues")),
+            ("Maintenance: the sources' errors of the last hour", "/maintenance#collectors")]
 
 
 def _periodic(labels: Mapping[str, str]) -> Pairs:
