@@ -71,7 +71,6 @@ PRIMARY_READS: dict[str, str] = {
     "auth.login": "sign-in and sessions",
     "api.openapi": "no query",
     "static": "no query",
-    "docs.root": "no query (files of the installation)",
     "docs.index": "no query (files of the installation)",
     "docs.page": "no query (files of the installation)",
     "admin.users": "users and API tokens",

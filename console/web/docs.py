@@ -19,7 +19,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import Path
 
-from flask import Blueprint, abort, redirect, render_template, send_from_directory, url_for
+from flask import Blueprint, abort, render_template, send_from_directory
 
 from console.resources import resource_dir
 from console.web import docpages
@@ -30,12 +30,6 @@ bp = Blueprint("docs", __name__)
 
 def docs_dir() -> Path:
     return resource_dir("docs")
-
-
-@bp.get("/docs")
-@requires("viewer")
-def root():
-    return redirect(url_for("docs.index"), 301)
 
 
 @bp.get("/docs/")
