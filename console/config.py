@@ -144,7 +144,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("alerts", "retry_cap", float, 600.0, "Longest wait between two delivery attempts, in seconds.", positive),
     Setting("alerts", "give_up_after", float, 86400.0, "Seconds after which a notification that still fails is given up (marked gave_up in the delivery log).", positive),
     Setting("alerts", "console_url", str, "", "Public URL of the web console, for links in notifications (empty: no link)."),
-    Setting("alerts", "runbook_base_url", str, "", "Base URL that relative runbook paths (docs/alerts.md#...) are joined to in notifications (empty: sent as is)."),
+    Setting("alerts", "runbook_base_url", str, "", "Base URL that relative runbook paths (docs/alerts.md#...) are joined to, on the console's pages and in notifications (empty: the console serves docs/ itself at /docs/)."),
     Setting("alerts", "events_retention", duration, timedelta(days=30), "How long alert history (skiplock.alert_events) is kept, e.g. 30d; older events of resolved alerts are deleted in bounded batches by the delivery job.", positive_duration),
     Setting("alerts", "keep_days", float, 30.0, "Days the delivery log and settled notifications are kept (pruned in batches by the delivery job).", positive),
     # [maintenance]

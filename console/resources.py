@@ -1,4 +1,4 @@
-"""Where the top-level `sql/`, `templates/` and `static/` folders live at run time.
+"""Where the top-level `sql/`, `templates/`, `static/` and `docs/` folders live at run time.
 
 In a checkout (or an editable install) they sit beside the `console` package; a built wheel
 carries them inside the package as `console/_data/<name>` (see `force-include` in
@@ -13,7 +13,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def resource_dir(name: str) -> Path:
-    """Return the folder `name` ("sql", "templates" or "static"), wherever it was installed."""
+    """Return the folder `name` ("sql", "templates", "static" or "docs"), wherever it was installed."""
     for candidate in (_PACKAGE_DIR / "_data" / name, _PACKAGE_DIR.parent / name):
         if candidate.is_dir():
             return candidate

@@ -333,7 +333,8 @@ class Scheduler:
                 self._drop_if_unusable(owner)
                 if attempt == 1 and lost:
                     continue
-                log.warning("database %s: could not record the health of job %s (%s)", self.database, name,
+                # The message too: a class name alone ("OperationalError", 84 times) said nothing.
+                log.warning("database %s: could not record the health of job %s: %s", self.database, name,
                             error_text(exc))
                 return False
         return False

@@ -144,7 +144,8 @@ SELECT
     a.last_notified_at,
     a.acknowledged_by,
     a.acknowledged_at,
-    a.ack_note
+    a.ack_note,
+    a.last_over_value
 FROM skiplock.alerts AS a
 WHERE a.state <> 'ok'
 ORDER BY a.id;
@@ -152,13 +153,16 @@ ORDER BY a.id;
 -- name: set_state
 -- Moves one (rule, labels) to a state, creating its row the first time. Entering pending or
 -- firing starts a new episode: acknowledgement and the notified flag are cleared.
-INSERT INTO skiplock.alerts AS a (rule, labels, state, state_since, value, evaluated_at, fired_at)
+-- %(over)s: the value meets the rule's condition, so it is also the last value over the threshold.
+INSERT INTO skiplock.alerts AS a (rule, labels, state, state_since, value, evaluated_at, fired_at, last_over_value)
 VALUES (%(rule)s, %(labels)s, %(state)s, %(now)s, %(value)s, %(now)s,
-        CASE WHEN %(state)s = 'firing' THEN %(now)s::timestamptz END)
+        CASE WHEN %(state)s = 'firing' THEN %(now)s::timestamptz END,
+        CASE WHEN %(over)s THEN %(value)s::float8 END)
 ON CONFLICT (rule, labels) DO UPDATE SET
     state = EXCLUDED.state,
     state_since = %(now)s,
     value = EXCLUDED.value,
+    last_over_value = CASE WHEN %(over)s THEN EXCLUDED.value ELSE a.last_over_value END,
     evaluated_at = %(now)s,
     fired_at = CASE WHEN EXCLUDED.state = 'firing' THEN %(now)s::timestamptz ELSE a.fired_at END,
     resolved_at = CASE WHEN EXCLUDED.state = 'ok' AND a.state = 'firing' THEN %(now)s::timestamptz
@@ -169,11 +173,14 @@ ON CONFLICT (rule, labels) DO UPDATE SET
     acknowledged_at = CASE WHEN EXCLUDED.state = 'firing' AND a.state = 'firing' THEN a.acknowledged_at END,
     ack_note = CASE WHEN EXCLUDED.state = 'firing' AND a.state = 'firing' THEN a.ack_note END
 RETURNING a.id, a.rule, a.labels, a.state, a.state_since, a.value, a.fired_at, a.resolved_at, a.notified,
-          a.last_notified_at, a.acknowledged_by, a.acknowledged_at, a.ack_note;
+          a.last_notified_at, a.acknowledged_by, a.acknowledged_at, a.ack_note, a.last_over_value;
 
 -- name: touch_alert
+-- %(over)s as in set_state: a firing alert's value between its clear value and the threshold
+-- (hysteresis) keeps it firing but is not over the threshold.
 UPDATE skiplock.alerts AS a
 SET value = %(value)s,
+    last_over_value = CASE WHEN %(over)s THEN %(value)s::float8 ELSE a.last_over_value END,
     evaluated_at = %(now)s
 WHERE a.id = %(id)s;
 
@@ -247,7 +254,8 @@ SELECT
     a.last_notified_at,
     a.acknowledged_by,
     a.acknowledged_at,
-    a.ack_note
+    a.ack_note,
+    a.last_over_value
 FROM skiplock.alerts AS a
 WHERE a.id = %(id)s;
 
@@ -357,11 +365,15 @@ ORDER BY d.id DESC
 LIMIT %(limit)s;
 
 -- name: outbox_pending_summary
+-- What waits for each destination, and why: the newest error among its retrying notifications
+-- (NULL while none has failed yet), so a count of waiting notifications comes with its reason.
 SELECT
     o.destination,
     count(*) AS pending,
     min(o.created_at) AS oldest,
-    max(o.attempts) AS most_attempts
+    max(o.attempts) AS most_attempts,
+    count(o.last_error) AS retrying,
+    (array_agg(o.last_error ORDER BY o.id DESC) FILTER (WHERE o.last_error IS NOT NULL))[1] AS last_error
 FROM skiplock.alert_outbox AS o
 WHERE o.status = 'pending'
 GROUP BY o.destination

@@ -50,3 +50,41 @@ SELECT s.state
 FROM skiplock.collector_state AS s
 WHERE s.name = %(name)s;
 
+
+-- name: recent_errors
+-- Each collector and each [[external_queues]] source over the cycles of the last %(window)s
+-- seconds (at most %(max_runs)s, newest first, by collection_runs_started_idx): cycles seen, cycles
+-- with an error, the newest error and when, and whether the newest cycle failed. The Maintenance
+-- page shows it, so the collector_errors / external_source_errors a cycle counts come with their
+-- messages even after a later cycle went well.
+WITH runs AS (
+    SELECT
+        c.started_at,
+        c.collectors,
+        c.details -> 'external_sources' AS sources
+    FROM skiplock.collection_runs AS c
+    WHERE c.started_at >= now() - make_interval(secs => %(window)s)
+    ORDER BY c.started_at DESC
+    LIMIT %(max_runs)s
+),
+parts AS (
+    SELECT 'collector' AS kind, p.key AS name, r.started_at, p.value ->> 'error' AS error
+    FROM runs AS r
+    CROSS JOIN LATERAL jsonb_each(r.collectors) AS p
+    UNION ALL
+    SELECT 'external' AS kind, s.key AS name, r.started_at, s.value ->> 'error' AS error
+    FROM runs AS r
+    CROSS JOIN LATERAL jsonb_each(coalesce(r.sources, '{}'::jsonb)) AS s
+)
+SELECT
+    p.kind,
+    p.name,
+    count(*) AS cycles,
+    count(p.error) AS errors,
+    (array_agg(p.error ORDER BY p.started_at DESC) FILTER (WHERE p.error IS NOT NULL))[1] AS last_error,
+    max(p.started_at) FILTER (WHERE p.error IS NOT NULL) AS last_error_at,
+    max(p.started_at) AS last_cycle_at,
+    (array_agg(p.error ORDER BY p.started_at DESC))[1] IS NOT NULL AS failing_now
+FROM parts AS p
+GROUP BY p.kind, p.name
+ORDER BY p.kind, p.name;

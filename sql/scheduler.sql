@@ -24,12 +24,15 @@ SET stopped_at = now(),
 WHERE n.id = %(id)s;
 
 -- name: job_ran
+-- last_error is the last run's (NULL after a success); last_failure and last_failure_at keep the
+-- latest failure through later successes, so a failure count always comes with its message.
 INSERT INTO skiplock.scheduler_jobs AS j
     (job, leader, interval_seconds, last_started_at, last_finished_at, last_duration_ms, last_error,
-     last_ok_at, runs, failures, updated_at)
+     last_ok_at, runs, failures, last_failure, last_failure_at, updated_at)
 VALUES (
     %(job)s, %(leader)s, %(interval)s, %(started_at)s, now(), %(duration_ms)s, %(error)s,
-    CASE WHEN %(error)s::text IS NULL THEN now() END, 1, CASE WHEN %(error)s::text IS NULL THEN 0 ELSE 1 END, now()
+    CASE WHEN %(error)s::text IS NULL THEN now() END, 1, CASE WHEN %(error)s::text IS NULL THEN 0 ELSE 1 END,
+    %(error)s, CASE WHEN %(error)s::text IS NOT NULL THEN now() END, now()
 )
 ON CONFLICT (job) DO UPDATE
 SET leader = excluded.leader,
@@ -41,6 +44,8 @@ SET leader = excluded.leader,
     last_ok_at = coalesce(excluded.last_ok_at, j.last_ok_at),
     runs = j.runs + 1,
     failures = j.failures + excluded.failures,
+    last_failure = coalesce(excluded.last_failure, j.last_failure),
+    last_failure_at = coalesce(excluded.last_failure_at, j.last_failure_at),
     updated_at = now();
 
 -- name: nodes
@@ -72,6 +77,8 @@ SELECT
     j.last_ok_at,
     j.runs,
     j.failures,
+    j.last_failure,
+    j.last_failure_at,
     extract(epoch FROM now() - j.last_finished_at)::float8 AS age_s,
     j.interval_seconds IS NOT NULL
         AND j.last_finished_at < now() - make_interval(secs => 3 * j.interval_seconds) AS overdue

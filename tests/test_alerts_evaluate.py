@@ -65,7 +65,10 @@ def test_lifecycle_pending_firing_resolved_with_one_notification_each(conn):
     doc = conn.execute("SELECT notification FROM skiplock.alert_outbox WHERE destination = 'ops' ORDER BY id DESC LIMIT 1").fetchone()[0]
     assert doc["version"] == 1 and doc["event"] == "resolved" and doc["alert"]["state"] == "ok"
     assert doc["alert"]["labels"] == {"queue": "mail", "database": "default"} and doc["alert"]["value"] == 20
-    assert doc["alert"]["summary"] == "queue mail waited 20s" and doc["alert"]["resolved_at"]
+    # The value that cleared it (20) is not "waited": the last reading over the threshold was 170
+    # (95, in the hysteresis band, kept it firing without being over).
+    assert doc["alert"]["summary"] == "Resolved. Last reading over the threshold: queue mail waited 170s"
+    assert doc["alert"]["resolved_at"]
     events = [e["kind"] for e in ev.recent_events(conn)]
     assert events == ["resolved", "firing"]
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 
 import pytest
 
 from console import audit, samples
 from console.alerts import evaluate as ev
 from console.alerts import outbox
+from console.alerts.defaults import DEFAULT_RULES
 from console.alerts.rules import RuleSet, parse_destination, parse_rule
 from console.config import load_config
 from console.samples import Sample
@@ -210,6 +212,80 @@ def test_both_transitions_show_in_the_ui_and_the_delivery_log(client_as, conn):
     assert [(d["event"], d["outcome"]) for d in api_log] == [("resolved", "delivered"), ("firing", "delivered"),
                                                              ("firing", "retry")]
     assert viewer.get("/api/v1/alerts/deliveries?limit=0").status_code == 400
+
+
+# The default queue_age rule (its summary, threshold 300 s, clear 60 s), firing without a wait:
+# the pages render with the console's rules, so the test evaluates the same one.
+QUEUE_AGE = replace(next(r for r in DEFAULT_RULES if r.name == "queue_age"), for_seconds=0.0)
+
+
+def step(conn, value, destinations=None, queue="mail"):
+    """One cycle of the default queue_age rule (value None: the series is gone), evaluated now."""
+    now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    if value is not None:
+        samples.store(conn, [Sample("queue_age_seconds", {"queue": queue}, value, now)])
+    else:
+        samples.store(conn, [Sample("queue_age_seconds", {"queue": "other"}, 1, now)])
+    rules = RuleSet(rules={"queue_age": QUEUE_AGE}, destinations=destinations or {})
+    ev.evaluate(conn, rules, ev.AlertSettings(), now=now)
+    return conn.execute("SELECT id FROM skiplock.alerts WHERE labels->>'queue' = %s", (queue,)).fetchone()[0]
+
+
+def test_a_resolved_alert_says_it_resolved_with_the_last_value_over_the_threshold(client_as, conn):
+    """Not "has waited 0s (over 300s)": on its page, in the API and in the resolved webhook."""
+    dest = parse_destination({"name": "oncall", "url": "https://hooks.example/x"})
+    alert_id = step(conn, 420, {"oncall": dest})
+    step(conn, 350, {"oncall": dest})
+    step(conn, 100, {"oncall": dest})  # under the threshold, over the clear value (60): still firing
+    step(conn, 0, {"oncall": dest})    # resolved
+    said = "Resolved. Last reading over the threshold: Oldest eligible job in queue mail has waited 350s (over 300s)"
+    viewer = client_as("viewer")
+    page = viewer.get(f"/alerts/{alert_id}").get_data(as_text=True)
+    assert said in page and "waited 0s" not in page and "waited 100s" not in page
+    api = viewer.get(f"/api/v1/alerts/{alert_id}").get_json()["alert"]
+    assert (api["state"], api["value"], api["last_over_value"], api["summary"]) == ("ok", 0, 350, said)
+    (resolved,) = [row[0] for row in conn.execute(
+        "SELECT notification FROM skiplock.alert_outbox WHERE notification->>'event' = 'resolved'")]
+    assert resolved["alert"]["summary"] == said and resolved["alert"]["value"] == 0
+
+    # The next episode starts afresh: pending shows the value now; a series that vanished
+    # resolves with the last value it had over the threshold.
+    step(conn, 330)
+    assert viewer.get("/api/v1/alerts").get_json()["alerts"][0]["summary"] == \
+        "Oldest eligible job in queue mail has waited 330s (over 300s)"
+    step(conn, None)
+    assert viewer.get(f"/api/v1/alerts/{alert_id}").get_json()["alert"]["summary"] == \
+        "Resolved. Last reading over the threshold: Oldest eligible job in queue mail has waited 330s (over 300s)"
+
+
+def test_a_resolved_alert_without_a_recorded_value_says_resolved_and_no_number(client_as, conn):
+    alert_id = step(conn, 420)
+    step(conn, 0)
+    conn.execute("UPDATE skiplock.alerts SET last_over_value = NULL")  # resolved before migration 018
+    summary = client_as("viewer").get(f"/api/v1/alerts/{alert_id}").get_json()["alert"]["summary"]
+    assert summary == "Resolved: queue_age (queue=mail)"
+
+
+def test_waiting_notifications_show_why_on_the_destinations_page(client_as, conn):
+    """"2 waiting" said nothing about why: the newest delivery error is beside the count, and the
+    destination's delivery log is one click away."""
+    admin = client_as("admin")
+    assert admin.post("/alerts/destinations", data={"csrf_token": CSRF, "name": "oncall", "kind": "json",
+                                                    "url": "https://hooks.example/oncall",
+                                                    "reason": "on-call hook"}).status_code == 302
+    with Receiver([503, 503]) as receiver:
+        dest = parse_destination({"name": "oncall", "url": receiver.url})
+        fire(conn, destinations={"oncall": dest})
+        fire(conn, billing=700, destinations={"oncall": dest})  # mail still firing, billing fires
+        settings = ev.AlertSettings(retry_base=60, allow_private_destinations=True)
+        assert outbox.Sender(conn, lambda: {"oncall": dest}, settings).run_once().retried == 2
+    html = client_as("viewer").get("/alerts/destinations").get_data(as_text=True)
+    cell = html[html.index("data-waiting>"):]
+    cell = cell[:cell.index("</td>")]
+    assert "2 waiting since" in cell and "2 retrying: HTTP 503" in cell
+    assert 'href="/alerts/deliveries?destination=oncall">its delivery log</a>' in cell
+    log = client_as("viewer").get("/alerts/deliveries?destination=oncall").get_data(as_text=True)
+    assert log.count('data-outcome="retry"') == 2 and "HTTP 503" in log
 
 
 def test_a_bad_config_file_rule_stops_the_app(dsn, tmp_path):

@@ -76,6 +76,20 @@ def test_a_failing_job_is_recorded_with_its_error_and_the_next_run_works(make_sc
     assert reap["last_error"] is None and reap["runs"] == 2 and reap["failures"] == 1
 
 
+def test_a_health_row_that_cannot_be_written_is_logged_with_its_reason(make_scheduler, conn, caplog):
+    """Not "(OperationalError)" 84 times: the log line says what went wrong."""
+    s = make_scheduler()
+    s.elect()
+    conn.execute("ALTER TABLE skiplock.scheduler_jobs RENAME TO scheduler_jobs_gone")
+    try:
+        with caplog.at_level("WARNING", logger="skiplock.scheduler"):
+            assert s.run_job("reap") is True  # the job itself ran; only its health row failed
+    finally:
+        conn.execute("ALTER TABLE skiplock.scheduler_jobs_gone RENAME TO scheduler_jobs")
+    assert ('could not record the health of job reap: UndefinedTable: relation "skiplock.scheduler_jobs" '
+            'does not exist') in caplog.text
+
+
 def test_the_reaper_job_rescues_stuck_leases(make_scheduler, conn):
     job_id = q.enqueue(conn, "noop")
     q.claim(conn, "gone", lease=0.01)

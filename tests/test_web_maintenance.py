@@ -138,3 +138,79 @@ def test_run_now_refuses_while_a_run_of_the_task_is_in_progress_elsewhere(dsn, c
         runs.finish(scheduler, run_id, "ok")
     assert client_as("operator").post("/api/v1/maintenance/run/reap", headers={"X-CSRF-Token": CSRF}).status_code == 202
     _wait_for_reap_audit(conn, 1)
+
+
+def test_a_jobs_failures_keep_their_last_message_after_a_success(conn, dsn, client_as):
+    """"5 failures" with an empty "last error" was the scheduler panel once the job next ran
+    well: the latest failure and when it happened stay beside the count."""
+    from console import scheduler
+    from console.config import load_config
+
+    leader = scheduler.Scheduler(dsn, load_config(env={}))
+    try:
+        assert leader.elect()
+        conn.execute("ALTER TABLE skiplock.jobs RENAME TO jobs_gone")
+        try:
+            assert leader.run_job("reap") is False
+            assert leader.run_job("reap") is False
+        finally:
+            conn.execute("ALTER TABLE skiplock.jobs_gone RENAME TO jobs")
+        assert leader.run_job("reap") is True
+    finally:
+        leader.close()
+    data = client_as("viewer").get("/api/v1/maintenance").get_json()
+    [reap] = [j for j in data["scheduler"]["jobs"] if j["job"] == "reap"]
+    assert (reap["runs"], reap["failures"], reap["last_error"]) == (3, 2, None)
+    assert reap["last_failure"].startswith("UndefinedTable: relation \"skiplock.jobs\" does not exist")
+    assert reap["last_failure_at"] is not None and reap["last_failure_at"] < reap["last_ok_at"]
+    html = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    row = html[html.index('data-job="reap"'):]
+    row = row[:row.index("</tr>")]
+    assert "UndefinedTable: relation &#34;skiplock.jobs&#34; does not exist" in row and "fine since" in row
+    assert 'class="bad"' not in row  # the last run went well: the failure is history, not red
+
+
+def test_collector_and_source_errors_show_with_their_messages(conn, dsn, client_as):
+    """A cycle counts collector_errors / external_source_errors; the page shows each message and
+    when, after the next cycle went well too (a lock on the jobs table, a source's missing table)."""
+    from console.collectors import Options
+    from console.config import ExternalQueue
+    from tests.collector_helpers import cycle
+
+    source = ExternalQueue(name="app", system="table", table="public.app_jobs", pending="true")
+    options = Options(external=(source,), lock_timeout_ms=100)
+    with psycopg.connect(dsn) as ddl:  # VACUUM FULL, a migration: the queue collector times out on the lock
+        ddl.execute("LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE")
+        failed = cycle(dsn, options)
+    assert failed.collectors["queue"]["error"] and failed.details["external_sources"]["app"]["error"]
+    conn.execute("CREATE TABLE public.app_jobs (id bigint)")
+    assert not cycle(dsn, options).details["external_sources"]["app"]["error"]
+
+    data = client_as("viewer").get("/api/v1/maintenance").get_json()["collectors"]
+    rows = {(r["kind"], r["name"]): r for r in data}
+    queue, app = rows[("collector", "queue")], rows[("external", "app")]
+    assert (queue["cycles"], queue["errors"], queue["failing_now"]) == (2, 1, False)
+    assert "lock timeout" in queue["last_error"] and queue["last_error_at"]
+    assert (app["cycles"], app["errors"], app["failing_now"]) == (2, 1, False)
+    assert "public.app_jobs does not exist" in app["last_error"]
+    assert rows[("collector", "wal")]["errors"] == 0 and rows[("collector", "wal")]["last_error"] is None
+    html = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    panel = html[html.index('id="collectors"'):]
+    panel = panel[:panel.index("</section>")]
+    queue_row = panel[panel.index('data-collector="collector:queue"'):]
+    assert "lock timeout" in queue_row[:queue_row.index("</tr>")] and 'class="warn"' in panel
+    assert "public.app_jobs does not exist" in panel
+
+
+def test_a_failed_bulk_operation_shows_its_error_in_the_list_redacted_for_viewers(conn, client_as):
+    conn.execute("""INSERT INTO skiplock.bulk_operations (action, selection, actor, reason, state, snapshot_at, total,
+                                                          done, batch_size, error)
+                    VALUES ('replay', '{"queue": "billing"}', 'alice', 'card fix', 'failed', now(), 40, 12, 10,
+                            'QueryCanceled: while replaying a job with token=abc123')""")
+    viewer = client_as("viewer").get("/maintenance").get_data(as_text=True)
+    ops = viewer[viewer.index('id="operations"'):]
+    assert "QueryCanceled: while replaying a job with token=[redacted]" in ops and "abc123" not in viewer
+    operator = client_as("operator").get("/maintenance").get_data(as_text=True)
+    assert "token=abc123" in operator[operator.index('id="operations"'):]
+    api = client_as("viewer").get("/api/v1/maintenance").get_json()["operations"]
+    assert api[0]["error"] == "QueryCanceled: while replaying a job with token=[redacted]"

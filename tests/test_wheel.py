@@ -45,16 +45,28 @@ def clean_env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def test_the_installed_wheel_carries_its_sql_templates_and_static_files(installed_venv):
+def test_the_installed_wheel_carries_its_sql_templates_static_files_and_docs(installed_venv):
     venv, base = installed_venv
     out = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import console, console.resources as r; print(console.__file__); "
-         "print(*(r.resource_dir(n) for n in ('sql', 'templates', 'static')), sep='\\n')"],
+         "print(*(r.resource_dir(n) for n in ('sql', 'templates', 'static', 'docs')), sep='\\n')"],
         cwd=base, env=clean_env(), check=True, capture_output=True, text=True,
     ).stdout.split()
     assert all(line.startswith(str(venv)) for line in out), out  # not the checkout's copy
-    assert out[1].endswith("console/_data/sql")
+    assert out[1].endswith("console/_data/sql") and out[4].endswith("console/_data/docs")
+
+
+def test_the_installed_console_renders_the_runbooks(installed_venv):
+    """An installed console serves the docs its alerts link to (/docs/alerts.md#<rule>): the pages
+    and the Markdown renderer (a dependency of the wheel) come with it."""
+    venv, base = installed_venv
+    script = ("from console.alerts.defaults import DEFAULT_RULES; from console.resources import resource_dir; "
+              "from console.web import docpages; page = docpages.render(resource_dir('docs'), 'alerts.md'); "
+              "print(page.title); print(sorted(r.name for r in DEFAULT_RULES if r.name not in page.anchors))")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], cwd=base, env=clean_env(), check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out == ["Alerts and webhooks", "[]"]
 
 
 def test_skiplock_migrate_runs_from_the_installed_wheel(installed_venv, make_database):

@@ -28,7 +28,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import urljoin
 
 import psycopg
 from psycopg.rows import dict_row
@@ -36,7 +35,14 @@ from psycopg.types.json import Jsonb
 
 from console import audit
 from console.alerts import context, outbox
-from console.alerts.links import DEAD_LETTER_METRICS, Link, absolute, as_dicts, look_here
+from console.alerts.links import (
+    DEAD_LETTER_METRICS,
+    Link,
+    absolute,
+    as_dicts,
+    look_here,
+    runbook_url,
+)
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
@@ -128,15 +134,17 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
     is the alert's look-here list (`context.look_here`, which the evaluator reads with the
     database); without it, the rule's metric alone decides (`links.look_here`)."""
     labels = dict(alert["labels"])
-    runbook = rule.runbook if rule else None
-    if runbook and settings.runbook_base_url and not runbook.startswith(("http://", "https://")):
-        runbook = urljoin(settings.runbook_base_url, runbook)
+    # A docs runbook opens the console's copy (console/web/docs.py) or runbook_base_url's.
+    runbook = runbook_url(rule.runbook if rule else None, runbook_base_url=settings.runbook_base_url,
+                          console_url=settings.console_url)
     prefix = settings.link_prefix
     console_url = settings.console_url.rstrip("/") + f"{prefix}/alerts/{alert['id']}" if settings.console_url else None
     found = (links if links is not None else look_here(rule.metric, labels, settings.console_url)) if rule else []
     if prefix:  # the alert's database is not the first: its pages live under /db/<name>/
         found = [Link(k.label, prefix + k.path, absolute(settings.console_url, prefix + k.path)) for k in found]
-    summary = rule.render_summary(labels, value) if rule else f"{alert['rule']} (rule removed)"
+    # A resolved notification says so, with the last value over the threshold (not the cleared one).
+    summary = rule.summary_for(labels, "ok" if kind == "resolved" else "firing", value,
+                               alert.get("last_over_value")) if rule else f"{alert['rule']} (rule removed)"
     # Which database the alert is about: added here, not stored (samples live in their database).
     labels = {**labels, "database": settings.database}
     return {
@@ -196,10 +204,18 @@ class _Evaluation:
         }).fetchone()
         return row["id"]
 
-    def set_state(self, rule: str, labels: Mapping[str, str], state: str, value: float | None) -> dict[str, Any]:
+    def set_state(self, rule: str, labels: Mapping[str, str], state: str, value: float | None,
+                  over: bool = False) -> dict[str, Any]:
+        """`over`: `value` meets the rule's condition (kept as the alert's last_over_value, which
+        a resolved alert's summary shows)."""
         return self.cur.execute(query("alerts", "set_state"), {
             "rule": rule, "labels": Jsonb(dict(labels)), "state": state, "value": value, "now": self.now,
+            "over": over,
         }).fetchone()
+
+    def touch(self, alert_id: int, value: float | None, over: bool) -> None:
+        self.cur.execute(query("alerts", "touch_alert"), {"id": alert_id, "value": value, "now": self.now,
+                                                          "over": over})
 
     def notify(self, alert: Mapping[str, Any], rule: Rule | None, kind: str, value: float | None,
                detail: Any = None) -> Transition:
@@ -220,7 +236,7 @@ class _Evaluation:
         return transition
 
     def fire(self, rule: Rule, labels: Mapping[str, str], value: float) -> None:
-        alert = self.set_state(rule.name, labels, "firing", value)
+        alert = self.set_state(rule.name, labels, "firing", value, over=True)
         silence = self.silenced_by(rule.name, labels)
         if silence is None:
             self.notify(alert, rule, "firing", value)
@@ -240,7 +256,8 @@ class _Evaluation:
                                                       "resolved", value))
 
     def keep_firing(self, current: Mapping[str, Any], rule: Rule, value: float | None) -> None:
-        self.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": self.now})
+        # Between the clear value and the threshold (hysteresis) it still fires, but is not over.
+        self.touch(current["id"], value, over=value is not None and rule.condition(value))
         labels = current["labels"]
         silence = self.silenced_by(rule.name, labels)
         if silence is not None:
@@ -324,14 +341,14 @@ def evaluate(conn: psycopg.Connection, ruleset: RuleSet, settings: AlertSettings
                 state = current["state"] if current else "ok"
                 if value is None or guard is None:
                     if current:
-                        ev.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": now})
+                        ev.touch(current["id"], value, over=value is not None and rule.condition(value))
                     continue
                 if state == "ok":
                     if rule.condition(value) and guard:
                         if rule.for_seconds <= 0:
                             ev.fire(rule, labels, value)
                         else:
-                            alert = ev.set_state(rule.name, labels, "pending", value)
+                            alert = ev.set_state(rule.name, labels, "pending", value, over=True)
                             ev.report.transitions.append(Transition(alert["id"], rule.name, labels, "pending", value))
                 elif state == "pending":
                     if not (rule.condition(value) and guard):
@@ -340,7 +357,7 @@ def evaluate(conn: psycopg.Connection, ruleset: RuleSet, settings: AlertSettings
                     elif (now - current["state_since"]).total_seconds() >= rule.for_seconds:
                         ev.fire(rule, labels, value)
                     else:
-                        ev.cur.execute(query("alerts", "touch_alert"), {"id": current["id"], "value": value, "now": now})
+                        ev.touch(current["id"], value, over=True)
                 else:  # firing
                     if rule.still_firing(value, settings.hysteresis) and guard:
                         ev.keep_firing(current, rule, value)
@@ -477,7 +494,8 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> l
                          and all(row["labels"].get(k) == v for k, v in s["labels"].items())), None)
         out.append({**row, "severity": rule.severity if rule else None, "metric": rule.metric if rule else None,
                     "for_seconds": rule.for_seconds if rule else None,
-                    "summary": rule.render_summary(row["labels"], row["value"]) if rule else row["rule"],
+                    "summary": rule.summary_for(row["labels"], row["state"], row["value"], row["last_over_value"])
+                    if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
                     "look_here": _list_links(conn, rule, row) if rule else [],
                     "silence": silenced})

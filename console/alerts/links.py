@@ -22,6 +22,11 @@ A dead-letter alert whose queue has a new error group gets that group's jobs in 
 (`with_new_groups`); finding the group needs the database, so `console.alerts.context.look_here`
 does it, for the alert page, its API and every webhook payload alike.
 
+A rule's runbook goes the same way (`runbook_path`, `runbook_url`): the default rules' runbooks
+are `docs/alerts.md#<rule>`, which the console serves itself at `/docs/alerts.md#<rule>`
+(console/web/docs.py), unless `[alerts] runbook_base_url` is set, and then every relative
+runbook is joined to it, on the pages and in the messages alike.
+
 This module is pure: no database, no Flask, no configuration. Paths are absolute within the
 console ("/jobs?..."); `url` is the same joined to `alerts.console_url` (None when unset).
 """
@@ -31,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urljoin
 
 ANY_QUEUE = ("", "all")  # label values that mean "every queue" (e.g. claim latency's queue="all")
 
@@ -180,7 +185,8 @@ def _archive(labels: Mapping[str, str]) -> Pairs:
 
 
 def _collectors(labels: Mapping[str, str]) -> Pairs:
-    return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler")]
+    return [("Maintenance: the scheduler and its runs", "/maintenance#scheduler"),
+            ("Maintenance: the collectors' errors, with their messages", "/maintenance#collectors")]
 
 
 def _scheduler(labels: Mapping[str, str]) -> Pairs:
@@ -194,7 +200,8 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
 def _external(labels: Mapping[str, str]) -> Pairs:
     """An [[external_queues]] source's series: its panel on the Queues page (read-only there)."""
     name = labels.get("external")
-    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues"))]
+    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues")),
+            ("Maintenance: the sources' errors of the last hour", "/maintenance#collectors")]
 
 
 def _periodic(labels: Mapping[str, str]) -> Pairs:
@@ -296,5 +303,37 @@ def as_dicts(links: list[Link]) -> list[dict[str, str | None]]:
     return [link.as_dict() for link in links]
 
 
+# --- runbooks ------------------------------------------------------------------------------------
+
+DOCS_PATH = "docs/"  # a runbook under it is one of the pages the console serves at /docs/
+
+
+def _is_url(runbook: str) -> bool:
+    return runbook.startswith(("http://", "https://"))
+
+
+def runbook_path(runbook: str | None, runbook_base_url: str = "") -> str | None:
+    """The console path that serves `runbook` ("docs/alerts.md#queue_age" ->
+    "/docs/alerts.md#queue_age"), or None when the console does not serve it: an http(s) URL, a
+    path of another site ("/wiki/queue-age"), or any relative runbook once `runbook_base_url`
+    is set (it is joined to that instead)."""
+    if not runbook or _is_url(runbook) or runbook_base_url or not runbook.startswith(DOCS_PATH):
+        return None
+    return "/" + runbook
+
+
+def runbook_url(runbook: str | None, *, runbook_base_url: str = "", console_url: str = "") -> str | None:
+    """Where `runbook` opens for a reader outside the console (a webhook message): an http(s)
+    URL as it is; any other runbook joined to `runbook_base_url` when that is set; a docs page
+    the console serves under `console_url` when that is set; otherwise the runbook as written
+    (a site path; a bare "docs/..." cannot be made absolute without one of the two settings)."""
+    if not runbook or _is_url(runbook):
+        return runbook or None
+    if runbook_base_url:
+        return urljoin(runbook_base_url, runbook)
+    path = runbook_path(runbook)
+    return (absolute(console_url, path) if path else None) or runbook
+
+
 __all__ = ["DEAD_LETTER_METRICS", "NEW_GROUPS_SHOWN", "Link", "absolute", "as_dicts", "look_here", "mapper",
-           "new_error_group", "with_new_groups"]
+           "new_error_group", "runbook_path", "runbook_url", "with_new_groups"]

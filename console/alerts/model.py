@@ -168,6 +168,21 @@ class Rule:
         template = self.summary or "{rule}: {metric} is {value} ({op} {threshold})"
         return re.sub(r"\{([a-z_][a-z0-9_]*)\}", lambda m: str(context.get(m.group(1), m.group(0))), template)
 
+    def summary_for(self, labels: Mapping[str, str], state: str, value: float | None,
+                    last_over: float | None = None) -> str:
+        """What an alert of this rule in `state` says, on every face (its page, the lists, the API,
+        webhook payloads). Pending or firing: the summary with the value now. Resolved (`ok`): that
+        it resolved, with the last value that met the condition (`last_over`, the alert's
+        `last_over_value`) in the summary, never the value that cleared it, which read "has
+        waited 0s (over 300s)"; without such a value, only that it resolved."""
+        if state != "ok":
+            return self.render_summary(labels, value)
+        if last_over is None:
+            shown = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k != "database")
+            return f"Resolved: {self.name}" + (f" ({shown})" if shown else "")
+        side = "over" if self.op in (">", ">=") else "under"
+        return f"Resolved. Last reading {side} the threshold: {self.render_summary(labels, last_over)}"
+
     def as_record(self) -> dict[str, Any]:
         """The rule as the config file would spell it (also what the API returns)."""
         record: dict[str, Any] = {

@@ -128,6 +128,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.periodic:bp",     # /periodic: cron schedules, pause/resume, run now (+ /api/v1/periodic)
     "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
     "console.web.fleet:bp",        # /databases, /api/v1/databases: one row per configured database
+    "console.web.docs:bp",         # /docs/: the operator docs (runbooks), rendered from docs/*.md
 )
 
 

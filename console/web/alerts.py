@@ -114,7 +114,8 @@ def _events(conn, **where) -> list[dict[str, Any]]:
 
 def _public_alert(a: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "rule", "labels", "state", "state_since", "value", "evaluated_at", "fired_at", "severity",
-            "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note")
+            "summary", "runbook", "condition", "look_here", "acknowledged_by", "acknowledged_at", "ack_note",
+            "last_over_value")
     out = {k: a.get(k) for k in keys}
     silence = a.get("silence")
     out["silenced_until"] = silence["ends_at"] if silence else None
@@ -205,7 +206,8 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
     return {
         "alert": {**alert, "labels": _labelled(labels), "severity": rule.severity if rule else None,
-                  "summary": rule.render_summary(labels, alert["value"]) if rule else alert["rule"],
+                  "summary": rule.summary_for(labels, alert["state"], alert["value"], alert["last_over_value"])
+                  if rule else alert["rule"],
                   "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
                   "look_here": links},
         "window": win.as_dict(),
@@ -234,7 +236,8 @@ def _alert_chart(data: dict[str, Any]):
     win = data["window"]
     return charts.line_chart([charts.Line(data["alert"]["rule"], points)], unit=series["unit"],
                              start=datetime.fromisoformat(win["since"]), end=datetime.fromisoformat(win["until"]),
-                             threshold=series["threshold"], title=f"{data['alert']['rule']} over the alert's lifetime")
+                             threshold=series["threshold"], title=f"{data['alert']['rule']} over the alert's lifetime",
+                             width=720, height=200)  # across the page (the overview's cards draw 400 x 150)
 
 
 @bp.get("/alerts/<int:alert_id>")

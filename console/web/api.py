@@ -84,6 +84,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
         "evaluated_at": opt(TIME), "fired_at": opt(TIME), "severity": opt(STR), "summary": opt(STR),
         "runbook": opt(STR), "condition": opt(STR), "acknowledged_by": opt(STR), "acknowledged_at": opt(TIME),
         "ack_note": opt(STR),
+        "last_over_value": {**opt(NUM), "description": "the last value that met the rule's condition; a "
+                            "resolved alert's summary shows it"},
         "look_here": {**arr(obj({"label": STR, "path": STR, "url": opt(STR)})),
                       "description": "where to look first, most useful first (console/alerts/links.py)"},
     }),

@@ -5,6 +5,10 @@ unit, min/max, an optional threshold line, and a plain "No data yet" state. No J
                        threshold=1000, title="Queue depth")
     {{ chart }}   # Markup: an inline <svg> styled by static/oncall.css (light and dark)
 
+A page that draws a chart loads static/oncall.css (`{% block head %}`). The frame and the lines
+also say `fill="none"` themselves (a presentation attribute, which the CSP allows and any CSS
+rule overrides), so a page that forgets the stylesheet shows a bare chart, not a black box.
+
 `points` are (datetime, value) pairs; a None value is a gap (the collector could not measure),
 not a zero. `points_from_rows(rows, ...)` turns `console.samples.series()` rows into lines,
 summing over labels or splitting by one label.
@@ -206,7 +210,7 @@ def line_chart(
         f'role="img" aria-label="{label}" xmlns="http://www.w3.org/2000/svg"><title>{label}</title>'
     ]
     if not values:
-        parts.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
+        parts.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none"/>')
         parts.append(f'<text class="empty" x="{LEFT + plot_w / 2:.0f}" y="{TOP + plot_h / 2 + 4:.0f}" '
                      f'text-anchor="middle">No data yet</text></svg>')
         return Markup("".join(parts))
@@ -234,7 +238,9 @@ def line_chart(
     for t in time_ticks(start, end):
         x = x_of(t)
         parts.append(f'<line class="tick" x1="{_fmt(x)}" x2="{_fmt(x)}" y1="{TOP + plot_h}" y2="{TOP + plot_h + 3}"/>')
-        parts.append(f'<text class="axis" x="{_fmt(x)}" y="{height - 6}" text-anchor="middle">'
+        # A label at the right edge would be cut by the viewBox: it ends at its tick instead.
+        anchor = "end" if x > LEFT + plot_w - 16 else "middle"
+        parts.append(f'<text class="axis" x="{_fmt(x)}" y="{height - 6}" text-anchor="{anchor}">'
                      f'{escape(time_label(t, span))}</text>')
     # the lines; None breaks a line into segments
     for i, ln in enumerate(lines):
@@ -257,13 +263,13 @@ def line_chart(
                 base = _fmt(y_of(max(lo, 0.0)))
                 parts.append(f'<polygon class="area s{i}" points="{_fmt(seg[0][0])},{base} {path} '
                              f'{_fmt(seg[-1][0])},{base}"/>')
-            parts.append(f'<polyline class="line s{i}" points="{path}"><title>{escape(ln.label)}</title></polyline>')
+            parts.append(f'<polyline class="line s{i}" points="{path}" fill="none"><title>{escape(ln.label)}</title></polyline>')
     if threshold is not None:
         y = _fmt(y_of(threshold))
         parts.append(f'<line class="threshold" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y}" y2="{y}"/>')
         parts.append(f'<text class="threshold-label" x="{LEFT + plot_w - 2}" y="{_fmt(y_of(threshold) - 3)}" '
                      f'text-anchor="end">{escape(threshold_label)} {escape(format_value(threshold, unit))}</text>')
-    parts.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}"/>')
+    parts.append(f'<rect class="frame" x="{LEFT}" y="{TOP}" width="{plot_w}" height="{plot_h}" fill="none"/>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

@@ -71,6 +71,8 @@ PRIMARY_READS: dict[str, str] = {
     "auth.login": "sign-in and sessions",
     "api.openapi": "no query",
     "static": "no query",
+    "docs.index": "no query (files of the installation)",
+    "docs.page": "no query (files of the installation)",
     "admin.users": "users and API tokens",
     "admin.api_users": "users and API tokens",
     "health.index": "the primary's pg_stat_activity, locks, horizon holders, replication and WAL",

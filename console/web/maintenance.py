@@ -1,6 +1,7 @@
 """The maintenance page: the last and recent runs of the reaper, archiver and retention, recent
-bulk replays/purges, "run now" buttons, the current settings (secrets masked) and, when the
-scheduler records itself, its health.
+bulk replays/purges, "run now" buttons, the current settings (secrets masked), the scheduler's
+health (each job's runs, failures and latest failure, kept after later successes) and the
+collectors' errors of the last hour with their messages (console.collectors.errors).
 
 GET  /maintenance                 the page
 POST /maintenance/run/<task>      reap | archive now (operator; archive needs a reason, 422 without; audited)
@@ -109,11 +110,18 @@ def _scheduler(conn) -> dict[str, Any] | None:
 
 
 def maintenance_data() -> dict[str, Any]:
+    from console.collectors.errors import recent_errors
+    from console.web.deadletters import op_for
+
+    operations = run_panel(m.recent_operations, limit=20)
+    if operations.ok:  # a failed one shows its error: redacted for viewers, as on the dead-letters page
+        operations.data = [op_for(op) for op in operations.data]
     return {
         "tasks": run_panel(_task_summary),
         "runs": run_panel(runs.recent, limit=50),
-        "operations": run_panel(m.recent_operations, limit=20),
+        "operations": operations,
         "scheduler": run_panel(_scheduler),
+        "collectors": run_panel(recent_errors),
         "settings": settings_rows(),
     }
 
@@ -135,6 +143,10 @@ def _panel(p) -> Any:
                        "runs": panel(arr(obj({"id": INT, "task": STR, "actor": STR, "started_at": TIME,
                                               "finished_at": opt(TIME), "outcome": opt(STR)}))),
                        "operations": panel(arr(ref("Operation"))), "scheduler": panel(opt(OBJ)),
+                       "collectors": panel(arr(obj({"kind": {"enum": ["collector", "external"]}, "name": STR,
+                                                    "cycles": INT, "errors": INT, "last_error": opt(STR),
+                                                    "last_error_at": opt(TIME), "last_cycle_at": TIME,
+                                                    "failing_now": BOOL}))),
                        "settings": arr(obj({"section": STR, "key": STR, "display": STR, "secret": BOOL}))}))
 def api_index():
     data = maintenance_data()

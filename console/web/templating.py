@@ -2,7 +2,8 @@
 
 Filters: `utc` ("2026-11-30 03:40:12 UTC"), `ago` ("3 min ago", "in 2 h"), `number`
 ("12,345"), `duration` (seconds -> "2 min 5 s"), `pretty_json`, `json_text` and `query_args`.
-Test: `safe_link` (`{% if rule.runbook is safe_link %}<a href=...>`). Globals: `csrf_token()`,
+Test: `safe_link` (`{% if rule.runbook is safe_link %}<a href=...>`). Filter `runbook_href`: where a
+rule's runbook opens (the console's /docs/ page, or `[alerts] runbook_base_url`'s). Globals: `csrf_token()`,
 `csrf_field()`, `nav_entries()`, `user`, `can(role)` (false for actions in a read-only console),
 `read_only`, `endpoints` (the registered view names), `poll_fast_ms`.
 
@@ -101,6 +102,24 @@ def safe_link(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and link_problem(value) is None
 
 
+def runbook_href(runbook: Any) -> str | None:
+    """The href of a rule's runbook on a page: "docs/alerts.md#queue_age" is the console's own
+    /docs/alerts.md#queue_age (under the request's script root), or joined to
+    `[alerts] runbook_base_url` when that is set (console.alerts.links). None when it may not
+    be a link at all (see `safe_link`)."""
+    from flask import request
+
+    from console.alerts.links import runbook_path, runbook_url
+    from console.web import state
+
+    if not safe_link(runbook):
+        return None
+    base = state().config.alerts.runbook_base_url
+    path = runbook_path(runbook, base)
+    href = request.script_root + path if path else runbook_url(runbook, runbook_base_url=base)
+    return href if safe_link(href) else None
+
+
 def _switcher() -> list[dict[str, Any]]:
     """[{name, url, current}] for the database switcher: this page under each database
     (`/db/<name>/<path>`); empty with one database. Unprefixed pages are the first database."""
@@ -124,7 +143,7 @@ def install(app: Flask) -> None:
     app.json = SkiplockJSON(app)
     env = app.jinja_env
     env.filters.update(utc=utc, ago=ago, number=number, duration=duration, pretty_json=pretty_json,
-                       json_text=json_text, query_args=query_args)
+                       json_text=json_text, query_args=query_args, runbook_href=runbook_href)
     env.tests["safe_link"] = safe_link
     env.globals.update(csrf_token=csrf_token, now=now)
 
