@@ -199,8 +199,21 @@ def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]
     return collectors_db._tree(waiters, sessions)
 
 
-def locks_panel(conn) -> dict[str, Any]:
-    """The collectors' lock_waiters and sessions queries, run live, drawn as a tree."""
+def _judged(judge: Judge | None, latest: Latest | None, metric: str, label: str | None = None) -> list[str]:
+    """The levels the rules in force give the newest samples of `metric` (per `label` value):
+    a panel is amber or red where the alert over the same series would be."""
+    if judge is None or latest is None:
+        return []
+    if label is None:
+        value = latest.total(metric)
+        return [judge.level(metric, value, {})] if value is not None else []
+    return [judge.level(metric, v, {label: k}) for k, v in latest.by_label(metric, label).items() if v is not None]
+
+
+def locks_panel(conn, latest: Latest | None = None, judge: Judge | None = None) -> dict[str, Any]:
+    """The collectors' lock_waiters and sessions queries, run live, drawn as a tree. Amber where
+    the rules in force would fire on the newest lock_waits samples (jobs_lock_waits: any session
+    waiting on a jobs table) or a wait passes LOCK_WARN_S; red from LOCK_BAD_S."""
     text = sql.SQL(query("collectors_database", "lock_waiters")).format(
         waitstart=sql.SQL("(SELECT min(l.waitstart) FROM pg_locks AS l WHERE l.pid = a.pid AND NOT l.granted)")
         if conn.info.server_version >= 140000 else sql.NULL)
@@ -211,6 +224,7 @@ def locks_panel(conn) -> dict[str, Any]:
     tree = lock_tree(waiters, sessions)
     longest = max((w["waiting_s"] or 0 for w in waiters), default=0.0)
     lv = "good" if not waiters else "bad" if longest >= LOCK_BAD_S else "warn" if longest >= LOCK_WARN_S else "good"
+    lv = _worst([lv, *_judged(judge, latest, "lock_waits", "relation")])
     return {"tree": tree, "waiting": len(waiters), "longest_wait_s": longest, "level": lv}
 
 
@@ -226,13 +240,14 @@ def wraparound_panel(conn) -> dict[str, Any]:
     return {"rows": out, "freeze_max_age": settings["freeze_max_age"], "level": _worst(r["level"] for r in out)}
 
 
-def slru_panel(conn, latest: Latest) -> dict[str, Any]:
+def slru_panel(conn, latest: Latest, judge: Judge | None = None) -> dict[str, Any]:
     waits = _rows(conn, "lwlock_waiters")
     slru = _rows(conn, "slru")
     mx_waits = [w for w in waits if "MultiXact" in (w["wait_event"] or "") or "SLRU" in (w["wait_event"] or "")]
     consumption = latest.total("multixact_consumption_per_second")
     reads = latest.by_label("slru_blocks_read_per_second", "slru")
     lv = "bad" if sum(w["sessions"] for w in mx_waits) >= 5 else "warn" if mx_waits else "good"
+    lv = _worst([lv, *_judged(judge, latest, "multixact_consumption_per_second")])  # multixact_spike
     return {"lwlock_waits": waits, "multixact_waits": mx_waits, "slru": slru,
             "multixact_per_s": consumption, "slru_reads_per_s": reads, "level": lv}
 
@@ -257,6 +272,7 @@ def wal_panel(conn, latest: Latest, judge: Judge | None = None) -> dict[str, Any
         s["level"] = "bad" if kept >= RETAINED_BAD or (not s["active"] and kept >= RETAINED_WARN) else \
             "warn" if kept >= RETAINED_WARN or not s["active"] else "good"
         levels.append(s["level"])
+    levels += _judged(judge, latest, "wal_bytes_per_second")  # wal_rate
     return {"wal_bytes_per_s": latest.total("wal_bytes_per_second"), "wal": wal, "standbys": standbys,
             "slots": slots, "level": _worst(levels)}
 
@@ -274,9 +290,9 @@ def health_data() -> dict[str, Any]:
         "measured_at": latest.newest(),
         "tables": run_panel(tables_panel, latest, timeout=PANEL_MS),
         "holders": run_panel(holders_panel, latest, judge, timeout=PANEL_MS),
-        "locks": run_panel(locks_panel, timeout=PANEL_MS),
+        "locks": run_panel(locks_panel, latest, judge, timeout=PANEL_MS),
         "wraparound": run_panel(wraparound_panel, timeout=PANEL_MS),
-        "slru": run_panel(slru_panel, latest, timeout=PANEL_MS),
+        "slru": run_panel(slru_panel, latest, judge, timeout=PANEL_MS),
         "wal": run_panel(wal_panel, latest, judge, timeout=PANEL_MS),
     }
 
