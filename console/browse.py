@@ -42,7 +42,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import audit
+from console import audit, jsonbounds
 from console.histogram import quantile
 from console.queue import STATUSES, request_cancel
 from console.sqlfiles import query
@@ -109,7 +109,9 @@ class JobFilter:
         payload = text("payload", 2000)
         if payload is not None:
             try:
-                payload = json.loads(payload)
+                payload = jsonbounds.loads(payload, "payload")
+            except jsonbounds.TooDeep as exc:
+                raise InvalidFilter(str(exc)) from None
             except json.JSONDecodeError as exc:
                 raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
             if not isinstance(payload, dict):
@@ -228,7 +230,8 @@ def decode_cursor(cursor: str | None, plan_state: str | None) -> dict[str, Any]:
     if not cursor:
         return params
     try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        # A cursor is a flat list: anything nested is not one of ours (and is not parsed).
+        raw = jsonbounds.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)), "after", 1)
         if not isinstance(raw, list) or len(raw) != len(fields):
             raise ValueError
         for i, (field, value) in enumerate(zip(fields, raw, strict=True)):
@@ -573,15 +576,21 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
         if not isinstance(text, str):
             raise InvalidFilter("payload: must be JSON text")
         try:
-            payload = json.loads(text) if text else {}
+            payload = jsonbounds.loads(text, "payload") if text else {}
+        except jsonbounds.TooDeep as exc:
+            raise InvalidFilter(str(exc)) from None
         except json.JSONDecodeError as exc:
             raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     elif payload is None:
         payload = {}
+    if jsonbounds.depth_of(payload, stop_after=jsonbounds.MAX_DEPTH) > jsonbounds.MAX_DEPTH:
+        raise InvalidFilter(f"payload: JSON nested deeper than {jsonbounds.MAX_DEPTH} levels "
+                            "(arrays and objects count one level each)")
     try:
-        size = len(json.dumps(payload, allow_nan=False))
+        text = json.dumps(payload, allow_nan=False)
     except ValueError:
         raise InvalidFilter("payload: NaN and Infinity are not JSON") from None
+    size = len(text)
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidFilter(f"payload: larger than {MAX_PAYLOAD_BYTES // 1024} KiB")
     run_at = fields.get("run_at")

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from console.jsonbounds import MAX_DEPTH, TooDeep
+
 
 class ConfigError(ValueError):
     """A setting has a bad value; the message names the setting and where it came from."""
@@ -291,6 +293,27 @@ class Config:
         return out
 
 
+# A TOML string (basic, literal, multi-line) or comment, skipped whole, or one bracket or brace.
+_TOML_TOKENS = re.compile(r'''"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|#[^\n]*|[\[\]{}]''', re.S)
+
+
+def _bounded_toml(text: str) -> dict[str, Any]:
+    """tomllib.loads, after checking that arrays and inline tables nest at most
+    console.jsonbounds.MAX_DEPTH levels: tomllib recurses per level, and a RecursionError
+    would stop start-up with a traceback instead of a message. Table headers ([a], [[b]])
+    open and close on their line, so they count for nothing."""
+    depth = 0
+    for match in _TOML_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise TooDeep(f"arrays and inline tables nested deeper than {MAX_DEPTH} levels")
+        elif token in ("]", "}"):
+            depth -= 1
+    return tomllib.loads(text)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -306,11 +329,15 @@ def load_config(
     config_path = Path(path) if path else None
     if config_path is not None:
         try:
-            file_data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+            text = config_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"config file {config_path} does not exist") from None
+        try:
+            file_data = _bounded_toml(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+        except TooDeep as exc:
+            raise ConfigError(f"config file {config_path}: {exc}") from None
 
     values = {(s.section, s.key): s.default for s in SETTINGS}
     tables: dict[str, Any] = {}

@@ -19,8 +19,10 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
+from console.jsonbounds import read_json
 from console.resources import resource_dir
 
 SCHEMA = "skiplock"
@@ -69,7 +71,11 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
     slipped onto it fails at once, on a standby and on a primary alike); `connect_timeout` bounds
     each connection attempt (libpq counts at least 2 s); `tcp_user_timeout_ms` drops a pooled
     connection whose server stopped acknowledging what is sent (a host gone from the network
-    would otherwise hold a query for the kernel's minutes of retransmissions)."""
+    would otherwise hold a query for the kernel's minutes of retransmissions).
+
+    Its connections read json/jsonb with console.jsonbounds.read_json: a stored value nested
+    deeper than Python's json can take arrives as a short marker string, not as a
+    RecursionError in the middle of a page."""
     settings = []
     if statement_timeout_ms:
         settings.append(f"-c statement_timeout={statement_timeout_ms}")
@@ -82,7 +88,12 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
         kwargs["connect_timeout"] = connect_timeout
     if tcp_user_timeout_ms:
         kwargs["tcp_user_timeout"] = tcp_user_timeout_ms
-    return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name)
+    return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name,
+                          configure=_bounded_json)
+
+
+def _bounded_json(conn: psycopg.Connection) -> None:
+    set_json_loads(read_json, conn)
 
 
 @contextmanager

@@ -273,7 +273,9 @@ def firing_alerts(conn) -> list[dict[str, Any]] | None:
     except ValueError as exc:  # a bad rule is the alerts page's to report; the overview goes on
         log.warning("alert rules could not be loaded for the overview: %s", exc)
         ruleset = None
-    return [a for a in active(conn, ruleset) if a["state"] == "firing"]
+    from console.web.redact import notification_keys
+
+    return [a for a in active(conn, ruleset, secret_keys=notification_keys()) if a["state"] == "firing"]
 
 
 @dataclass(frozen=True)
