@@ -43,6 +43,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit, jsonbounds
+from console.actions import clean_reason
 from console.histogram import quantile
 from console.queue import STATUSES, request_cancel
 from console.sqlfiles import query
@@ -484,7 +485,7 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
     (including when it changed since the page was drawn)."""
     if action not in ACTIONS:
         raise InvalidFilter(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
-    reason = (reason or "").strip()[:500] or None
+    reason = clean_reason(reason)  # console.actions' rule, for callers from Python too
     if action in ("replay", "purge"):
         from console.maintenance import bulk
         from console.maintenance.errors import NothingMatches
@@ -562,6 +563,19 @@ def _whole(fields: Mapping[str, Any], name: str, *, low: int, high: int) -> int 
     return value
 
 
+def _reason(value: Any) -> str:
+    """The enqueue's reason, required, by console.actions' rule (InvalidFilter names it)."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidFilter("reason: must be a string")
+    try:
+        reason = clean_reason(value)
+    except ValueError as exc:
+        raise InvalidFilter(str(exc)) from None
+    if reason is None:
+        raise InvalidFilter("reason: is required (it goes in the audit log); say why, e.g. 'INC-1042: re-send the invoice'")
+    return reason
+
+
 def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -> dict[str, Any]:
     """The console's enqueue fields, checked; InvalidFilter (a ValueError) names the field.
 
@@ -610,7 +624,7 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
         "idempotency_key": _text(fields, "idempotency_key", limit=MAX_KEY),
         "max_attempts": _whole(fields, "max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT),
         "unique_for": unique_for,
-        "reason": _text(fields, "reason", limit=500, required=True),
+        "reason": _reason(fields.get("reason")),
     }
     if unique_for is not None and out["idempotency_key"] is None:
         raise InvalidFilter("idempotency_key: is required with unique_for (the window is per kind and key)")

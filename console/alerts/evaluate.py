@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit
+from console.actions import clean_reason
 from console.alerts import context, outbox
 from console.alerts.links import DEAD_LETTER_METRICS, Link, absolute, as_dicts, look_here
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
@@ -396,9 +397,14 @@ def get_alert(conn: psycopg.Connection, alert_id: int) -> dict[str, Any] | None:
 
 
 def acknowledge(conn: psycopg.Connection, alert_id: int, *, actor: str, note: str | None = None) -> dict[str, Any]:
-    """Mark a firing alert as being handled by `actor`: repeats stop until it resolves."""
+    """Mark a firing alert as being handled by `actor`: repeats stop until it resolves. The
+    note is the audit row's reason: optional, and by console.actions' rule when given."""
     if not actor:
         raise AlertActionError("acknowledge needs the name of who is on it")
+    try:
+        note = clean_reason(note)
+    except ValueError as exc:
+        raise AlertActionError(str(exc).replace("reason:", "note:", 1)) from None
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("alerts", "acknowledge"), {"id": alert_id, "actor": actor, "note": note or None}).fetchone()
         if row is None:
@@ -417,7 +423,10 @@ def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, 
             reason: str, actor: str, ruleset: RuleSet | None = None) -> dict[str, Any]:
     """Stop notifications for alerts of `rule` (None: any rule) whose labels include `labels`,
     for `duration`. Alerts keep their state and still show; only notifications are held."""
-    reason = (reason or "").strip()
+    try:
+        reason = clean_reason(reason)
+    except ValueError as exc:
+        raise AlertActionError(str(exc)) from None
     if not reason:
         raise AlertActionError("a silence needs a reason (what is being done about it)")
     if not actor:

@@ -16,6 +16,7 @@ from typing import Any
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
 from console import periodic
+from console.actions import clean_reason
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
@@ -76,7 +77,7 @@ def api_index():
 
 
 def _act(name: str, action: str) -> int | None:
-    reason = (request.form.get("reason") or "").strip()[:500] or None
+    reason = clean_reason(request.form.get("reason"))  # console.actions' rule (400 when it says nothing)
     conn = get_conn()
     try:
         if action == "run":
