@@ -650,9 +650,11 @@ def test_destination(name: str):
     result = _send_test(name)
     if _htmx():
         return render_template("alerts/_test_result.html", name=name, result=result)
+    # Without htmx: the whole page, the result beside its destination (the row includes the
+    # same fragment, which reads `result`).
     data = run_panel(_destinations_data)
     return render_template("alerts/destinations.html", data=data, form=None, kinds=r.KINDS, error=None,
-                           test_name=name, test_result=result)
+                           test_name=name, result=result)
 
 
 @bp.post("/api/v1/alerts/destinations/<name>/test")
