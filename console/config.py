@@ -173,7 +173,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "login_backoff_cap", float, 300.0, "Longest wait, in seconds, between two sign-in attempts of one (user name, address).", positive),
     Setting("web", "session_idle", duration, timedelta(hours=12), "A sign-in ends after this long without a request (background polls do not count), e.g. 12h.", positive_duration),
     Setting("web", "session_max", duration, timedelta(days=7), "A sign-in ends this long after it began, however busy, e.g. 7d.", positive_duration),
-    Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers."),
+    Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers, with their values in error text; error fingerprints, alert links and webhook bodies hide them (and the default keys) for everyone."),
     Setting("web", "redact_hook", str, "", "Optional `module:function` taking (payload, user) and returning the payload to show; runs after redact_keys."),
     Setting("web", "redact_text_hook", str, "", "Optional `module:function` taking (text, user) and returning the error text to show (last errors, error history, error groups, operation errors); runs after the values of redact_keys are masked in it for viewers."),
     Setting("web", "poll_fast", float, 5.0, "Seconds between live refreshes while the tab is visible.", positive),

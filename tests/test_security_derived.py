@@ -69,6 +69,14 @@ def assert_hidden(client, urls) -> None:
     assert leaks == [], leaks
 
 
+def test_the_engine_hides_the_keys_the_console_hides_by_default():
+    from console.config import SETTINGS
+    from console.redaction import DEFAULT_KEYS, key_set
+
+    [setting] = [s for s in SETTINGS if (s.section, s.key) == ("web", "redact_keys")]
+    assert key_set(setting.default) == DEFAULT_KEYS
+
+
 def test_a_fingerprint_is_made_from_the_error_with_its_secrets_hidden(conn, leaky):
     stored = conn.execute("SELECT error_fingerprint, last_error FROM skiplock.jobs WHERE id = %s",
                           (leaky["new"],)).fetchone()

@@ -23,6 +23,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from console import audit, periodic
 from console import queue as q
@@ -103,17 +104,17 @@ def snapshot(conn) -> dict[str, object]:
     """Per table: row count and a digest of every row with its xmin; per sequence: its value."""
     state: dict[str, object] = {}
     for name in tables(conn):
+        table = sql.Identifier("skiplock", name)
         if name in LAST_USE:
-            row = conn.execute(
-                f"SELECT count(*), md5(coalesce(string_agg((to_jsonb(t) - '{LAST_USE[name]}')::text, ','"
-                f" ORDER BY (to_jsonb(t) - '{LAST_USE[name]}')::text), '')) FROM skiplock.{name} AS t").fetchone()
+            row_text = sql.SQL("(to_jsonb(t) - {})::text").format(sql.Literal(LAST_USE[name]))
         else:
-            row = conn.execute(
-                f"SELECT count(*), md5(coalesce(string_agg(t.xmin::text || ':' || t::text, ',' ORDER BY t::text), '')) "
-                f"FROM skiplock.{name} AS t").fetchone()
+            row_text = sql.SQL("t.xmin::text || ':' || t::text")
+        row = conn.execute(sql.SQL("SELECT count(*), md5(coalesce(string_agg({row}, ',' ORDER BY {row}), '')) "
+                                   "FROM {table} AS t").format(row=row_text, table=table)).fetchone()
         state[name] = tuple(row)
     for (seq,) in conn.execute("SELECT sequencename FROM pg_sequences WHERE schemaname = 'skiplock'").fetchall():
-        state[f"sequence {seq}"] = conn.execute(f"SELECT last_value, is_called FROM skiplock.{seq}").fetchone()
+        state[f"sequence {seq}"] = conn.execute(sql.SQL("SELECT last_value, is_called FROM {}").format(
+            sql.Identifier("skiplock", seq))).fetchone()
     return state
 
 
@@ -125,7 +126,7 @@ def get_routes(app, ctx) -> list[tuple[str, str]]:
             continue
         values = {**PATH_VALUES, **PER_ENDPOINT.get(rule.endpoint.split(".")[0], {})}
 
-        def fill(match: re.Match) -> str:
+        def fill(match: re.Match, values=values) -> str:
             return values[match.group(2)].format(**ctx)
 
         path = re.sub(r"<(?:(\w+)(?:\([^)]*\))?:)?(\w+)>", fill, rule.rule)
