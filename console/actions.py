@@ -28,6 +28,7 @@ from __future__ import annotations
 import getpass
 import re
 import socket
+import unicodedata
 from dataclasses import dataclass
 
 FACES = ("cli", "ui", "api")
@@ -110,30 +111,89 @@ ACTIONS: dict[str, Requirement] = {
 
 
 class ReasonRequired(ValueError):
-    """The action needs a reason and none was given (HTTP 422, CLI exit 2)."""
+    """The action needs a reason and none was given, or the one given says nothing (HTTP 422,
+    CLI exit 2). `given`: a reason was sent but it is too short to say anything."""
 
-    def __init__(self, action: str, message: str | None = None):
+    def __init__(self, action: str, message: str | None = None, *, given: bool = False):
         self.action = action
+        self.given = given
         req = ACTIONS[action]
         super().__init__(message or f"reason: required to {req.what[0].lower()}{req.what[1:]} (it goes in the "
                          "audit log); say why, e.g. 'SMTP password fixed in deploy 412'")
 
 
+class ReasonSaysNothing(ValueError):
+    """A reason with fewer than MIN_VISIBLE visible characters (HTTP 400 where no action is named)."""
+
+
+# --- what a reason must be --------------------------------------------------------------------
+#
+# One rule, every face (web form, API, CLI, Python through console.audit.record): a reason
+# says something in at least MIN_VISIBLE visible characters: letters, digits, punctuation or
+# symbols (Unicode categories L, N, P, S). Space and format characters (zero-width space, ZWJ,
+# ZWNJ, BOM, word joiner, bidi marks: categories Z and Cf) and combining marks on their own are
+# not visible, and neither are the few letters and symbols that render as blank space
+# (`INVISIBLE`: the Hangul fillers, the braille blank, ...). A reason made only of those is no
+# reason (None, so an action that needs one is refused); one with 1 or 2 visible characters is
+# refused with a message saying what is missing.
+
+MIN_VISIBLE = 3
+# Letters and symbols by category that draw nothing: Hangul choseong/jungseong fillers, Hangul
+# filler, halfwidth Hangul filler, braille pattern blank, Khmer inherent vowels, Mongolian
+# vowel separator, combining grapheme joiner, musical symbol null notehead... and the
+# invisible operators (function application, invisible times/separator/plus).
+INVISIBLE = frozenset("\u115f\u1160\u3164\uffa0\u2800\u17b4\u17b5\u180e\u034f\U0001d159"
+                      "\u2061\u2062\u2063\u2064")
+_VISIBLE_CATEGORIES = ("L", "N", "P", "S")
+
+
+def is_visible(char: str) -> bool:
+    """Whether `char` draws something a reader can see (see the rule above)."""
+    return char not in INVISIBLE and unicodedata.category(char)[0] in _VISIBLE_CATEGORIES
+
+
+def _blank(char: str) -> bool:
+    """White space or an invisible character; a combining mark belongs to its letter."""
+    return not is_visible(char) and unicodedata.category(char)[0] != "M"
+
+
+def _strip_blank(text: str) -> str:
+    """`text` without white space and invisible characters at either end."""
+    start, end = 0, len(text)
+    while start < end and _blank(text[start]):
+        start += 1
+    while end > start and _blank(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
 def clean_reason(reason: object) -> str | None:
-    """The reason as recorded: stripped, None when empty; ValueError when too long."""
-    text = str(reason).strip() if reason is not None else ""
+    """The reason as recorded: without blank space (white or invisible) at either end; None
+    when nothing visible is left; ReasonSaysNothing (a ValueError) when fewer than MIN_VISIBLE
+    visible characters are; ValueError when too long or holding control characters."""
+    text = _strip_blank(str(reason)) if reason is not None else ""
     if len(text) > MAX_REASON:
         raise ValueError(f"reason: at most {MAX_REASON} characters (got {len(text)})")
     if _CONTROL.search(text):
         raise ValueError("reason: control characters are not allowed (line breaks and tabs are)")
-    return text or None
+    visible = sum(1 for char in text if is_visible(char))
+    if visible == 0:
+        return None
+    if visible < MIN_VISIBLE:
+        raise ReasonSaysNothing(f"reason: say why in at least {MIN_VISIBLE} visible characters (letters, digits, "
+                                f"punctuation or symbols; got {visible}), e.g. 'SMTP password fixed in deploy 412'")
+    return text
 
 
 def require_reason(action: str, reason: object) -> str | None:
-    """The cleaned reason; ReasonRequired when `action` needs one and it is empty."""
+    """The cleaned reason; ReasonRequired when `action` needs one and it is empty or says
+    nothing visible, or when the one given is too short to say anything."""
     if action not in ACTIONS:
         raise KeyError(f"{action!r} is not in console.actions.ACTIONS")
-    text = clean_reason(reason)
+    try:
+        text = clean_reason(reason)
+    except ReasonSaysNothing as exc:
+        raise ReasonRequired(action, str(exc), given=True) from None
     if text is None and ACTIONS[action].reason:
         raise ReasonRequired(action)
     return text

@@ -13,6 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from console.actions import clean_reason
 from console.sqlfiles import query
 
 OUTCOMES = ("ok", "error", "cancelled", "started")
@@ -30,7 +31,12 @@ def record(
     outcome: str = "ok",
     detail: Any = None,
 ) -> int:
-    """Append one audit row (in the caller's transaction, if any) and return its id."""
+    """Append one audit row (in the caller's transaction, if any) and return its id.
+
+    `reason` follows console.actions' rule, whoever calls (a face, a script, the scheduler):
+    blank or invisible-only is no reason (None); one or two visible characters, a control
+    character or more than 500 characters raise ValueError. So no row says "why" with nothing."""
+    reason = clean_reason(reason)
     if not actor or not action:
         raise ValueError("an audit row needs an actor and an action")
     if outcome not in OUTCOMES:

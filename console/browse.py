@@ -42,7 +42,8 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import audit
+from console import audit, jsonbounds
+from console.actions import clean_reason
 from console.histogram import quantile
 from console.queue import STATUSES, request_cancel
 from console.sqlfiles import query
@@ -111,7 +112,9 @@ class JobFilter:
         payload = text("payload", 2000)
         if payload is not None:
             try:
-                payload = json.loads(payload)
+                payload = jsonbounds.loads(payload, "payload")
+            except jsonbounds.TooDeep as exc:
+                raise InvalidFilter(str(exc)) from None
             except json.JSONDecodeError as exc:
                 raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at character {exc.pos + 1})") from None
             if not isinstance(payload, dict):
@@ -236,7 +239,8 @@ def decode_cursor(cursor: str | None, plan_state: str | None) -> dict[str, Any]:
     if not cursor:
         return params
     try:
-        raw = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        # A cursor is a flat list: anything nested is not one of ours (and is not parsed).
+        raw = jsonbounds.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)), "after", 1)
         if not isinstance(raw, list) or len(raw) != len(fields):
             raise ValueError
         for i, (field, value) in enumerate(zip(fields, raw, strict=True)):
@@ -489,7 +493,7 @@ def act_on_job(conn: psycopg.Connection, job_id: int, action: str, *, actor: str
     (including when it changed since the page was drawn)."""
     if action not in ACTIONS:
         raise InvalidFilter(f"action: {action!r} is not one of {', '.join(ACTIONS)}")
-    reason = (reason or "").strip()[:500] or None
+    reason = clean_reason(reason)  # console.actions' rule, for callers from Python too
     if action in ("replay", "purge"):
         from console.maintenance import bulk
         from console.maintenance.errors import NothingMatches
@@ -567,6 +571,19 @@ def _whole(fields: Mapping[str, Any], name: str, *, low: int, high: int) -> int 
     return value
 
 
+def _reason(value: Any) -> str:
+    """The enqueue's reason, required, by console.actions' rule (InvalidFilter names it)."""
+    if value is not None and not isinstance(value, str):
+        raise InvalidFilter("reason: must be a string")
+    try:
+        reason = clean_reason(value)
+    except ValueError as exc:
+        raise InvalidFilter(str(exc)) from None
+    if reason is None:
+        raise InvalidFilter("reason: is required (it goes in the audit log); say why, e.g. 'INC-1042: re-send the invoice'")
+    return reason
+
+
 def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -> dict[str, Any]:
     """The console's enqueue fields, checked; InvalidFilter (a ValueError) names the field.
 
@@ -581,15 +598,21 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
         if not isinstance(text, str):
             raise InvalidFilter("payload: must be JSON text")
         try:
-            payload = json.loads(text) if text else {}
+            payload = jsonbounds.loads(text, "payload") if text else {}
+        except jsonbounds.TooDeep as exc:
+            raise InvalidFilter(str(exc)) from None
         except json.JSONDecodeError as exc:
             raise InvalidFilter(f"payload: not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     elif payload is None:
         payload = {}
+    if jsonbounds.depth_of(payload, stop_after=jsonbounds.MAX_DEPTH) > jsonbounds.MAX_DEPTH:
+        raise InvalidFilter(f"payload: JSON nested deeper than {jsonbounds.MAX_DEPTH} levels "
+                            "(arrays and objects count one level each)")
     try:
-        size = len(json.dumps(payload, allow_nan=False))
+        text = json.dumps(payload, allow_nan=False)
     except ValueError:
         raise InvalidFilter("payload: NaN and Infinity are not JSON") from None
+    size = len(text)
     if size > MAX_PAYLOAD_BYTES:
         raise InvalidFilter(f"payload: larger than {MAX_PAYLOAD_BYTES // 1024} KiB")
     run_at = fields.get("run_at")
@@ -609,7 +632,7 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
         "idempotency_key": _text(fields, "idempotency_key", limit=MAX_KEY),
         "max_attempts": _whole(fields, "max_attempts", low=1, high=MAX_ATTEMPTS_LIMIT),
         "unique_for": unique_for,
-        "reason": _text(fields, "reason", limit=500, required=True),
+        "reason": _reason(fields.get("reason")),
     }
     if unique_for is not None and out["idempotency_key"] is None:
         raise InvalidFilter("idempotency_key: is required with unique_for (the window is per kind and key)")

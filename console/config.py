@@ -26,6 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from console.jsonbounds import MAX_DEPTH, TooDeep
+
 
 class ConfigError(ValueError):
     """A setting has a bad value; the message names the setting and where it came from."""
@@ -172,7 +174,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "login_backoff_cap", float, 300.0, "Longest wait, in seconds, between two sign-in attempts of one (user name, address).", positive),
     Setting("web", "session_idle", duration, timedelta(hours=12), "A sign-in ends after this long without a request (background polls do not count), e.g. 12h.", positive_duration),
     Setting("web", "session_max", duration, timedelta(days=7), "A sign-in ends this long after it began, however busy, e.g. 7d.", positive_duration),
-    Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers."),
+    Setting("web", "redact_keys", str, "password,passwd,secret,token,api_key,apikey,authorization,card_number,ssn", "Payload keys (comma-separated, any depth, case-insensitive) shown as [redacted] to viewers, with their values in error text; error fingerprints, alert links and webhook bodies hide them (and the default keys) for everyone."),
     Setting("web", "redact_hook", str, "", "Optional `module:function` taking (payload, user) and returning the payload to show; runs after redact_keys."),
     Setting("web", "redact_text_hook", str, "", "Optional `module:function` taking (text, user) and returning the error text to show (last errors, error history, error groups, operation errors); runs after the values of redact_keys are masked in it for viewers."),
     Setting("web", "poll_fast", float, 5.0, "Seconds between live refreshes while the tab is visible.", positive),
@@ -293,6 +295,27 @@ class Config:
         return out
 
 
+# A TOML string (basic, literal, multi-line) or comment, skipped whole, or one bracket or brace.
+_TOML_TOKENS = re.compile(r'''"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|'[^'\n]*'|#[^\n]*|[\[\]{}]''', re.S)
+
+
+def _bounded_toml(text: str) -> dict[str, Any]:
+    """tomllib.loads, after checking that arrays and inline tables nest at most
+    console.jsonbounds.MAX_DEPTH levels: tomllib recurses per level, and a RecursionError
+    would stop start-up with a traceback instead of a message. Table headers ([a], [[b]])
+    open and close on their line, so they count for nothing."""
+    depth = 0
+    for match in _TOML_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise TooDeep(f"arrays and inline tables nested deeper than {MAX_DEPTH} levels")
+        elif token in ("]", "}"):
+            depth -= 1
+    return tomllib.loads(text)
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
@@ -308,11 +331,15 @@ def load_config(
     config_path = Path(path) if path else None
     if config_path is not None:
         try:
-            file_data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+            text = config_path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"config file {config_path} does not exist") from None
+        try:
+            file_data = _bounded_toml(text)
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+        except TooDeep as exc:
+            raise ConfigError(f"config file {config_path}: {exc}") from None
 
     values = {(s.section, s.key): s.default for s in SETTINGS}
     tables: dict[str, Any] = {}

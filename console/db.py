@@ -19,8 +19,10 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool
 
+from console.jsonbounds import read_json
 from console.resources import resource_dir
 
 SCHEMA = "skiplock"
@@ -82,7 +84,11 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
 
     Every connection is checked (one empty round trip, `ConnectionPool.check_connection`) as it
     leaves the pool: after a PostgreSQL restart or failover every pooled session is dead, and
-    unchecked, each would fail the one request that borrowed it before the pool replaced it."""
+    unchecked, each would fail the one request that borrowed it before the pool replaced it.
+
+    Its connections read json/jsonb with console.jsonbounds.read_json: a stored value nested
+    deeper than Python's json can take arrives as a short marker string, not as a
+    RecursionError in the middle of a page."""
     settings = []
     if statement_timeout_ms:
         settings.append(f"-c statement_timeout={statement_timeout_ms}")
@@ -96,7 +102,11 @@ def make_pool(dsn: str, *, application_name: str, size: int = 4, statement_timeo
     if tcp_user_timeout_ms:
         kwargs["tcp_user_timeout"] = tcp_user_timeout_ms
     return ConnectionPool(dsn, min_size=1, max_size=size, kwargs=kwargs, open=True, timeout=10, name=application_name,
-                          check=ConnectionPool.check_connection)
+                          check=ConnectionPool.check_connection, configure=_bounded_json)
+
+
+def _bounded_json(conn: psycopg.Connection) -> None:
+    set_json_loads(read_json, conn)
 
 
 @contextmanager

@@ -42,6 +42,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
 from console.fingerprint import fingerprint as make_fingerprint
+from console.jsonbounds import MAX_DEPTH as MAX_PAYLOAD_DEPTH
+from console.jsonbounds import too_deep
+from console.redaction import DEFAULT_KEYS
 from console.sqlfiles import query
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -119,11 +122,23 @@ _JOB_COLUMNS = tuple(name for name in Job.__dataclass_fields__ if name != "extra
 
 
 def _payload(payload: Any) -> Jsonb:
+    _checked_text(payload, json.dumps, allow_nan=False)
+    return Jsonb(payload)
+
+
+def _checked_text(payload: Any, encode: Any, **options: Any) -> str:
+    """The payload as JSON text; InvalidJob when it is not JSON or nests deeper than
+    console.jsonbounds.MAX_DEPTH (deeper values break whoever reads them with Python's json:
+    it recurses per level). The count of brackets answers at once for ordinary payloads."""
     try:
-        json.dumps(payload, allow_nan=False)
+        text = encode(payload, **options)
+    except RecursionError:
+        raise InvalidJob(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels (arrays and objects count one level each)") from None
     except (TypeError, ValueError) as exc:
         raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
-    return Jsonb(payload)
+    if too_deep(text, MAX_PAYLOAD_DEPTH):
+        raise InvalidJob(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels (arrays and objects count one level each)")
+    return text
 
 
 def _check(kind: str, queue: str, priority: int, max_attempts: int | None) -> None:
@@ -325,10 +340,7 @@ def _copy_field(value: str) -> str:
 
 
 def _payload_text(payload: Any) -> str:
-    try:
-        return _JSON.encode({} if payload is None else payload)
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
+    return _checked_text({} if payload is None else payload, _JSON.encode)
 
 
 def _enqueue_copy(conn: psycopg.Connection, items: list[NewJob]) -> list[int]:
@@ -534,9 +546,13 @@ def fail(
     backoff_cap: float = DEFAULT_BACKOFF_CAP,
     history: int = DEFAULT_HISTORY,
     error_class: str | None = None,
+    secret_keys: Iterable[str] = DEFAULT_KEYS,
 ) -> str | None:
     """Record a failed attempt. Returns the job's new status ('pending' for a retry, 'failed' for
-    a dead letter), or None when the claim was lost and nothing was written."""
+    a dead letter), or None when the claim was lost and nothing was written.
+
+    The error's fingerprint is made from the message with the values of `secret_keys` hidden
+    (console.fingerprint); `last_error` and the history keep the message as raised."""
     if retry is None:
         retry = not isinstance(error, DoNotRetry)
     entry = error_entry(job, error, error_class=error_class)
@@ -547,7 +563,7 @@ def fail(
         "retry": retry,
         "delay": backoff_delay(job.attempts, backoff_base, backoff_cap),
         "last_error": f"{entry['error_class']}: {entry['message']}"[:2000],
-        "fingerprint": make_fingerprint(entry["error_class"], entry["message"]),
+        "fingerprint": make_fingerprint(entry["error_class"], entry["message"], secret_keys),
         "entry": Jsonb(entry),
         "history": history,
     }

@@ -24,6 +24,8 @@ config so a run more than that late is skipped):
 - claim_indexes: the limited path's indexes built while a queue or kind is limited, dropped
   when none is (`console.limits.keep_claim_indexes`);
 - retention: sample rollups and deletion (`console.collectors.retention`);
+- advisor: the advisor's checks run and stored for its page (`console.advisor.report.refresh`),
+  once per collection cycle: the page and its API only read the stored run;
 - alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
 - periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
   finished runs' outcomes and prune old runs (`console.periodic`). It wakes at each schedule's
@@ -189,6 +191,8 @@ class Scheduler:
             JobSpec("bulk_resume", max(s.reap_interval, 30.0), self._bulk_resume),
             JobSpec("claim_indexes", max(s.reap_interval, 30.0), self._claim_indexes),
             JobSpec("retention", s.retention_interval, self._retention),
+            # The advisor's stored run, which its page shows (a page never writes it: issue 26).
+            JobSpec("advisor", s.collect_interval, self._advisor, app="skiplock-scheduler-advisor"),
         ]
         # Alerts: evaluated after every collection (with this process's config), delivered on an interval.
         from console.alerts.scheduling import AlertJobs
@@ -378,6 +382,11 @@ class Scheduler:
 
         for name, what in limits.keep_claim_indexes(conn).items():
             log.info("limited path: index %s %s (database %s)", name, what, self.database)
+
+    def _advisor(self, conn: psycopg.Connection) -> None:
+        from console.advisor import report
+
+        report.refresh(conn, self.config)
 
     def _retention(self, conn: psycopg.Connection) -> None:
         sample_retention.run(conn, self.retention_settings)

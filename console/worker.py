@@ -56,7 +56,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -188,6 +188,7 @@ class Worker:
         history: int = q.DEFAULT_HISTORY,
         vacuum_interval: float = 10.0,
         name: str | None = None,
+        secret_keys: Iterable[str] = q.DEFAULT_KEYS,
     ):
         if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
             raise ValueError("concurrency, batch_size, lease and poll_interval must be positive")
@@ -203,6 +204,9 @@ class Worker:
         self.backoff_cap = backoff_cap
         self.history = history
         self.vacuum_interval = vacuum_interval
+        # Keys whose values an error's fingerprint hides (console.fingerprint): the fingerprint
+        # is shown to viewers and sent in webhooks.
+        self.secret_keys = frozenset(k.lower() for k in secret_keys)
         self.vacuums = 0
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
@@ -417,6 +421,7 @@ class Worker:
                 retry=not (isinstance(error, q.DoNotRetry) or outcome.job.cancel_requested()),
                 backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
                 error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
+                secret_keys=self.secret_keys,
             )
             failures.pop(0)
             self.counters.outcome(outcome.job.queue, status)

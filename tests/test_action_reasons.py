@@ -394,22 +394,40 @@ def test_every_face_of_the_table_has_a_scenario():
     assert missing == [] and extra == [], f"scenarios missing for {missing}; not in the table: {extra}"
 
 
+# Reasons that say nothing (issue 26, class 4): refused wherever a reason is required, like a
+# missing one. Invisible characters a form, a JSON body or a shell passes happily, alone and
+# mixed, and reasons too short to say anything.
+SAYS_NOTHING = [
+    "\u200b",                          # zero-width space
+    "\u2800\u2800\u2800\u2800",          # braille pattern blank
+    "\u3164\u3164\u3164",                # hangul filler
+    "\u115f\u1160\uffa0",                # hangul choseong/jungseong fillers, halfwidth filler
+    "\u200d\u200c",                     # ZWJ, ZWNJ
+    "\ufeff",                           # BOM
+    "\u2060\u180e\u200e\u200f\u00a0\u3000",  # word joiner, Mongolian separator, bidi marks, NBSP, ideographic space
+    " \u200b \u2800\u3164 \ufeff\u200d ",   # all of them with spaces
+    "x",                                # too short to say anything
+    "\u200bok\u2800",                    # two visible characters in invisible padding
+]
+
+
 @pytest.mark.parametrize(("key", "face"), REQUIRED, ids=[f"{k}-{f}" for k, f in REQUIRED])
 def test_refused_without_a_reason_then_audited_with_one(conn, act, key, face):
     scenario = SCENARIOS[key]
     ctx = scenario.setup(conn)
     before, before_audit = conn.execute(scenario.probe).fetchall(), audit_count(conn)
 
-    _, status, output = act(key, face, ctx, None)
-    if face == "cli":
-        assert status == 2, output
-        assert "--reason" in output and "Traceback" not in output, output
-    else:
-        assert status == 422, output[:400]
-        assert "reason" in output, output[:400]
-    settle(conn)
-    assert conn.execute(scenario.probe).fetchall() == before, "a refused action changed something"
-    assert audit_count(conn) == before_audit, "a refused action wrote to the audit log"
+    for blank in (None, *SAYS_NOTHING):
+        _, status, output = act(key, face, ctx, blank)
+        if face == "cli":
+            assert status == 2, (blank, output)
+            assert "--reason" in output and "Traceback" not in output, (blank, output)
+        else:
+            assert status == 422, (blank, output[:400])
+            assert "reason" in output, (blank, output[:400])
+        settle(conn)
+        assert conn.execute(scenario.probe).fetchall() == before, f"a refused action changed something ({blank!r})"
+        assert audit_count(conn) == before_audit, f"a refused action wrote to the audit log ({blank!r})"
 
     call, status, output = act(key, face, ctx, REASON)
     assert status == (0 if face == "cli" else call.ok), output[:400]
@@ -433,6 +451,96 @@ def test_optional_reason_is_not_asked_for(conn, act, key, face):
     settle(conn, key, None)
     rows = audited(conn, key, None)
     assert rows and all(row["actor"] == expected_actor(face) for row in rows), rows
+
+
+# An acknowledgement's reason is its note (`note`, not `reason`): tested on its own below.
+REASON_FIELD_OPTIONAL = [(k, f) for k, f in OPTIONAL if k != "alert_acknowledge"]
+
+
+@pytest.mark.parametrize(("key", "face"), REASON_FIELD_OPTIONAL, ids=[f"{k}-{f}" for k, f in REASON_FIELD_OPTIONAL])
+def test_an_optional_reason_that_shows_nothing_is_no_reason_and_a_short_one_is_refused(conn, act, key, face):
+    ctx = SCENARIOS[key].setup(conn)
+    before_audit = audit_count(conn)
+    _, status, output = act(key, face, ctx, "\u200bok")
+    assert status == (2 if face == "cli" else 422), output[:400]
+    assert "at least 3 visible characters" in output, output[:400]
+    assert audit_count(conn) == before_audit
+    call, status, output = act(key, face, ctx, " \u200b\u2800\ufeff ")
+    assert status == (0 if face == "cli" else call.ok), output[:400]
+    settle(conn, key, None)
+    rows = audited(conn, key, None)  # recorded without a reason, never with a blank one
+    assert rows, "no audit row without a reason"
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE reason IS NOT NULL AND actor <> 'seed'"
+                        " AND reason !~ '[[:alnum:][:punct:]]'").fetchone()[0] == 0
+
+
+def test_an_acknowledgement_note_follows_the_same_rule(conn, act, client_as):
+    ctx = SCENARIOS["alert_acknowledge"].setup(conn)
+    operator = client_as("operator")
+    for url in ("/alerts/{alert}/ack", "/api/v1/alerts/{alert}/ack"):
+        r = operator.post(url.format(**ctx), data={"csrf_token": CSRF, "note": "\u200bok"})
+        assert r.status_code == 400 and "note: say why in at least 3 visible" in r.get_data(as_text=True), url
+    assert conn.execute("SELECT acknowledged_by FROM skiplock.alerts").fetchone()[0] is None
+    r = operator.post("/api/v1/alerts/{alert}/ack".format(**ctx), data={"csrf_token": CSRF, "note": "\u2800\u200b"})
+    assert r.status_code == 200
+    assert conn.execute("SELECT ack_note FROM skiplock.alerts").fetchone()[0] is None
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE action = 'alert_acknowledge'").fetchone()[0] is None
+
+
+def test_faces_outside_the_table_follow_the_same_rule(conn, client_as):
+    """Enqueue (its reason is always required) and the periodic schedules' actions (optional)
+    check reasons with the same function."""
+    from console import periodic
+
+    operator = client_as("operator")
+    for reason in ("\u200b", "\u2800\u3164\ufeff", "x"):
+        r = operator.post("/api/v1/jobs", json={"kind": "k", "reason": reason}, headers={"X-CSRF-Token": CSRF})
+        assert r.status_code == 400 and "reason:" in r.get_json()["error"], (reason, r.get_json())
+        q.enqueue(conn, "k", {}, queue="mail")
+        r = operator.post("/queues/mail/enqueue", data={"csrf_token": CSRF, "kind": "k", "reason": reason})
+        assert r.status_code == 400 and "reason:" in r.get_data(as_text=True)
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE action = 'enqueue'").fetchone()[0] == 0
+    declared = periodic.parse_entries([("#1", {"name": "nightly", "kind": "report", "every": "1h"}, "config")])
+    periodic.sync(conn, declared)
+    r = operator.post("/periodic/nightly/pause", data={"csrf_token": CSRF, "reason": "\u200bok"})
+    assert r.status_code == 400 and "at least 3 visible" in r.get_data(as_text=True)
+    assert operator.post("/periodic/nightly/pause", data={"csrf_token": CSRF, "reason": "\u200b\u2800"}).status_code == 302
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE action = 'periodic_pause'").fetchall() == [(None,)]
+
+
+def test_python_callers_follow_the_same_rule(conn):
+    """The fourth face: the domain functions a script calls, and console.audit.record itself."""
+    from console import audit
+    from console.actions import ReasonSaysNothing, clean_reason
+    from console.maintenance.actions import pause_queue
+
+    for blank in SAYS_NOTHING[:-2]:
+        assert clean_reason(blank) is None, repr(blank)
+    for short in ("x", "ok", "\u200bok\u2800", "e\u0301", "\u3164a\u3164b"):
+        with pytest.raises(ReasonSaysNothing, match="at least 3 visible characters"):
+            clean_reason(short)
+    for fine in ("fix", "  INC-1042  ", "日本語", "!!!", "\U0001f525\U0001f525\U0001f525", "e\u0301e\u0301e\u0301"):
+        assert clean_reason(fine) == fine.strip(), repr(fine)
+    assert clean_reason("\u200b\u2800fix it\ufeff") == "fix it"  # invisible padding goes, like spaces
+
+    row_id = audit.record(conn, actor="script", action="pause", reason="\u200b\u2800\ufeff")
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE id = %s", (row_id,)).fetchone()[0] is None
+    with pytest.raises(ValueError, match="at least 3 visible"):
+        audit.record(conn, actor="script", action="pause", reason="ok")
+    q.enqueue(conn, "k", {}, queue="mail")
+    pause_queue(conn, "mail", actor="script", reason="\u3164\u3164 relay down \u200b")
+    assert conn.execute("SELECT reason FROM skiplock.audit_log WHERE action = 'pause' AND actor = 'script' ORDER BY id"
+                        ).fetchall() == [(None,), ("relay down",)]
+    ids = add_failed(conn, 2)
+    before = audit_count(conn)
+    with pytest.raises(ValueError, match="at least 3 visible"):
+        m.start(conn, "purge", {"ids": ids}, actor="script", reason="\u200bx")
+    assert audit_count(conn) == before
+    assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
+    with pytest.raises(ev.AlertActionError, match="needs a reason"):
+        ev.silence(conn, rule=None, labels={}, duration=timedelta(hours=1), reason="\u2800\u2800\u2800", actor="script")
+    with pytest.raises(ev.AlertActionError, match="at least 3 visible"):
+        ev.silence(conn, rule=None, labels={}, duration=timedelta(hours=1), reason="\u200bno", actor="script")
 
 
 def test_cli_actor_override_is_recorded_beside_the_os_user(conn, act):

@@ -124,7 +124,7 @@ def test_silence_holds_notifications_until_it_ends(conn):
     with pytest.raises(ev.AlertActionError, match="reason"):
         ev.silence(conn, rule="queue_age", labels={"queue": "mail"}, duration=timedelta(hours=1), reason=" ", actor="bob")
     with pytest.raises(ev.AlertActionError, match="has no label 'host'"):
-        ev.silence(conn, rule="queue_age", labels={"host": "a"}, duration=timedelta(hours=1), reason="x", actor="bob",
+        ev.silence(conn, rule="queue_age", labels={"host": "a"}, duration=timedelta(hours=1), reason="test run", actor="bob",
                    ruleset=rules)
     silence = ev.silence(conn, rule="queue_age", labels={"queue": "mail"}, duration=timedelta(hours=1),
                          reason="migrating the mail queue", actor="bob", ruleset=rules)

@@ -131,11 +131,11 @@ def test_rule_validation_in_the_ui_and_api(client_as, conn):
                                              "op": ">", "threshold": "lots", "for": "1m", "enabled_present": "1",
                                              "enabled": "on", "reason": "mail is slow"})
     assert page.status_code == 400 and "alert rule &#39;mail_age&#39; (from the UI): threshold &#39;lots&#39; is not a number" in page.get_data(as_text=True)
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "name": "x", "metric": "nope", "reason": "x"}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "name": "x", "metric": "nope", "reason": "test run"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "unknown metric 'nope'" in api.get_json()["error"]
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": "queue", "reason": "x"}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": "queue", "reason": "test run"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "not key=value" in api.get_json()["error"]
-    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": {"host": "a"}, "reason": "x"}, headers={"X-CSRF-Token": CSRF})
+    api = admin.post("/api/v1/alerts/rules", json={**RULE, "labels": {"host": "a"}, "reason": "test run"}, headers={"X-CSRF-Token": CSRF})
     assert api.status_code == 400 and "has no label 'host'" in api.get_json()["error"]
     assert conn.execute("SELECT count(*) FROM skiplock.alert_rules").fetchone()[0] == 0
     ok = admin.post("/alerts/rules", data={"csrf_token": CSRF, "name": "mail_age", "metric": "queue_age_seconds",
@@ -155,7 +155,7 @@ def test_file_rules_are_read_only_and_send_test_shows_the_real_answer(file_app, 
     page = admin.get("/alerts/rules").get_data(as_text=True)
     assert 'data-rule="stuck_leases" data-source="file"' in page and "defined in config file" in page
     refused = admin.post("/api/v1/alerts/rules", json={"name": "stuck_leases", "metric": "stuck_leases", "op": ">",
-                                                       "threshold": 1, "reason": "x"}, headers={"X-CSRF-Token": CSRF})
+                                                       "threshold": 1, "reason": "test run"}, headers={"X-CSRF-Token": CSRF})
     assert refused.status_code == 400 and "defined in the config file" in refused.get_json()["error"]
     dests = admin.get("/alerts/destinations").get_data(as_text=True)
     assert "oncall" in dests and "file-secret-123" not in dests and "saved (hidden)" in dests

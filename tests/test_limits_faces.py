@@ -119,7 +119,7 @@ def test_queue_page_form_sets_limits_and_pages_show_usage(client_as, conn):
     page = client.get("/queues/mail").data.decode()
     assert "2/2 running" in page and "at no instant do more than 2" in page
     assert "2/2 running" in client.get("/queues").data.decode()
-    bad = client.post("/queues/mail/limits", data={"csrf_token": CSRF, "concurrency": "0", "reason": "x"})
+    bad = client.post("/queues/mail/limits", data={"csrf_token": CSRF, "concurrency": "0", "reason": "test run"})
     assert bad.status_code == 400 and b"concurrency: must be at least 1" in bad.data
     assert [(r[0], r[1], r[3]) for r in audit_rows(conn)] == [("operator", "set limits", "slow provider")]
     # A viewer sees the limits but not the form, and may not post it.

@@ -162,11 +162,11 @@ def test_cli_token_scope_and_expiry(dsn, personas, conn):
     read_only, days = conn.execute(
         "SELECT read_only, extract(epoch FROM expires_at - created_at) / 86400 FROM skiplock.api_tokens").fetchone()
     assert read_only and round(days) == 90
-    cli("token", "viewer", "--label", "forever", "--reason", "ci")
+    cli("token", "viewer", "--label", "forever", "--reason", "test run")
     listing = cli("tokens").output.splitlines()
     assert "read-only" in listing[0] and "expires " in listing[0] and "grafana" in listing[0]
     assert "read-write" in listing[1] and "never expires" in listing[1]
-    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "token", "viewer", "--expires", "soon", "--reason", "x"])
+    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "token", "viewer", "--expires", "soon", "--reason", "test run"])
     assert bad.exit_code != 0 and "90d" in bad.output
 
 
@@ -177,5 +177,5 @@ def test_admin_form_makes_a_read_only_expiring_token(client_as, conn):
     assert response.status_code == 200
     row = conn.execute("SELECT read_only, expires_at > now() + interval '29 days' FROM skiplock.api_tokens").fetchone()
     assert row == (True, True)
-    bad = client_as("admin").post("/admin/users/viewer/token", data={"csrf_token": CSRF, "expires": "forever", "reason": "x"})
+    bad = client_as("admin").post("/admin/users/viewer/token", data={"csrf_token": CSRF, "expires": "forever", "reason": "test run"})
     assert bad.status_code == 400

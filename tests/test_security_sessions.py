@@ -170,7 +170,7 @@ def test_cli_lists_sessions_and_revokes_one_by_prefix_or_all(client_as, conn, ds
     assert [c.get(PAGE).status_code for c in (first, second, third)] == [200, 401, 200]
     assert "revoked" in _cli(dsn, "sessions", "operator").output
 
-    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke", "xyz", "--reason", "x"])
+    bad = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke", "xyz", "--reason", "test run"])
     assert bad.exit_code != 0 and "hex digits" in bad.output
 
     unexplained = CliRunner().invoke(main, ["--dsn", dsn, "users", "sessions", "operator", "--revoke"])

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from console import queue as q
+from console.advisor import report as stored_run
 from console.samples import Sample, store
 from tests.web_fixtures import CSRF
 
@@ -109,6 +110,7 @@ def test_in_the_browser_a_fixed_fault_turns_green_without_a_reload(page, live_se
 
     q.enqueue(conn, "email", {})
     conn.execute("DROP INDEX skiplock.jobs_claim_idx")
+    scheduler_cycle(web_app, conn)
     sign_in(page, live_server, "viewer", "/advisor")
     row = page.locator('tr[data-check="claim-plan"]')
     assert row.get_attribute("data-status") == "fail"
@@ -118,9 +120,8 @@ def test_in_the_browser_a_fixed_fault_turns_green_without_a_reload(page, live_se
     shot(page, "advisor")
     conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
                  "INCLUDE (queue) WHERE status = 'pending'")
-    # The stored run ages out after one collection cycle (scheduler.collect_interval, 15 s by
-    # default); the poll then re-runs the checks.
-    conn.execute("UPDATE skiplock.advisor_snapshots SET taken_at = now() - interval '1 hour' WHERE name = 'report'")
+    # The scheduler stores a new run every collection cycle; the next poll shows it.
+    scheduler_cycle(web_app, conn)
     page.wait_for_selector('tr[data-check="claim-plan"][data-status="ok"]', timeout=15_000)  # the fragment polls
     assert not page.title().startswith("1 failing")
     assert "1 failing" not in page.title()
@@ -132,6 +133,7 @@ def test_in_the_browser_an_operator_re_runs_the_checks_with_the_button(page, liv
     from tests.test_web_browser import sign_in
 
     q.enqueue(conn, "email", {})
+    scheduler_cycle(web_app, conn)
     sign_in(page, live_server, "operator", "/advisor")
     assert page.locator('tr[data-check="claim-plan"]').get_attribute("data-status") == "ok"
     conn.execute("DROP INDEX skiplock.jobs_claim_idx")
@@ -142,30 +144,48 @@ def test_in_the_browser_an_operator_re_runs_the_checks_with_the_button(page, liv
     assert "re-run by operator" in page.locator("#advisor-checked").inner_text()
 
 
-def test_polls_show_the_stored_run_until_a_cycle_passes_or_an_operator_re_runs(client_as, conn):
+def scheduler_cycle(web_app, conn):
+    """What the scheduler's `advisor` job does every collection cycle: run and store."""
+    stored_run.refresh(conn, web_app.extensions["skiplock"].config)
+
+
+def test_pages_show_the_stored_run_and_only_the_scheduler_or_an_operator_stores_one(client_as, conn, web_app):
     q.enqueue(conn, "email", {})
     viewer = client_as("viewer")
-    assert 'data-check="claim-plan" data-status="ok"' in viewer.get("/advisor").get_data(as_text=True)
+    # No run stored yet: the page runs the checks for itself, in a transaction it rolls back.
+    html = viewer.get("/advisor").get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="ok"' in html and "no run is stored yet" in html
+    assert conn.execute("SELECT count(*) FROM skiplock.advisor_snapshots").fetchone()[0] == 0
+    # The scheduler's cycle stores one; polls show it, not a new run.
+    scheduler_cycle(web_app, conn)
     conn.execute("DROP INDEX skiplock.jobs_claim_idx")
     fragment = viewer.get("/advisor/_checks").get_data(as_text=True)
     assert 'data-check="claim-plan" data-status="ok"' in fragment  # the stored run, not a new one
-    assert "s ago" in fragment and "the checks cost" in fragment
+    assert "s ago (the scheduler's run)" in fragment and "the checks cost" in fragment
     stored = conn.execute("SELECT data FROM skiplock.advisor_snapshots WHERE name = 'report'").fetchone()[0]
     assert stored["duration_ms"] > 0 and len(stored["report"]["checks"]) >= 10
     api = viewer.get("/api/v1/advisor").get_json()
     assert api["checked"]["duration_ms"] == stored["duration_ms"] and api["checked"]["age_s"] >= 0
-    # A viewer may not force a run; an operator may.
+    assert api["checked"]["stored"] is True and api["checked"]["stale"] is False
+    # A viewer may not force a run; an operator may, with a POST; a GET never runs them.
     assert viewer.post("/advisor/run", headers={"X-CSRF-Token": CSRF}).status_code == 403
-    assert viewer.get("/api/v1/advisor?fresh=1").status_code == 403
+    assert viewer.post("/api/v1/advisor/run", headers={"X-CSRF-Token": CSRF}).status_code == 403
     operator = client_as("operator")
+    refused = operator.get("/api/v1/advisor?fresh=1")
+    assert refused.status_code == 400 and "POST /api/v1/advisor/run" in refused.get_json()["error"]
     done = operator.post("/advisor/run", headers={"X-CSRF-Token": CSRF, "HX-Request": "true"})
     assert done.status_code == 200
     html = done.get_data(as_text=True)
     assert 'data-check="claim-plan" data-status="fail"' in html and "re-run by operator" in html
     assert 'data-check="claim-plan" data-status="fail"' in viewer.get("/advisor").get_data(as_text=True)
-    # Older than one collection cycle: the next poll runs the checks again.
+    # Fixed, and the run ages: polls keep showing it (flagged once two cycles old) until a cycle stores a new one.
     conn.execute("CREATE INDEX jobs_claim_idx ON skiplock.jobs (priority DESC, run_at, id) "
                  "INCLUDE (queue) WHERE status = 'pending'")
-    assert 'data-check="claim-plan" data-status="fail"' in viewer.get("/advisor/_checks").get_data(as_text=True)
-    conn.execute("UPDATE skiplock.advisor_snapshots SET taken_at = now() - interval '16 seconds' WHERE name = 'report'")
+    conn.execute("UPDATE skiplock.advisor_snapshots SET taken_at = now() - interval '1 hour' WHERE name = 'report'")
+    fragment = viewer.get("/advisor/_checks").get_data(as_text=True)
+    assert 'data-check="claim-plan" data-status="fail"' in fragment and "data-stale" in fragment
+    scheduler_cycle(web_app, conn)
     assert 'data-check="claim-plan" data-status="ok"' in viewer.get("/advisor/_checks").get_data(as_text=True)
+    api = operator.post("/api/v1/advisor/run", headers={"X-CSRF-Token": CSRF}, query_string={"check": "claim-plan"})
+    assert api.status_code == 200 and [c["id"] for c in api.get_json()["checks"]] == ["claim-plan"]
+    assert api.get_json()["checked"]["checked_by"] == "operator"

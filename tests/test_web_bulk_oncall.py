@@ -56,7 +56,7 @@ def test_the_api_purges_to_the_archive_with_to_archive(conn, dead, client_as):
     preview = client.post("/api/v1/deadletters/preview", data={"csrf_token": CSRF, "action": "purge",
                                                               "queue": "billing"}).get_json()
     resp = client.post("/api/v1/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "purge", "queue": "billing", "reason": "r", "to_archive": "true",
+        "csrf_token": CSRF, "action": "purge", "queue": "billing", "reason": "test run", "to_archive": "true",
         **preview["confirm"]})
     assert resp.status_code == 201 and resp.get_json()["purge_mode"] == "archive"
     wait_done(client, resp.get_json()["id"])
@@ -76,14 +76,14 @@ def test_a_bad_rate_or_archive_flag_is_refused_with_nothing_started(conn, dead, 
     preview = client.post("/api/v1/deadletters/preview", data={"csrf_token": CSRF, "action": "purge",
                                                               "queue": "billing"}).get_json()
     resp = client.post("/api/v1/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "purge", "queue": "billing", "reason": "r", **preview["confirm"], **extra})
+        "csrf_token": CSRF, "action": "purge", "queue": "billing", "reason": "test run", **preview["confirm"], **extra})
     assert resp.status_code == 400 and message in resp.get_json()["error"]
     assert conn.execute("SELECT count(*) FROM skiplock.bulk_operations").fetchone()[0] == 0
 
 
 def test_a_replay_cannot_go_to_the_archive(conn, dead, client_as):
     resp = client_as("operator").post("/api/v1/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "replay", "queue": "billing", "reason": "r", "to_archive": "1"})
+        "csrf_token": CSRF, "action": "replay", "queue": "billing", "reason": "test run", "to_archive": "1"})
     assert resp.status_code == 400 and "only a purge can go to the archive" in resp.get_json()["error"]
 
 
@@ -116,9 +116,9 @@ def test_resume_through_the_api_keeps_the_preview_bound(conn, dead, client_as, m
     assert statuses(conn, [late]) == {late: "failed"}  # above the preview's max_id: untouched
     [row] = audit.search(conn, action="resume_operation")
     assert (row["actor"], row["reason"], row["target"]) == ("operator", "SMTP really fixed now", f"operation:{op_id}")
-    again = client.post(f"/api/v1/deadletters/operations/{op_id}/resume", data={"csrf_token": CSRF, "reason": "r"})
+    again = client.post(f"/api/v1/deadletters/operations/{op_id}/resume", data={"csrf_token": CSRF, "reason": "test run"})
     assert again.status_code == 409 and "only a cancelled or failed one can be resumed" in again.get_json()["error"]
-    missing = client.post("/api/v1/deadletters/operations/99999/resume", data={"csrf_token": CSRF, "reason": "r"})
+    missing = client.post("/api/v1/deadletters/operations/99999/resume", data={"csrf_token": CSRF, "reason": "test run"})
     assert missing.status_code == 404
 
 
@@ -132,4 +132,4 @@ def test_the_operation_page_offers_resume_to_operators_only(conn, dead, client_a
     assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/deadletters/operations/{op_id}")
     assert wait_done(client, op_id)["state"] == "done"
     assert client_as("viewer").post(f"/deadletters/operations/{op_id}/resume",
-                                    data={"csrf_token": CSRF, "reason": "x"}).status_code == 403
+                                    data={"csrf_token": CSRF, "reason": "test run"}).status_code == 403

@@ -193,9 +193,9 @@ def test_cli_users_add_takes_the_password_from_the_environment(dsn, conn):
     assert authenticate(conn, "alice", "wrong-password") is None
     stored = conn.execute("SELECT password_hash FROM skiplock.users WHERE name = 'alice'").fetchone()[0]
     assert stored.startswith("$argon2id$")
-    bad = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "root", "--reason", "x"], env={"SKIPLOCK_PASSWORD": "x" * 10})
+    bad = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "root", "--reason", "test run"], env={"SKIPLOCK_PASSWORD": "x" * 10})
     assert bad.exit_code == 2 and "root" in bad.output
-    short = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "viewer", "--reason", "x"], env={"SKIPLOCK_PASSWORD": "short"})
+    short = runner.invoke(main, ["--dsn", dsn, "users", "add", "bob", "--role", "viewer", "--reason", "test run"], env={"SKIPLOCK_PASSWORD": "short"})
     assert short.exit_code == 2 and "at least 8 characters" in short.output
     audit = conn.execute("SELECT action, target FROM skiplock.audit_log").fetchall()
     assert ("user_add", "user:alice") in audit

@@ -107,7 +107,7 @@ def test_bad_input_is_400_with_a_message(conn, dead, client_as):
     assert r.status_code == 400 and "unknown filter" in r.get_data(as_text=True)
     r = post("/deadletters/operations", action="replay", selection='{"queue": "mail"}')
     assert r.status_code == 422 and "reason" in r.get_data(as_text=True)  # console.actions: replay_many
-    r = post("/deadletters/operations", action="replay", selection='{"queue": "nope"}', reason="x")
+    r = post("/deadletters/operations", action="replay", selection='{"queue": "nope"}', reason="test run")
     assert r.status_code == 400 and "nothing to replay" in r.get_data(as_text=True)
     assert op.get("/deadletters/operations/999999").status_code == 404
     assert post("/deadletters/operations/999999/cancel").status_code == 404
@@ -118,7 +118,7 @@ def test_roles_and_csrf_on_every_action(conn, dead, client_as):
     job = dead["smtp"][0]
     actions = [
         ("/deadletters/preview", {"action": "replay", "ids": str(job)}),
-        ("/deadletters/operations", {"action": "replay", "ids": str(job), "reason": "r"}),
+        ("/deadletters/operations", {"action": "replay", "ids": str(job), "reason": "test run"}),
         (f"/deadletters/jobs/{job}/replay", {}),
         ("/api/v1/deadletters/preview", {"action": "replay", "ids": str(job)}),
     ]
@@ -233,7 +233,7 @@ def test_running_operation_polls_and_can_be_cancelled(conn, dead, client_as, mon
     monkeypatch.setattr(bulk, "run_in_thread", lambda *a, **k: None)  # nobody runs it: stays queued
     client = client_as("operator")
     resp = client.post("/deadletters/operations", data={
-        "csrf_token": CSRF, "action": "replay", "selection": '{"queue": "mail"}', "reason": "r"},
+        "csrf_token": CSRF, "action": "replay", "selection": '{"queue": "mail"}', "reason": "test run"},
         headers={"HX-Request": "true"})
     html = resp.get_data(as_text=True)
     assert resp.status_code == 200 and 'hx-trigger="poll" data-poll="1000"' in html and "Cancel" in html

@@ -60,20 +60,20 @@ def test_api_enqueue_defaults_and_uniqueness_window(client_as, conn):
 
 
 @pytest.mark.parametrize(("body", "field"), [
-    ({"reason": "r"}, "kind"),
-    ({"kind": "", "reason": "r"}, "kind"),
-    ({"kind": 7, "reason": "r"}, "kind"),
+    ({"reason": "test run"}, "kind"),
+    ({"kind": "", "reason": "test run"}, "kind"),
+    ({"kind": 7, "reason": "test run"}, "kind"),
     ({"kind": "k"}, "reason"),
-    ({"kind": "k", "reason": "r", "priority": 40000}, "priority"),
-    ({"kind": "k", "reason": "r", "priority": "high"}, "priority"),
-    ({"kind": "k", "reason": "r", "priority": True}, "priority"),
-    ({"kind": "k", "reason": "r", "max_attempts": 0}, "max_attempts"),
-    ({"kind": "k", "reason": "r", "run_at": "tomorrow"}, "run_at"),
-    ({"kind": "k", "reason": "r", "run_at": 12}, "run_at"),
-    ({"kind": "k", "reason": "r", "queue": "q" * 201}, "queue"),
-    ({"kind": "k", "reason": "r", "unique_for": 60}, "idempotency_key"),
-    ({"kind": "k", "reason": "r", "unique_for": 0, "idempotency_key": "x"}, "unique_for"),
-    ({"kind": "k", "reason": "r", "colour": "red"}, "colour"),
+    ({"kind": "k", "reason": "test run", "priority": 40000}, "priority"),
+    ({"kind": "k", "reason": "test run", "priority": "high"}, "priority"),
+    ({"kind": "k", "reason": "test run", "priority": True}, "priority"),
+    ({"kind": "k", "reason": "test run", "max_attempts": 0}, "max_attempts"),
+    ({"kind": "k", "reason": "test run", "run_at": "tomorrow"}, "run_at"),
+    ({"kind": "k", "reason": "test run", "run_at": 12}, "run_at"),
+    ({"kind": "k", "reason": "test run", "queue": "q" * 201}, "queue"),
+    ({"kind": "k", "reason": "test run", "unique_for": 60}, "idempotency_key"),
+    ({"kind": "k", "reason": "test run", "unique_for": 0, "idempotency_key": "x"}, "unique_for"),
+    ({"kind": "k", "reason": "test run", "colour": "red"}, "colour"),
 ])
 def test_api_enqueue_refuses_bad_fields_naming_the_field(client_as, conn, body, field):
     answer = client_as("operator").post("/api/v1/jobs", headers=H, json=body)
@@ -86,11 +86,11 @@ def test_api_enqueue_refuses_bad_fields_naming_the_field(client_as, conn, body, 
 def test_api_enqueue_refuses_a_body_that_is_not_a_json_object(client_as):
     client = client_as("operator")
     assert client.post("/api/v1/jobs", headers=H, json=[1, 2]).status_code == 400
-    assert client.post("/api/v1/jobs", headers=H, data={"kind": "k", "reason": "r"}).status_code == 400
+    assert client.post("/api/v1/jobs", headers=H, data={"kind": "k", "reason": "test run"}).status_code == 400
 
 
 def test_api_enqueue_needs_an_operator_and_a_csrf_token(client_as, conn):
-    body = {"kind": "k", "reason": "r"}
+    body = {"kind": "k", "reason": "test run"}
     assert client_as("viewer").post("/api/v1/jobs", headers=H, json=body).status_code == 403
     assert client_as(None).post("/api/v1/jobs", headers=H, json=body).status_code in (401, 403)
     assert client_as("operator").post("/api/v1/jobs", json=body).status_code == 403  # no CSRF token

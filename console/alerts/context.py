@@ -28,6 +28,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console.alerts import links
+from console.redaction import DEFAULT_KEYS
 from console.sqlfiles import query
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,11 @@ def new_error_groups(conn: psycopg.Connection, queue: str, fired: datetime, *,
 
 
 def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str, str] | None, fired: datetime, *,
-              console_url: str = "", timeout_ms: int) -> list[links.Link]:
+              console_url: str = "", timeout_ms: int, secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[links.Link]:
     """Where to look first for an alert of `metric` with `labels` that fired at `fired`:
     `links.look_here`, and for a dead-letter alert a link per new error group of its queue in
-    front. The groups are read in a savepoint under `timeout_ms`: a slow or failed read leaves
+    front (named from the error with the values of `secret_keys` hidden: links.new_error_group).
+    The groups are read in a savepoint under `timeout_ms`: a slow or failed read leaves
     those links out (logged) and the caller's transaction goes on; a lost connection raises."""
     found = links.look_here(metric, labels, console_url)
     queue = (labels or {}).get("queue")
@@ -112,7 +114,7 @@ def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str,
     except psycopg.Error as exc:
         log.warning("new error groups of queue %s not read: %s (%s)", queue, exc.__class__.__name__, exc.sqlstate)
         return found
-    return links.with_new_groups(found, queue, fresh, console_url)
+    return links.with_new_groups(found, queue, fresh, console_url, secret_keys)
 
 
 __all__ = ["CHANGES_BEFORE", "Window", "changes", "look_here", "new_error_groups", "series", "window"]

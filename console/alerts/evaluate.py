@@ -34,6 +34,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit
+from console.actions import clean_reason
 from console.alerts import context, outbox
 from console.alerts.links import (
     DEAD_LETTER_METRICS,
@@ -46,6 +47,7 @@ from console.alerts.links import (
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
 from console.db import time_limited
+from console.redaction import DEFAULT_KEYS, key_set
 from console.sqlfiles import query
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,10 @@ class AlertSettings:
     # front of the notification's console paths so its links open that database's pages.
     database: str = "default"
     link_prefix: str = ""
+    # Keys whose values a notification hides (a new error group's example and fingerprint in
+    # look_here): the defaults and web.redact_keys. A webhook reaches people who are not
+    # operators of this console.
+    secret_keys: frozenset[str] = DEFAULT_KEYS
 
     @classmethod
     def from_config(cls, config) -> AlertSettings:
@@ -86,6 +92,9 @@ class AlertSettings:
         database = getattr(config, "database", None)
         if database is not None and hasattr(database, "statement_timeout_ms"):
             values["statement_timeout_ms"] = database.statement_timeout_ms
+        web = getattr(config, "web", None)
+        if web is not None and hasattr(web, "redact_keys"):
+            values["secret_keys"] = DEFAULT_KEYS | key_set(web.redact_keys)
         return cls(**values)
 
     def for_database(self, name: str, *, home: bool = True) -> AlertSettings:
@@ -224,7 +233,8 @@ class _Evaluation:
         # A dead-letter alert's new error group goes first, as on the alert page (one savepoint).
         links = context.look_here(self.conn, rule.metric, alert["labels"], alert.get("fired_at") or self.now,
                                   console_url=self.settings.console_url,
-                                  timeout_ms=self.settings.statement_timeout_ms) if rule else []
+                                  timeout_ms=self.settings.statement_timeout_ms,
+                                  secret_keys=self.settings.secret_keys) if rule else []
         document = build_notification(kind=kind, alert=alert, rule=rule, event_id=event_id, value=value,
                                       at=self.now, settings=self.settings, links=links)
         sent = outbox.enqueue(self.conn, alert_id=alert["id"], event_id=event_id,
@@ -410,9 +420,14 @@ def get_alert(conn: psycopg.Connection, alert_id: int) -> dict[str, Any] | None:
 
 
 def acknowledge(conn: psycopg.Connection, alert_id: int, *, actor: str, note: str | None = None) -> dict[str, Any]:
-    """Mark a firing alert as being handled by `actor`: repeats stop until it resolves."""
+    """Mark a firing alert as being handled by `actor`: repeats stop until it resolves. The
+    note is the audit row's reason: optional, and by console.actions' rule when given."""
     if not actor:
         raise AlertActionError("acknowledge needs the name of who is on it")
+    try:
+        note = clean_reason(note)
+    except ValueError as exc:
+        raise AlertActionError(str(exc).replace("reason:", "note:", 1)) from None
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("alerts", "acknowledge"), {"id": alert_id, "actor": actor, "note": note or None}).fetchone()
         if row is None:
@@ -431,7 +446,10 @@ def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, 
             reason: str, actor: str, ruleset: RuleSet | None = None) -> dict[str, Any]:
     """Stop notifications for alerts of `rule` (None: any rule) whose labels include `labels`,
     for `duration`. Alerts keep their state and still show; only notifications are held."""
-    reason = (reason or "").strip()
+    try:
+        reason = clean_reason(reason)
+    except ValueError as exc:
+        raise AlertActionError(str(exc)) from None
     if not reason:
         raise AlertActionError("a silence needs a reason (what is being done about it)")
     if not actor:
@@ -480,10 +498,12 @@ def expire_silence(conn: psycopg.Connection, silence_id: int, *, actor: str) -> 
 LIST_GROUPS_TIMEOUT_MS = 500
 
 
-def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
+def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None, *,
+                  secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, Any]]:
     """Pending and firing alerts, each with its rule's severity/summary/runbook and silence, and
     its look-here links: for a firing dead-letter alert the new error groups of its queue first,
-    as on the alert page and in its webhook (`context.look_here`)."""
+    as on the alert page and in its webhook (`context.look_here`, naming them with the values
+    of `secret_keys` hidden)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("alerts", "active_alerts")).fetchall()
         silences = cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
@@ -497,18 +517,20 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None) -> l
                     "summary": rule.summary_for(row["labels"], row["state"], row["value"], row["last_over_value"])
                     if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
-                    "look_here": _list_links(conn, rule, row) if rule else [],
+                    "look_here": _list_links(conn, rule, row, secret_keys) if rule else [],
                     "silence": silenced})
     order = {"critical": 0, "warning": 1, "info": 2, None: 3}
     out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))
     return out
 
 
-def _list_links(conn: psycopg.Connection, rule: Rule, row: dict[str, Any]) -> list[dict[str, str | None]]:
+def _list_links(conn: psycopg.Connection, rule: Rule, row: dict[str, Any],
+                secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, str | None]]:
     if row["state"] != "firing" or rule.metric not in DEAD_LETTER_METRICS:
         return as_dicts(look_here(rule.metric, row["labels"]))
     fired = row["fired_at"] or row["state_since"]
-    return as_dicts(context.look_here(conn, rule.metric, row["labels"], fired, timeout_ms=LIST_GROUPS_TIMEOUT_MS))
+    return as_dicts(context.look_here(conn, rule.metric, row["labels"], fired, timeout_ms=LIST_GROUPS_TIMEOUT_MS,
+                                      secret_keys=secret_keys))
 
 
 def recent_events(conn: psycopg.Connection, *, limit: int = 50, before_id: int | None = None,

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin
 
+from console.redaction import DEFAULT_KEYS, redact_text
+
 ANY_QUEUE = ("", "all")  # label values that mean "every queue" (e.g. claim latency's queue="all")
 
 
@@ -279,11 +281,18 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 
-def new_error_group(queue: str, fingerprint: str, example: str | None, console_url: str = "") -> Link:
+def new_error_group(queue: str, fingerprint: str, example: str | None, console_url: str = "",
+                    secret_keys: frozenset[str] = DEFAULT_KEYS) -> Link:
     """A dead-letter alert's extra first link when an error group is new (first seen around
-    the time it fired): that group's jobs. The caller finds the group; this names the page."""
-    path = _path("/deadletters/jobs", queue=queue, fingerprint=fingerprint)
-    text = " ".join(str(example or fingerprint).split())[:80]
+    the time it fired): that group's jobs. The caller finds the group; this names the page.
+
+    The link goes to webhook receivers and to every viewer of the alert, so its text and its
+    filter are derived from the error with the values of `secret_keys` hidden
+    (console.redaction): a fingerprint that still shows such a value (one stored before
+    fingerprints hid them) is left out of the path, which then lists the queue's dead letters."""
+    shown = redact_text(fingerprint, secret_keys)
+    path = _path("/deadletters/jobs", queue=queue, fingerprint=fingerprint if shown == fingerprint else None)
+    text = " ".join(redact_text(str(example or shown), secret_keys).split())[:80]
     return Link(f"New error group in {queue}: {text}", path, absolute(console_url, path))
 
 
@@ -292,10 +301,11 @@ NEW_GROUPS_SHOWN = 3
 
 
 def with_new_groups(links: list[Link], queue: str, groups: list[Mapping[str, Any]],
-                    console_url: str = "") -> list[Link]:
+                    console_url: str = "", secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[Link]:
     """`links` with one link per new error group of `queue` in front (at most NEW_GROUPS_SHOWN,
     in the order given). `groups` are rows of the error-groups query: fingerprint, example."""
-    fresh = [new_error_group(queue, g["fingerprint"], g.get("example"), console_url) for g in groups[:NEW_GROUPS_SHOWN]]
+    fresh = [new_error_group(queue, g["fingerprint"], g.get("example"), console_url, secret_keys)
+             for g in groups[:NEW_GROUPS_SHOWN]]
     return fresh + links
 
 

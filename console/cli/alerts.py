@@ -7,7 +7,7 @@ import json
 
 import click
 
-from console import alerts
+from console import alerts, jsonbounds
 from console.alerts import evaluate as ev
 from console.alerts import outbox
 from console.alerts.rules import format_value
@@ -184,7 +184,7 @@ def receiver_cmd(port: int, host: str, secret: str | None) -> None:
         def do_POST(self):  # noqa: N802 - http.server's naming
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             try:
-                doc = json.loads(body)
+                doc = jsonbounds.loads(body, "body")  # TooDeep is a ValueError: "not a notification"
                 alert = doc.get("alert") or {}
                 labels = ",".join(f"{k}={v}" for k, v in sorted((alert.get("labels") or {}).items()))
                 line = f"{doc.get('event', '?'):<9} {alert.get('rule')} {labels} value={alert.get('value')} — {alert.get('summary')}"

@@ -180,7 +180,9 @@ def resolve_reason(action: str, reason: str | None) -> str | None:
     one and none was given; otherwise exit code 2 with a message naming --reason."""
     try:
         return require_reason(action, reason)
-    except ReasonRequired:
+    except ReasonRequired as exc:
+        if exc.given:  # a reason was given, too short to say anything: say what is missing
+            raise click.UsageError(f"--{exc}") from None
         if not interactive():
             raise click.UsageError(f"{ACTIONS[action].what.lower()} needs a reason for the audit log: "
                                    "pass --reason TEXT (or run it on a terminal to be asked)") from None
@@ -191,7 +193,7 @@ def resolve_reason(action: str, reason: str | None) -> str | None:
                               show_default=False)
         try:
             return require_reason(action, answer)
-        except ReasonRequired:
-            click.echo("a reason is required here", err=True)
+        except ReasonRequired as exc:
+            click.echo(str(exc) if exc.given else "a reason is required here", err=True)
         except ValueError as exc:
             click.echo(str(exc), err=True)

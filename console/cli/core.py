@@ -8,10 +8,11 @@ from datetime import timedelta
 
 import click
 
+from console import jsonbounds, tasks
 from console import queue as q
-from console import tasks
 from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import DatabaseError, connect, migrate, require_schema
+from console.redaction import DEFAULT_KEYS, key_set
 
 
 @main_group.command("migrate")
@@ -73,6 +74,8 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         backoff_cap=cfg.queue.backoff_cap,
         history=cfg.queue.error_history,
         vacuum_interval=cfg.worker.vacuum_interval,
+        # Fingerprints hide what viewers may not see (the defaults and web.redact_keys).
+        secret_keys=DEFAULT_KEYS | key_set(cfg.web.redact_keys),
     )
     worker.install_signal_handlers()
     sys.exit(worker.run())
@@ -94,7 +97,9 @@ def enqueue_cmd(obj, kind: str, payload: str, queue: str, priority: int, idempot
                 max_attempts: int | None, unique_for: int | None) -> None:
     """Enqueue one job (PAYLOAD is JSON) and print its id."""
     try:
-        data = json.loads(payload)
+        data = jsonbounds.loads(payload, "PAYLOAD")
+    except jsonbounds.TooDeep as exc:
+        raise click.UsageError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise click.UsageError(f"PAYLOAD is not valid JSON: {exc}") from None
     with connect(obj.dsn, application_name="skiplock-cli", autocommit=False) as conn:

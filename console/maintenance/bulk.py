@@ -37,6 +37,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit
+from console.actions import clean_reason
 from console.db import connect, time_limited
 from console.maintenance._throttle import Throttle
 from console.maintenance.archive import check_batching
@@ -99,6 +100,7 @@ def start(
     if not actor or not str(actor).strip():
         raise InvalidSettings("an operation needs an actor (who is doing this)")
     check_batching(batch_size, rate)
+    reason = clean_reason(reason)  # console.actions' rule (ValueError when it says nothing)
     sel = as_selection(selection)
     if preview is not None and preview.selection_hash != selection_hash(sel):
         raise PreviewMismatch(f"the selection ({sel.describe()}) is not the one that was previewed "
@@ -217,8 +219,12 @@ def resume(conn: psycopg.Connection, op_id: int, *, actor: str, reason: str | No
 
 def _audit_end(conn: psycopg.Connection, op: dict[str, Any]) -> None:
     outcome = {"done": "ok", "cancelled": "cancelled"}.get(op["state"], "error")
+    try:  # the start's reason, checked when it was given; one stored before today's rule is left out
+        reason = clean_reason(op["reason"])
+    except ValueError:
+        reason = None
     audit.record(conn, actor=op["actor"], action=op["action"], target=f"operation:{op['id']}",
-                 selection=op["selection"], reason=op["reason"], rows=op["done"], outcome=outcome,
+                 selection=op["selection"], reason=reason, rows=op["done"], outcome=outcome,
                  detail={"total": op["total"], "batches": op["batches"], "purge_mode": op["purge_mode"],
                          "cancelled_by": op["cancelled_by"], "error": op["error"]})
 

@@ -27,7 +27,9 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from console import jsonbounds
 from console.db import time_limited
+from console.jsonbounds import MAX_DEPTH, depth_of
 from console.maintenance.errors import InvalidSelection
 from console.sqlfiles import query
 from console.timefmt import bounded, parse_instant
@@ -94,6 +96,8 @@ class Selection:
         if self.payload is not None:
             if not isinstance(self.payload, dict):
                 raise InvalidSelection(f"payload must be a JSON object to match with @> (got {self.payload!r})")
+            if depth_of(self.payload, stop_after=MAX_DEPTH) > MAX_DEPTH:
+                raise InvalidSelection(f"payload: JSON nested deeper than {MAX_DEPTH} levels")
             try:
                 json.dumps(self.payload, allow_nan=False)
             except (TypeError, ValueError) as exc:
@@ -119,7 +123,9 @@ class Selection:
         values = {k: v for k, v in data.items() if v is not None}
         if isinstance(values.get("payload"), str):
             try:
-                values["payload"] = json.loads(values["payload"])
+                values["payload"] = jsonbounds.loads(values["payload"], "payload")
+            except jsonbounds.TooDeep as exc:
+                raise InvalidSelection(str(exc)) from None
             except json.JSONDecodeError as exc:
                 raise InvalidSelection(f"payload is not valid JSON: {exc}") from None
         if "all" in values and not isinstance(values["all"], bool):

@@ -94,6 +94,7 @@ from console.db import (
     connect,
     verify_migrations,
 )
+from console.jsonbounds import MAX_BODY_DEPTH, check_text
 from console.resources import resource_dir
 from console.users import LoginLimits, SessionLimits
 
@@ -268,6 +269,14 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     errors.install(app)
     database.install(app)
     auth.install(app)
+
+    @app.before_request
+    def bounded_json_body():
+        # After the guard (auth.install): every JSON body nests at most MAX_BODY_DEPTH levels,
+        # checked with a loop before any view parses it (json.loads recurses per level, and a
+        # RecursionError would be a 500). MAX_CONTENT_LENGTH bounds the bytes looked at.
+        if request.is_json and request.content_length:
+            check_text(request.get_data(cache=True), "body", MAX_BODY_DEPTH)
     for spec in BLUEPRINTS:
         module_name, _, attr = spec.partition(":")
         app.register_blueprint(getattr(importlib.import_module(module_name), attr))

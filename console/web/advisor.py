@@ -1,38 +1,33 @@
 """The advisor page: the production checklist evaluated live, and the verdict over the stored
 history ("fits PostgreSQL" / "watch" / "outgrowing PostgreSQL").
 
-GET /advisor, /advisor/_checks (polled fragment), /api/v1/advisor; POST /advisor/run
+GET /advisor, /advisor/_checks (polled fragment), /api/v1/advisor; POST /advisor/run and
+/api/v1/advisor/run (operator: run the checks now and store the run)
 
 Running all the checks costs 0.2-0.8 s of database work, too much for every 5 s poll of every
-open tab. So the last full run is kept in skiplock.advisor_snapshots (name "report": the
-report, when it ran, what it cost, who asked) and the page and its poll show that one, with
-"checked N s ago; the checks cost X ms". The run includes the table-as-queue checks of every
-[[external_queues]] source (console.advisor.external.run_sources), each source its own area
-with its system. It is re-run when it is older than one collection
-cycle (scheduler.collect_interval), or at once when an operator presses "Re-run checks" (POST
-/advisor/run). `?check=` picks checks out of the stored report; the API with `?fresh=1` runs
-them now.
+open tab. So the last full run is kept in skiplock.advisor_snapshots (console.advisor.report)
+and the page and its poll show that one, with "checked N s ago; the checks cost X ms". The
+scheduler stores a new run every collection cycle; an operator's "Re-run checks" stores one at
+once. A GET never writes (issue 26): it reads the stored run, and only when none was ever
+stored runs the checks in a transaction it rolls back. `?check=` picks checks out of the run;
+`?fresh=1` on the API, which used to run and store them from a GET, is refused with a 400 that
+names the POST.
 
 Each check runs in its own time-limited transaction (console.advisor), so a slow or refused
-check says "not available" and the rest of the page renders. The only writes are the
-advisor's own memory in skiplock.advisor_snapshots (counter readings and the last report).
+check says "not available" and the rest of the page renders.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
-from psycopg.rows import dict_row
-from psycopg.types.json import Jsonb
 
 from console.advisor import checks as advisor_checks
+from console.advisor import report as stored_run
 from console.advisor.external import CHECKS as EXTERNAL_CHECKS
-from console.advisor.external import run_sources
 from console.advisor.verdict import evaluate_verdict
-from console.sqlfiles import query
-from console.web.api import INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt
+from console.web.api import BOOL, INT, NUM, OBJ, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn
 
@@ -48,33 +43,6 @@ def _only() -> list[str] | None:
     return wanted or None
 
 
-REPORT_SNAPSHOT = "report"  # skiplock.advisor_snapshots row holding the last full run
-
-
-def run_and_store(actor: str | None) -> dict[str, Any]:
-    """Run every check now, store the report with its cost, and return the stored form."""
-    from console.web import state
-
-    conn = get_conn()
-    started = time.perf_counter()
-    report = advisor_checks.run_checks(conn, state().config)
-    # The table-as-queue checks of each [[external_queues]] source, in the same stored run.
-    report.results += run_sources(conn, state().config)
-    duration_ms = (time.perf_counter() - started) * 1000
-    stored = {"report": report.to_dict(), "duration_ms": round(duration_ms, 1), "checked_by": actor}
-    conn.execute(query("advisor", "snapshot_put"), {"name": REPORT_SNAPSHOT, "data": Jsonb(stored)})
-    return {**stored, "age_s": 0.0}
-
-
-def last_report(max_age_s: float) -> dict[str, Any]:
-    """The stored report when it is younger than `max_age_s`, else a fresh run (stored)."""
-    with get_conn().cursor(row_factory=dict_row) as cur:
-        row = cur.execute(query("advisor", "snapshot_get"), {"name": REPORT_SNAPSHOT}).fetchone()
-    if row is not None and row["age_s"] is not None and float(row["age_s"]) < max_age_s and "report" in row["data"]:
-        return {**row["data"], "age_s": float(row["age_s"])}
-    return run_and_store(None)
-
-
 def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[str, Any]:
     from console.web import state
 
@@ -83,7 +51,11 @@ def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[s
         unknown = [name for name in only if name not in known]
         if unknown:
             raise advisor_checks.UnknownCheck(f"unknown check {', '.join(unknown)}; known checks: {', '.join(known)}")
-    stored = run_and_store(g.user.name) if fresh else last_report(state().config.scheduler.collect_interval)
+    conn, config = get_conn(), state().config
+    if fresh:  # a POST's: an operator's re-run, stored
+        stored = stored_run.run_and_store(conn, config, g.user.name)
+    else:  # a GET's: the stored run, or for a console that never stored one, a run it does not store
+        stored = stored_run.stored(conn) or stored_run.run_unstored(conn, config)
     checks = [c for c in stored["report"]["checks"] if not only or c["id"] in only]
     counts = {status: 0 for status in ("ok", "warn", "fail", "unknown")}
     for check in checks:
@@ -101,8 +73,10 @@ def checks_data(only: list[str] | None = None, *, fresh: bool = False) -> dict[s
     if counts["warn"]:
         tab.append(f"{counts['warn']} warning")
     report = {**stored["report"], "checks": checks, "counts": counts, "worst": worst}
-    checked = {"age_s": round(stored["age_s"], 1), "duration_ms": stored["duration_ms"],
-               "checked_by": stored.get("checked_by")}
+    age = stored["age_s"]
+    checked = {"age_s": None if age is None else round(age, 1), "duration_ms": stored["duration_ms"],
+               "checked_by": stored.get("checked_by"), "stored": age is not None,
+               "stale": age is not None and age > 2 * config.scheduler.collect_interval}
     # `linked`: the page was asked for these checks (an alert's look-here link): their evidence is open.
     return {"report": report, "areas": areas, "counts": counts, "worst": worst,
             "tab_state": ", ".join(tab), "checked": checked, "linked": bool(only)}
@@ -130,11 +104,33 @@ def checks_fragment():
 @bp.post("/advisor/run")
 @requires("operator")
 def rerun():
-    """Re-run every check now (an operator's button); the page then shows the fresh result."""
+    """Re-run every check now and store the run (an operator's button); the page then shows it."""
     data = checks_data(fresh=True)
     if request.headers.get("HX-Request"):
         return render_template("advisor/_checks.html", level_class=LEVEL_CLASS, **data)
     return redirect(url_for("advisor.index"), 303)
+
+
+API_RESPONSE = obj({
+    "database": STR, "worst": STR, "counts": obj({"ok": INT, "warn": INT, "fail": INT, "unknown": INT}),
+    "checks": arr(obj({"id": STR, "title": STR, "area": STR, "status": {"enum": ["ok", "warn", "fail", "unknown"]},
+                       "summary": STR, "evidence": arr(STR)})),
+    "verdict": obj({"label": STR, "level": STR, "headline": STR, "signals": arr(OBJ)}),
+    "checked": obj({"age_s": opt(NUM), "duration_ms": NUM, "checked_by": opt(STR), "stored": BOOL, "stale": BOOL}),
+})
+
+
+def _api_answer(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data["report"], "checked": data["checked"], "verdict": verdict_data()}
+
+
+@bp.post("/api/v1/advisor/run")
+@requires("operator")
+@api_doc("Run every check now and store the run (what the page's Re-run button does); answers as GET /api/v1/advisor",
+         params=[Param("check", repeat=True, description="Only these checks in the answer (all are run and stored)")],
+         response=API_RESPONSE)
+def api_rerun():
+    return jsonify(_api_answer(checks_data(_only(), fresh=True)))
 
 
 @bp.get("/api/v1/advisor")
@@ -142,18 +138,13 @@ def rerun():
 @api_doc(
     "The advisor: every production-checklist check (ok/warn/fail/unknown with evidence, remedy and a docs link) "
     "and the verdict over the stored history",
-    params=[Param("check", repeat=True, description="Only these checks (repeat or comma-separate ids)"),
-            Param("fresh", description="1: run the checks now (operator) instead of the last stored run")],
-    response=obj({"database": STR, "worst": STR, "counts": obj({"ok": INT, "warn": INT, "fail": INT, "unknown": INT}),
-                  "checks": arr(obj({"id": STR, "title": STR, "area": STR,
-                                     "status": {"enum": ["ok", "warn", "fail", "unknown"]}, "summary": STR,
-                                     "evidence": arr(STR)})),
-                  "verdict": obj({"label": STR, "level": STR, "headline": STR, "signals": arr(OBJ)}),
-                  "checked": obj({"age_s": NUM, "duration_ms": NUM, "checked_by": opt(STR)})}),
+    params=[Param("check", repeat=True, description="Only these checks (repeat or comma-separate ids)")],
+    description="The stored run (the scheduler refreshes it every collection cycle; POST /api/v1/advisor/run runs "
+                "and stores it now). A GET never runs or stores the checks: `fresh=1` is refused (400).",
+    response=API_RESPONSE,
 )
 def api_index():
-    fresh = request.args.get("fresh", "") in {"1", "true", "yes"}
-    if fresh and not g.user.can("operator"):
-        abort(403, "running the checks now (fresh=1) needs the operator role")
-    data = checks_data(_only(), fresh=fresh)
-    return jsonify({**data["report"], "checked": data["checked"], "verdict": verdict_data()})
+    if "fresh" in request.args:
+        # It used to run and store the checks: a GET that wrote, even with a read-only token.
+        abort(400, "fresh: a GET never runs the checks; POST /api/v1/advisor/run (operator) runs and stores them now")
+    return jsonify(_api_answer(checks_data(_only())))

@@ -58,6 +58,7 @@ from console.web.api import (
 )
 from console.web.auth import requires
 from console.web.database import current_database, get_conn, run_panel, timeout_ms
+from console.web.redact import audit_row_for, notification_keys
 
 log = logging.getLogger(__name__)
 bp = Blueprint("alerts", __name__)
@@ -101,7 +102,8 @@ def _labelled(labels: dict[str, str]) -> dict[str, str]:
 
 def _active(conn) -> dict[str, Any]:
     ruleset = _ruleset(conn)
-    active = [{**a, "labels": _labelled(a["labels"])} for a in ev.active_alerts(conn, ruleset)]
+    active = [{**a, "labels": _labelled(a["labels"])}
+              for a in ev.active_alerts(conn, ruleset, secret_keys=notification_keys())]
     return {"alerts": active, "firing": sum(1 for a in active if a["state"] == "firing"),
             "pending": sum(1 for a in active if a["state"] == "pending"),
             "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
@@ -200,7 +202,8 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     now = conn.execute("SELECT now()").fetchone()[0]
     win = context.window(alert, now)
     # The same list as the alert's webhook payloads (a new error group first, when there is one).
-    links = as_dicts(context.look_here(conn, rule.metric, labels, win.fired, timeout_ms=timeout_ms())) if rule else []
+    links = as_dicts(context.look_here(conn, rule.metric, labels, win.fired, timeout_ms=timeout_ms(),
+                                       secret_keys=notification_keys())) if rule else []
     series = run_panel(context.series, rule.metric, labels, win, op=rule.op) if rule and rule.metric in METRICS else None
     changes = run_panel(context.changes, win.fired)
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
@@ -213,7 +216,7 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
         "window": win.as_dict(),
         "series": None if series is None else _panel_out(series, lambda pts: {
             "unit": unit, "threshold": rule.threshold, "points": [{"at": at.isoformat(), "value": v} for at, v in pts]}),
-        "changes": _panel_out(changes, lambda rows: rows),
+        "changes": _panel_out(changes, lambda rows: [audit_row_for(r, g.user) for r in rows]),
         "events": ev.recent_events(conn, alert_id=alert_id, limit=100),
         "notifications": outbox.recent(conn, alert_id=alert_id, limit=100),
         "deliveries": outbox.delivery_log(conn, alert_id=alert_id, limit=100),
@@ -650,9 +653,11 @@ def test_destination(name: str):
     result = _send_test(name)
     if _htmx():
         return render_template("alerts/_test_result.html", name=name, result=result)
+    # Without htmx: the whole page, the result beside its destination (the row includes the
+    # same fragment, which reads `result`).
     data = run_panel(_destinations_data)
     return render_template("alerts/destinations.html", data=data, form=None, kinds=r.KINDS, error=None,
-                           test_name=name, test_result=result)
+                           test_name=name, result=result)
 
 
 @bp.post("/api/v1/alerts/destinations/<name>/test")

@@ -78,7 +78,8 @@ COMPONENTS: dict[str, dict[str, Any]] = {
         "id": INT, "queue": STR, "kind": STR, "status": {"enum": ["pending", "running", "completed", "failed"]},
         "priority": INT, "run_at": TIME, "attempts": INT, "max_attempts": INT, "last_error": opt(STR),
         "error_fingerprint": opt(STR), "created_at": TIME, "finished_at": opt(TIME), "payload": ANY,
-    }, optional=("payload", "priority", "run_at", "status")),
+        "fingerprint_hidden": {**BOOL, "description": "the fingerprint is shown redacted (viewers): it cannot be a filter"},
+    }, optional=("payload", "priority", "run_at", "status", "fingerprint_hidden")),
     "Alert": obj({
         "id": INT, "rule": STR, "labels": OBJ, "state": STR, "state_since": TIME, "value": opt(NUM),
         "evaluated_at": opt(TIME), "fired_at": opt(TIME), "severity": opt(STR), "summary": opt(STR),

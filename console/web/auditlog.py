@@ -17,7 +17,7 @@ from console.browse import InvalidFilter, parse_time
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import current_database, run_limited
-from console.web.redact import selection_for, text_for
+from console.web.redact import audit_row_for
 
 bp = Blueprint("auditlog", __name__)
 
@@ -41,17 +41,9 @@ def audit_data() -> dict[str, Any]:
     # Every row lives in the database its action touched (an action under /db/<name>/ and a CLI
     # `--database NAME` action are written there), so the database is the one this page reads.
     here = current_database()
-    rows = [{**_entry_for(r), "database": here} for r in rows[:limit]]
+    rows = [{**audit_row_for(r, g.user), "database": here} for r in rows[:limit]]
     keep = {k: v for k, v in (("actor", actor), ("action", action), ("since", args.get("since")), ("until", args.get("until"))) if v}
     return {"entries": rows, "next": rows[-1]["id"] if more and rows else None, "args": keep, "first_page": before is None}
-
-
-def _entry_for(row: dict[str, Any]) -> dict[str, Any]:
-    out = {**row, "selection": selection_for(row.get("selection"), g.user)}
-    detail = row.get("detail")
-    if isinstance(detail, dict) and isinstance(detail.get("error"), str):
-        out["detail"] = {**detail, "error": text_for(detail["error"], g.user)}
-    return out
 
 
 @bp.get("/audit")

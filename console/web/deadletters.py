@@ -38,7 +38,7 @@ from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
-from console import browse
+from console import browse, jsonbounds
 from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
 from console.maintenance import bulk
@@ -48,7 +48,15 @@ from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
-from console.web.redact import may_filter_on, payload_for, selection_for, text_for
+from console.web.redact import (
+    fingerprint_for,
+    group_for,
+    may_filter_on,
+    may_filter_on_fingerprint,
+    payload_for,
+    selection_for,
+    text_for,
+)
 
 bp = Blueprint("deadletters", __name__)
 
@@ -110,7 +118,7 @@ def groups_data() -> dict[str, Any]:
     queue, kind = _text_arg("queue"), _text_arg("kind")
     groups = run_panel(m.groups, queue=queue, kind=kind, limit=100)
     if groups.ok:
-        groups.data = [{**grp, "example": text_for(grp["example"], g.user)} for grp in groups.data]
+        groups.data = [group_for(grp, g.user) for grp in groups.data]
     ops = run_panel(m.recent_operations, limit=10)
     if ops.ok:
         ops.data = [op_for(op) for op in ops.data]
@@ -119,6 +127,8 @@ def groups_data() -> dict[str, Any]:
 
 def dead_row_for(row: dict[str, Any]) -> dict[str, Any]:
     out = {**row, "last_error": text_for(row.get("last_error"), g.user)}
+    if "error_fingerprint" in out:
+        out["error_fingerprint"] = fingerprint_for(out["error_fingerprint"], g.user)
     if "payload" in out:
         out["payload"] = payload_for(out["payload"], g.user)
     return out
@@ -144,7 +154,8 @@ def _before() -> tuple[datetime, int] | None:
 
 def jobs_data() -> dict[str, Any]:
     sel = _selection_from_args()
-    complaint = may_filter_on(sel.payload, g.user)  # the rule /jobs applies
+    # the rules /jobs applies
+    complaint = may_filter_on(sel.payload, g.user) or may_filter_on_fingerprint(sel.fingerprint, g.user)
     if complaint:
         abort(403, complaint)
     rows = [dead_row_for(r) for r in run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())]
@@ -210,7 +221,10 @@ def _selection_from_form() -> m.Selection:
     raw = form.get("selection")
     if raw:
         try:
-            data = json.loads(raw)
+            # the selection object around a payload filter of at most MAX_DEPTH levels
+            data = jsonbounds.loads(raw, "selection", jsonbounds.MAX_BODY_DEPTH)
+        except jsonbounds.TooDeep as exc:
+            raise m.InvalidSelection(str(exc)) from None
         except json.JSONDecodeError as exc:
             raise m.InvalidSelection(f"selection is not valid JSON: {exc}") from None
         return m.Selection.from_dict(data)

@@ -38,7 +38,17 @@ from console.web.actor import actor, reason_for
 from console.web.api import ANY, BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, ref
 from console.web.auth import may_act, requires
 from console.web.database import get_conn, read_pool, run_limited, run_panel, timeout_ms
-from console.web.redact import error_entry_for, may_filter_on, payload_for, text_for
+from console.web.redact import (
+    PAGE,
+    WHOLE,
+    error_entry_for,
+    fingerprint_for,
+    fingerprint_hidden,
+    may_filter_on,
+    may_filter_on_fingerprint,
+    payload_for,
+    text_for,
+)
 
 bp = Blueprint("jobs", __name__)
 
@@ -65,7 +75,7 @@ def _state():
 
 def _filter() -> browse.JobFilter:
     f = browse.JobFilter.parse(request.args)
-    complaint = may_filter_on(f.payload, g.user)
+    complaint = may_filter_on(f.payload, g.user) or may_filter_on_fingerprint(f.fingerprint, g.user)
     if complaint:
         abort(403, complaint)
     return f
@@ -86,6 +96,9 @@ def _row_out(row: dict[str, Any]) -> dict[str, Any]:
         out["payload"] = payload_for(out["payload"], g.user) if out["payload"] is not None else None
     if "last_error" in out:
         out["last_error"] = text_for(out["last_error"], g.user)
+    if "error_fingerprint" in out:
+        out["fingerprint_hidden"] = fingerprint_hidden(out["error_fingerprint"], g.user)
+        out["error_fingerprint"] = fingerprint_for(out["error_fingerprint"], g.user)
     return out
 
 
@@ -196,6 +209,7 @@ def _export(fmt: str):
             row = {k: row.get(k) for k in EXPORT_COLUMNS}
             row["payload"] = payload_for(row["payload"], user)
             row["last_error"] = text_for(row["last_error"], user)
+            row["error_fingerprint"] = fingerprint_for(row["error_fingerprint"], user)
             yield row
 
     stamp = "skiplock-jobs"
@@ -272,14 +286,17 @@ def api_export(fmt: str):
 
 # --- one job --------------------------------------------------------------------------------
 
-def job_data(job_id: int) -> dict[str, Any]:
+def job_data(job_id: int, bounds=WHOLE) -> dict[str, Any]:
+    """One job as g.user may see it; `bounds`: how much of the payload (PAGE for the HTML page)."""
     job = run_limited(browse.get_job, job_id)
     if job is None:
         abort(404, f"there is no job {job_id} (not in the jobs table nor the archive)")
     actions = run_panel(browse.job_actions_audit, job_id)
     job = dict(job)
-    job["payload"] = payload_for(job.get("payload"), g.user)
+    job["payload"] = payload_for(job.get("payload"), g.user, bounds)
     job["last_error"] = text_for(job.get("last_error"), g.user)
+    job["fingerprint_hidden"] = fingerprint_hidden(job.get("error_fingerprint"), g.user)
+    job["error_fingerprint"] = fingerprint_for(job.get("error_fingerprint"), g.user)
     # Redacted before the timeline is built from them: its details quote the messages.
     job["errors"] = [{**error_entry_for(e, g.user), "at_time": browse.parse_entry_time(e.get("at"))}
                      for e in job.get("errors") or [] if isinstance(e, dict)]
@@ -298,7 +315,8 @@ def job_data(job_id: int) -> dict[str, Any]:
 @bp.get("/jobs/<int:job_id>")
 @requires("viewer")
 def detail(job_id: int):
-    return render_template("jobs/detail.html", descriptions={k: v[1] for k, v in browse.ACTIONS.items()}, **job_data(job_id))
+    return render_template("jobs/detail.html", descriptions={k: v[1] for k, v in browse.ACTIONS.items()},
+                           **job_data(job_id, PAGE))
 
 
 @bp.get("/api/v1/jobs/<int:job_id>")

@@ -281,7 +281,9 @@ def active_alerts(conn) -> list[dict[str, Any]] | None:
     except ValueError as exc:  # a bad rule is the alerts page's to report; the overview goes on
         log.warning("alert rules could not be loaded for the overview: %s", exc)
         ruleset = None
-    return active(conn, ruleset)
+    from console.web.redact import notification_keys
+
+    return active(conn, ruleset, secret_keys=notification_keys())
 
 
 def firing_alerts(conn) -> list[dict[str, Any]] | None:

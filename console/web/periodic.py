@@ -16,9 +16,11 @@ from typing import Any
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
 from console import periodic
+from console.actions import clean_reason
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
+from console.web.redact import payload_for
 
 bp = Blueprint("periodic", __name__)
 
@@ -44,7 +46,8 @@ REASON = Param("reason", where="form", description="why (kept in the audit log; 
 
 def periodic_data() -> dict[str, Any]:
     listed = run_panel(periodic.list_schedules)
-    rows = listed.data if listed.ok else []
+    # A schedule's payload is the payload of every job it enqueues: redacted like one.
+    rows = [{**r, "payload": payload_for(r.get("payload"), g.user)} for r in listed.data] if listed.ok else []
     late = sum(1 for r in rows if r["late"])
     paused = sum(1 for r in rows if r["paused"])
     bits = ([f"{late} late"] if late else []) + ([f"{paused} paused"] if paused else [])
@@ -74,7 +77,7 @@ def api_index():
 
 
 def _act(name: str, action: str) -> int | None:
-    reason = (request.form.get("reason") or "").strip()[:500] or None
+    reason = clean_reason(request.form.get("reason"))  # console.actions' rule (400 when it says nothing)
     conn = get_conn()
     try:
         if action == "run":

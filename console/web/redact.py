@@ -1,4 +1,4 @@
-"""What a payload, an error text or a selection looks like to the person reading it.
+"""What a payload, an error text, a fingerprint or a stored record looks like to the person reading it.
 
 Viewers see payloads with the keys named in `web.redact_keys` (any depth, case-insensitive)
 replaced by "[redacted]"; operators and admins see them whole. Then, for everyone, the
@@ -14,72 +14,53 @@ returning the text to show) masks whatever else the deployment knows to be secre
 numbers without a key, e-mail addresses...). It is a second setting, not a new argument of
 `redact_hook`, so existing payload hooks keep working unchanged.
 
+Derived values are redacted like what they derive from (issue 26; docs/security.md lists
+them): an error fingerprint (`fingerprint_for`, and a viewer may not filter on a fingerprint
+that shows a redacted value: `may_filter_on_fingerprint`), stored records that quote payloads
+or errors (`record_for`: audit selections and details, bulk operations' selections, periodic
+schedules' payloads), group labels and search matches (through `text_for`).
+
+Shape: every walk is bounded and iterative (console.jsonbounds): a payload nested 500 levels
+deep or holding 100,000 keys is shown within `bounds` (`PAGE` for HTML, `WHOLE` for the API
+and exports: depth capped, width whole), never by recursion.
+
 Selections (the audit log's `selection`, a bulk operation's) may carry a payload filter:
-`selection_for()` shows its `payload` as a payload. Viewers may not filter on a redacted key
-at all (`may_filter_on`): a containment filter would tell them the value by its answer.
+viewers may not filter on a redacted key at all (`may_filter_on`): a containment filter would
+tell them the value by its answer.
 
 Pages, exports and the JSON API all go through these functions.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
-from functools import lru_cache
 from typing import Any
 
+from console.jsonbounds import PAGE, WHOLE, Bounds, bounded, keys_in
+from console.redaction import DEFAULT_KEYS, REDACTED, redact_text
 from console.users import User
 
-REDACTED = "[redacted]"
+__all__ = ["PAGE", "REDACTED", "WHOLE", "audit_row_for", "error_entry_for", "fingerprint_for", "fingerprint_hidden", "group_for", "may_filter_on",
+           "may_filter_on_fingerprint", "notification_keys", "payload_for", "record_for", "selection_for", "text_for"]
 
 
 def _sees_all(user: User | None) -> bool:
     return user is not None and user.can("operator")
 
 
-def redact_keys(value: Any, keys: frozenset[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: (REDACTED if str(k).lower() in keys else redact_keys(v, keys)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_keys(v, keys) for v in value]
-    return value
-
-
-def keys_in(value: Any) -> Iterable[str]:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield str(k).lower()
-            yield from keys_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from keys_in(v)
-
-
-@lru_cache(maxsize=8)
-def _keyed_value(keys: frozenset[str]) -> re.Pattern[str] | None:
-    """A redacted key, optionally quoted, then `=` or `:`, then its value: a quoted string, or
-    everything up to a space, comma, semicolon, ampersand or closing bracket."""
-    if not keys:
-        return None
-    names = "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
-    return re.compile(
-        rf"""(?P<key>(?<![\w-])["']?(?:{names})["']?\s*[:=]\s*)(?P<value>"[^"]*"|'[^']*'|[^\s,;&)}}\]]+)""",
-        re.IGNORECASE,
-    )
-
-
-def redact_text_keys(text: str, keys: frozenset[str]) -> str:
-    """`card_number=4111 1111` -> `card_number=[redacted] 1111`: the value after a redacted key."""
-    pattern = _keyed_value(keys)
-    return text if pattern is None else pattern.sub(lambda m: m.group("key") + REDACTED, text)
-
-
-def payload_for(payload: Any, user: User | None) -> Any:
+def _state():
     from console.web import state
 
-    st = state()
-    if not _sees_all(user):
-        payload = redact_keys(payload, st.redact_keys)
+    return state()
+
+
+def payload_for(payload: Any, user: User | None, bounds: Bounds = WHOLE) -> Any:
+    """A payload as `user` may see it, within `bounds`: viewers without the redacted keys'
+    values (any depth), then the deployer's payload hook for everyone."""
+    st = _state()
+    if _sees_all(user):
+        payload = bounded(payload, bounds)
+    else:
+        payload = bounded(payload, bounds, hide_keys=st.redact_keys, hidden=REDACTED)
     if st.redact_hook is not None:
         payload = st.redact_hook(payload, user)
     return payload
@@ -89,35 +70,116 @@ def text_for(text: Any, user: User | None) -> Any:
     """Error text as `user` may see it (None and non-strings pass through)."""
     if not isinstance(text, str) or not text:
         return text
-    from console.web import state
-
-    st = state()
+    st = _state()
     if not _sees_all(user):
-        text = redact_text_keys(text, st.redact_keys)
+        text = redact_text(text, st.redact_keys)
     if st.redact_text_hook is not None:
         text = st.redact_text_hook(text, user)
     return text
 
 
+def fingerprint_for(fingerprint: Any, user: User | None) -> Any:
+    """An error fingerprint as `user` may see it. It is derived from the error text, so viewers
+    see it redacted like the text (the keys' values, then the text hook). Fingerprints made
+    since issue 26 hide secrets already (`<redacted>`, console.fingerprint); this covers older
+    rows and keys configured only in web.redact_keys. Operators get it as stored: it is the
+    identifier they replay and purge a group by."""
+    if _sees_all(user):
+        return fingerprint
+    return text_for(fingerprint, user)
+
+
+def fingerprint_hidden(fingerprint: Any, user: User | None) -> bool:
+    """Whether `user` sees `fingerprint` changed by redaction: a link must not then filter on
+    the shown form (it matches nothing), nor on the stored one (it would leak it)."""
+    return isinstance(fingerprint, str) and fingerprint_for(fingerprint, user) != fingerprint
+
+
+def group_for(grp: dict[str, Any], user: User | None) -> dict[str, Any]:
+    """An error group (a row of console.maintenance.groups) as `user` may see it: its label
+    (the fingerprint) and example redacted like error text; `filterable` is false when the
+    label is not the stored fingerprint (a link then cannot filter on it)."""
+    fingerprint = grp["fingerprint"]
+    return {**grp, "fingerprint": fingerprint_for(fingerprint, user),
+            "filterable": fingerprint != "(no fingerprint)" and not fingerprint_hidden(fingerprint, user),
+            "example": text_for(grp.get("example"), user)}
+
+
+def record_for(value: Any, user: User | None, bounds: Bounds = WHOLE) -> Any:
+    """A stored record that may quote payloads or error text (an audit row's selection or
+    detail, a bulk operation's selection, a periodic schedule's payload): for viewers, the
+    redacted keys' values hidden at any depth and every string redacted as error text; for
+    everyone, within `bounds`."""
+    if _sees_all(user):
+        value = bounded(value, bounds)
+    else:
+        keys = _state().redact_keys
+        value = bounded(value, bounds, hide_keys=keys, hidden=REDACTED, text=lambda s: redact_text(s, keys))
+    hook = _state().redact_text_hook
+    if hook is not None:
+        value = bounded(value, WHOLE, text=lambda s: hook(s, user))
+    return value
+
+
+def audit_row_for(row: dict[str, Any], user: User | None) -> dict[str, Any]:
+    """An audit row as `user` may see it: its selection and detail quote what was acted on (a
+    payload filter, a fingerprint, an operation's error, an enqueued job's fields) and are
+    redacted like the values they quote. The operator-written reason is shown as written."""
+    return {**row, "selection": record_for(row.get("selection"), user), "detail": record_for(row.get("detail"), user)}
+
+
+def notification_keys() -> frozenset[str]:
+    """The keys whose values an alert's look-here links hide (console.alerts.links): the
+    defaults and web.redact_keys, as the scheduler's webhooks do, so page and webhook agree."""
+    return DEFAULT_KEYS | _state().redact_keys
+
+
 def selection_for(selection: Any, user: User | None) -> Any:
-    """A stored selection (audit log, bulk operation) with its payload filter shown as a payload."""
-    if isinstance(selection, dict) and isinstance(selection.get("payload"), dict | list):
-        return {**selection, "payload": payload_for(selection["payload"], user)}
-    return selection
+    """A stored selection (audit log, bulk operation): its payload filter shown as a payload,
+    its fingerprint and every other value as error text (`record_for`)."""
+    return record_for(selection, user)
 
 
 def error_entry_for(entry: dict[str, Any], user: User | None) -> dict[str, Any]:
-    """One entry of a job's error history, its message and traceback redacted."""
-    return {**entry, **{k: text_for(entry.get(k), user) for k in ("message", "traceback", "reason") if k in entry}}
+    """One entry of a job's error history, its message, traceback and fingerprint redacted."""
+    texts = ("message", "traceback", "reason", "fingerprint")
+    return {**entry, **{k: text_for(entry.get(k), user) for k in texts if k in entry}}
 
 
 def may_filter_on(payload_filter: dict[str, Any] | None, user: User | None) -> str | None:
-    """A viewer may not probe redacted values with a containment filter: the complaint, or None."""
-    from console.web import state
-
+    """A viewer may not probe redacted values with a containment filter: the complaint, or None.
+    Refused: a redacted key at any depth, or a string value that names one (`"token=abc"`),
+    whose value the viewer would see as [redacted]."""
     if payload_filter is None or _sees_all(user):
         return None
-    hidden = sorted(set(keys_in(payload_filter)) & state().redact_keys)
+    keys = _state().redact_keys
+    hidden = sorted(set(keys_in(payload_filter)) & keys)
     if hidden:
         return f"payload filter: viewers cannot filter on redacted keys ({', '.join(hidden)})"
+    if any(redact_text(s, keys) != s for s in _strings_in(payload_filter)):
+        return "payload filter: viewers cannot filter on a value written after a redacted key"
     return None
+
+
+def may_filter_on_fingerprint(fingerprint: str | None, user: User | None) -> str | None:
+    """A viewer may not probe a fingerprint's redacted value (`ValueError: token=guess` matching
+    or not would tell the value): the complaint, or None."""
+    if not fingerprint or _sees_all(user):
+        return None
+    if redact_text(fingerprint, _state().redact_keys) != fingerprint:
+        return "fingerprint: viewers cannot filter on a value written after a redacted key"
+    return None
+
+
+def _strings_in(value: Any) -> list[str]:
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return found

@@ -32,7 +32,7 @@ from console import maintenance as m
 from console.web.api import STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
-from console.web.redact import text_for
+from console.web.redact import group_for
 
 bp = Blueprint("search", __name__)
 
@@ -103,15 +103,16 @@ def search_data(text: str) -> dict[str, Any]:
     else:
         needle = text.lower()
         for grp in groups.data:
-            example = text_for(grp.get("example"), g.user) or ""
-            fingerprint = grp["fingerprint"]
+            # Matched and labelled as the user sees the group (the dead-letters page's rule), so
+            # a search for a redacted value finds nothing and shows nothing.
+            shown = group_for(grp, g.user)
+            example, fingerprint = shown["example"] or "", shown["fingerprint"]
             if needle in fingerprint.lower() or needle in example.lower():
-                has_fp = fingerprint != "(no fingerprint)"
                 group_matches.append({
                     "type": "error_group", "label": fingerprint,
                     "detail": f"{grp['count']:,} dead letter{'s' if grp['count'] != 1 else ''} in "
                               f"{', '.join(grp.get('queues') or [])}",
-                    "url": url_for("deadletters.jobs", fingerprint=fingerprint if has_fp else None),
+                    "url": url_for("deadletters.jobs", fingerprint=fingerprint if shown["filterable"] else None),
                 })
         matches += group_matches[:MAX_MATCHES]
     if target is None and len(matches) == 1 and len(group_matches) == 1:

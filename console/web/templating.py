@@ -26,6 +26,7 @@ from flask import Flask, g
 from flask.json.provider import DefaultJSONProvider
 from markupsafe import Markup, escape
 
+from console.jsonbounds import PAGE, bounded
 from console.timefmt import duration
 from console.web import nav
 
@@ -82,12 +83,15 @@ def number(value: Any) -> str:
 
 
 def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    """Indented JSON for a page, within console.jsonbounds.PAGE (the indenting encoder recurses
+    per level: a value is bounded, without recursion, before it is encoded)."""
+    return json.dumps(bounded(value, PAGE), indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def json_text(value: Any) -> str:
-    """JSON as a plain str (not Markup), so autoescape encodes it for an attribute or text."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    """JSON as a plain str (not Markup), so autoescape encodes it for an attribute or text;
+    within console.jsonbounds.PAGE, like pretty_json."""
+    return json.dumps(bounded(value, PAGE), ensure_ascii=False, sort_keys=True, default=str)
 
 
 def query_args(args: dict[str, Any]) -> dict[str, str]:

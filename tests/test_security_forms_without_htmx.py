@@ -1,0 +1,178 @@
+"""Issue 26, class 8: every form works without htmx.
+
+Every state-changing route outside /api/ (a form of some page) is posted twice from a fresh
+database: once as htmx sends it (`HX-Request: true`, the CSRF token in a header) and once as a
+plain browser does (no htmx, the token in the form). Both must do what the form is for (a
+probe of the database, or of the receiver, changes) and answer with something a browser can
+use: without htmx a redirect to a page that renders, or a whole page; with htmx a 2xx or a
+redirect. Never a 4xx for valid input, never a 5xx.
+
+The routes come from the URL map: a new form fails `test_every_form_is_in_the_table` until it
+is added to FORMS. Example of what this caught: "Send test" without htmx sent the test, then
+answered 500 (the page's template expected `result`, the view passed `test_result`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from console import periodic
+from console.alerts import evaluate as ev
+from tests.alert_receiver import Receiver
+from tests.test_action_reasons import (
+    DEST,
+    JOBS,
+    RULE,
+    USERS,
+    a_queue,
+    cancelled_operation,
+    carol,
+    dead,
+    firing,
+    later_job,
+    queued_operation,
+    settle,
+    ui_destination,
+    ui_rule,
+)
+from tests.web_fixtures import CSRF, PASSWORD
+
+WHY = "INC-1042: form without htmx"
+
+
+@dataclass
+class Form:
+    path: str
+    fields: dict[str, str] = field(default_factory=dict)
+    setup: Callable[[Any], dict[str, Any]] = lambda conn: {}
+    probe: str | None = None  # SQL whose answer the action changes
+    as_user: str | None = "admin"  # None: an anonymous visitor (the sign-in form)
+    changes_nothing: str | None = None  # a preview: this text must be in the answer instead
+
+
+def a_schedule(paused: bool):
+    def setup(conn):
+        declared = periodic.parse_entries([("#1", {"name": "nightly", "kind": "report", "every": "1h"}, "config")])
+        periodic.sync(conn, declared)
+        if paused:
+            periodic.set_paused(conn, "nightly", True, actor="seed")
+        return {}
+
+    return setup
+
+
+def a_silence(conn):
+    row = ev.silence(conn, rule="queue_age", labels={"queue": "mail"}, duration=timedelta(hours=1),
+                     reason="seeded silence", actor="seed")
+    return {"silence": row["id"]}
+
+
+def receiving_destination(conn):
+    """A destination that is a real local receiver (the test starts it)."""
+    return {"receiver": True}
+
+
+FORMS: dict[str, Form] = {
+    "admin.revoke": Form("/admin/tokens/{token}/revoke", {"reason": WHY}, carol(token=True), USERS),
+    "admin.save_user": Form("/admin/users", {"name": "carol", "role": "viewer", "password": "carol-password",
+                                             "reason": WHY}, probe=USERS),
+    "admin.user_action": Form("/admin/users/carol/disable", {"reason": WHY}, carol(), USERS),
+    "advisor.rerun": Form("/advisor/run", probe="SELECT count(*) FROM skiplock.advisor_snapshots WHERE name = 'report'"),
+    "alerts.ack": Form("/alerts/{alert}/ack", {"note": "on it"}, firing, "SELECT acknowledged_by FROM skiplock.alerts"),
+    "alerts.save_destination": Form("/alerts/destinations", {**DEST, "reason": WHY},
+                                    probe="SELECT count(*) FROM skiplock.alert_destinations"),
+    "alerts.delete_destination": Form("/alerts/destinations/ops/delete", {"reason": WHY}, ui_destination,
+                                      "SELECT count(*) FROM skiplock.alert_destinations"),
+    "alerts.test_destination": Form("/alerts/destinations/rx/test", setup=receiving_destination),
+    "alerts.save_rule": Form("/alerts/rules", {**RULE, "reason": WHY}, probe="SELECT count(*) FROM skiplock.alert_rules"),
+    "alerts.delete_rule": Form("/alerts/rules/mail_age/delete", {"reason": WHY}, ui_rule,
+                               "SELECT count(*) FROM skiplock.alert_rules"),
+    "alerts.silence": Form("/alerts/silences", {"rule": "queue_age", "labels": "queue=mail", "duration": "1h",
+                                                "reason": WHY}, probe="SELECT count(*) FROM skiplock.alert_silences"),
+    "alerts.expire_silence": Form("/alerts/silences/{silence}/expire", setup=a_silence,
+                                  probe="SELECT ends_at > now() FROM skiplock.alert_silences"),
+    "deadletters.one": Form("/deadletters/jobs/{id}/replay", setup=dead(1), probe=JOBS),
+    "deadletters.start": Form("/deadletters/operations", {"action": "replay", "fingerprint": "SMTPError: timeout",
+                                                          "reason": WHY}, dead(3), JOBS),
+    "deadletters.cancel": Form("/deadletters/operations/{op}/cancel", setup=queued_operation,
+                               probe="SELECT state FROM skiplock.bulk_operations"),
+    "deadletters.resume": Form("/deadletters/operations/{op}/resume", {"reason": WHY}, cancelled_operation,
+                               "SELECT state FROM skiplock.bulk_operations"),
+    "deadletters.preview": Form("/deadletters/preview", {"action": "replay", "fingerprint": "SMTPError: timeout"},
+                                dead(2), changes_nothing='value="2"'),
+    "jobs.act": Form("/jobs/{id}/run_now", setup=later_job, probe="SELECT run_at > now() FROM skiplock.jobs"),
+    "maintenance.run": Form("/maintenance/run/reap", probe="SELECT count(*) FROM skiplock.maintenance_runs"),
+    "periodic.pause": Form("/periodic/nightly/pause", {"reason": WHY}, a_schedule(False), "SELECT paused FROM skiplock.periodic"),
+    "periodic.resume": Form("/periodic/nightly/resume", {"reason": WHY}, a_schedule(True), "SELECT paused FROM skiplock.periodic"),
+    "periodic.run": Form("/periodic/nightly/run", {"reason": WHY}, a_schedule(False), "SELECT count(*) FROM skiplock.jobs"),
+    "queues.enqueue": Form("/queues/mail/enqueue", {"kind": "send", "payload": '{"to": "a@example.com"}', "reason": WHY},
+                           a_queue(False), JOBS),
+    "queues.set_limits": Form("/queues/mail/limits", {"concurrency": "2", "reason": WHY}, a_queue(False),
+                              "SELECT concurrency FROM skiplock.queues"),
+    "queues.pause": Form("/queues/mail/pause", {"reason": WHY}, a_queue(False), "SELECT paused FROM skiplock.queues"),
+    "queues.resume": Form("/queues/mail/resume", {"reason": WHY}, a_queue(True), "SELECT paused FROM skiplock.queues"),
+    "auth.login": Form("/login", {"name": "viewer", "password": PASSWORD}, as_user=None,
+                       probe="SELECT count(*) FROM skiplock.web_sessions WHERE revoked_at IS NULL"),
+    "auth.logout": Form("/logout", as_user="viewer",
+                        probe="SELECT count(*) FROM skiplock.web_sessions WHERE revoked_at IS NULL"),
+}
+
+
+def form_endpoints(app) -> set[str]:
+    return {rule.endpoint for rule in app.url_map.iter_rules()
+            if not rule.rule.startswith("/api/") and set(rule.methods or ()) & {"POST", "PUT", "PATCH", "DELETE"}}
+
+
+@pytest.fixture
+def web_settings(web_settings):
+    return {**web_settings, "alerts.allow_private_destinations": True}  # the test destination is on loopback
+
+
+def test_every_form_is_in_the_table(web_app):
+    assert form_endpoints(web_app) == set(FORMS)
+
+
+def _usable(response, client, htmx: bool) -> str | None:
+    """What is wrong with the answer, or None."""
+    status = response.status_code
+    body = response.get_data(as_text=True)
+    if status >= 400:
+        return f"{status}: {body[:300]}"
+    if 300 <= status < 400:
+        landing = client.get(response.headers["Location"], follow_redirects=True)
+        landing.get_data()
+        return None if landing.status_code == 200 else f"redirected to a {landing.status_code}"
+    if not htmx and not body.lstrip().lower().startswith("<!doctype html"):
+        return f"a plain POST got a fragment, not a page: {body[:120]!r}"
+    return None
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["without-htmx", "with-htmx"])
+@pytest.mark.parametrize("endpoint", sorted(FORMS))
+def test_every_form_works_with_and_without_htmx(web_app, client_as, conn, endpoint, htmx):
+    form = FORMS[endpoint]
+    ctx = form.setup(conn)
+    with Receiver() as rx:
+        if ctx.get("receiver"):
+            conn.execute("INSERT INTO skiplock.alert_destinations (name, kind, url, headers, updated_by) "
+                         "VALUES ('rx', 'json', %s, '{}', 'seed')", (rx.url,))
+        client = client_as(form.as_user)
+        before = conn.execute(form.probe).fetchall() if form.probe else None
+        headers = {"HX-Request": "true", "X-CSRF-Token": CSRF} if htmx else {}
+        response = client.post(form.path.format(**ctx), data={"csrf_token": CSRF, **form.fields}, headers=headers)
+        problem = _usable(response, client, htmx)
+        assert problem is None, f"{endpoint} {'with' if htmx else 'without'} htmx: {problem}"
+        settle(conn)
+        if form.probe:
+            assert conn.execute(form.probe).fetchall() != before, f"{endpoint}: the form did nothing"
+        if form.changes_nothing:
+            assert form.changes_nothing in response.get_data(as_text=True)
+        if ctx.get("receiver"):
+            assert len(rx.requests) == 1, "the test notification was not sent"
+            assert "OK" in response.get_data(as_text=True)
+
