@@ -6,6 +6,7 @@ declares (`console.config.SETTINGS`) are written.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +99,29 @@ class Promise:
         if self.lease:
             seconds += demo_settings(pace)["worker.lease"]
         if self.per_hour:
-            seconds += rate_window_s(pace) * DEMO_RULES["dead_letter_growth"]["threshold"] / (self.per_hour * rate / 5.0)
+            # Dead letters arrive at random (a Poisson stream): the rate over the window passes
+            # the threshold once more than threshold x window arrived, which takes this long or
+            # less 99 times in 100 (the mean would be late half the time).
+            need = math.floor(DEMO_RULES["dead_letter_growth"]["threshold"] * rate_window_s(pace) / 3600.0) + 1
+            seconds += poisson_wait(need, self.per_hour * rate / 5.0 / 3600.0)
         return seconds
+
+
+def poisson_wait(arrivals: int, per_second: float, certainty: float = 0.99) -> float:
+    """Seconds within which a Poisson stream of `per_second` has brought `arrivals` with the
+    given certainty: the smallest t with P(N(t) >= arrivals) >= certainty."""
+    def below(t: float) -> float:  # P(N(t) < arrivals)
+        mean = per_second * t
+        term = total = math.exp(-mean)
+        for k in range(1, arrivals):
+            term *= mean / k
+            total += term
+        return total
+
+    t = 0.0
+    while below(t) > 1.0 - certainty:
+        t += 1.0
+    return t
 
 
 # The demo's alert rules (they replace the defaults of the same name): a threshold, a `for`
@@ -143,12 +165,14 @@ PROMISES: tuple[Promise, ...] = (
     Promise("partner-c", "partner-c is down: 3 % of partner webhooks fail three times, then go to the dead letters "
             "(about 140 per hour at --rate 5)", "dead_letter_growth", {"queue": "webhooks"}, 0.0, 0.0,
             DEMO_RULES["dead_letter_growth"]["for"] + 2 * COLLECT,
-            "the rate over the 15-minute window passes 50 per hour after about 5.4 min, then holds for 5 min",
+            "the rate over the 15-minute window passes 50 per hour once 13 have arrived (5.6 min on average, 9.8 at the "
+            "99th percentile), then holds for 5 min",
             per_hour=140.0, unpaced=15.0),
     Promise("declined", "2 % of cards are declined, straight to the dead letters (about 95 per hour at --rate 5)",
             "dead_letter_growth", {"queue": "billing"}, 0.0, 0.0,
             DEMO_RULES["dead_letter_growth"]["for"] + 2 * COLLECT,
-            "the rate over the 15-minute window passes 50 per hour after about 8 min, then holds for 5 min",
+            "the rate over the 15-minute window passes 50 per hour once 13 have arrived (8.2 min on average, 14.4 at the "
+            "99th percentile), then holds for 5 min",
             per_hour=95.0),
 )
 
