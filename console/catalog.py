@@ -80,6 +80,7 @@ _METRICS = [
     Metric("wal_bytes_per_second", "WAL written per second.", "bytes/s"),
     Metric("replica_lag_seconds", "Replay lag of each standby as the primary measures it (pg_stat_replication.replay_lag; grows while replay is paused or stuck, 0 once caught up). standby = its application_name, client = its address; on a standby itself one series standby=self, client=local: time since the last replayed transaction while WAL waits to be replayed.", "seconds", ("standby", "client")),
     Metric("replica_lag_bytes", "Bytes of WAL each standby has not replayed yet (the primary's current position minus the standby's replay position).", "bytes", ("standby", "client")),
+    Metric("server_timeline", "The primary's WAL timeline: a promotion (failover) starts a new one; the collector's details say when it changed.", "timeline"),
     Metric("connections", "Client backends by state, server-wide, excluding the console's own ('all' = total).", "connections", ("state",)),
     Metric("max_connections", "The server's max_connections.", "connections"),
     Metric("notify_queue_usage", "Fraction of the NOTIFY queue in use.", "ratio"),

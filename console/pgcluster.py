@@ -268,6 +268,11 @@ class PrivateCluster:
         self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-m", mode, "-w", "stop"], "pg_ctl stop")
         self.running = False
 
+    def promote(self) -> None:
+        """Promote this standby to a primary (`pg_ctl promote -w`: returns once it accepts
+        writes); failover tests stop the primary first."""
+        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "60", "promote"], "pg_ctl promote")
+
     def start_standby(
         self,
         application_name: str,

@@ -143,8 +143,13 @@ FROM pg_stat_slru AS s
 ORDER BY s.name;
 
 -- name: wal_position
+-- The timeline is the first eight hex digits of the current WAL file's name (pg_walfile_name is
+-- open to every role; pg_control_checkpoint() is not): a promotion starts a new one, which is
+-- how the collector sees a failover. NULL on a standby (its own timeline is its primary's).
 SELECT
     pg_is_in_recovery() AS in_recovery,
+    CASE WHEN pg_is_in_recovery() THEN NULL
+         ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline,
     CASE WHEN pg_is_in_recovery()
          THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')
          ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') END::float8 AS lsn_bytes,

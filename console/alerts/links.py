@@ -245,6 +245,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "connections": _connections,
     "max_connections": _connections,
     "notify_queue_usage": _notify,
+    "server_timeline": _wal,
     "scheduler_restarts": _scheduler,
 }
 

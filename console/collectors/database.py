@@ -210,10 +210,26 @@ def collect_waits(ctx: Context) -> Iterable[Sample]:
 # --- WAL and replication --------------------------------------------------------------------
 
 def collect_wal(ctx: Context) -> Iterable[Sample]:
+    """WAL rate and replica lag; and failovers: the primary's timeline, kept from cycle to cycle
+    in the collector's state (which lives in the database, so a promoted standby's collector
+    reads the old primary's last one), with when it was seen to change (`server` detail,
+    `server_timeline` sample). The Database page says when this server took over."""
     wal = ctx.rows("collectors_database", "wal_position")[0]
     before = ctx.previous.get("lsn_bytes")
-    ctx.remember({"lsn_bytes": wal["lsn_bytes"]})
+    timeline = wal["timeline"]
+    known = ctx.previous.get("timeline")
+    failovers = list(ctx.previous.get("failovers", []))
+    if timeline is not None and known is not None and timeline > known:
+        failovers = (failovers + [{"at": ctx.now.isoformat(), "from": known, "to": timeline}])[-10:]
+    # A WAL position that went back is another server's (a promoted standby replays less): no rate.
+    if before is not None and wal["lsn_bytes"] is not None and wal["lsn_bytes"] < before:
+        before = None
+    ctx.remember({"lsn_bytes": wal["lsn_bytes"], "timeline": timeline if timeline is not None else known,
+                  "failovers": failovers})
+    ctx.detail("server", {"in_recovery": wal["in_recovery"], "timeline": timeline, "failovers": failovers})
     out = [Sample("wal_bytes_per_second", {}, rate(wal["lsn_bytes"], before, ctx.interval))]
+    if timeline is not None:
+        out.append(Sample("server_timeline", {}, float(timeline)))
     if wal["in_recovery"]:
         out.append(Sample("replica_lag_seconds", {"standby": "self", "client": "local"}, wal["own_replay_lag_s"]))
         return out

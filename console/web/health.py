@@ -274,7 +274,18 @@ def wal_panel(conn, latest: Latest, judge: Judge | None = None) -> dict[str, Any
         levels.append(s["level"])
     levels += _judged(judge, latest, "wal_bytes_per_second")  # wal_rate
     return {"wal_bytes_per_s": latest.total("wal_bytes_per_second"), "wal": wal, "standbys": standbys,
-            "slots": slots, "level": _worst(levels)}
+            "slots": slots, "failovers": _failovers(conn), "level": _worst(levels)}
+
+
+def _failovers(conn) -> list[dict[str, Any]]:
+    """The timeline changes the WAL collector saw (console.collectors.database.collect_wal),
+    newest first: when this server took over as primary."""
+    from datetime import datetime
+
+    from console.collectors import latest_details
+
+    found = ((latest_details(conn) or {}).get("details") or {}).get("server") or {}
+    return [{**f, "at": datetime.fromisoformat(f["at"])} for f in reversed(found.get("failovers") or [])]
 
 
 def _latest(conn) -> Latest:
