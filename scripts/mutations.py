@@ -14,6 +14,8 @@ the working directory point at it; checked before the first run).
     .venv/bin/python scripts/mutations.py --baseline   # first check the named tests pass unmutated
     .venv/bin/python scripts/mutations.py --only fence-cac-both --tests tests/test_queue.py
                                                        # run other tests against a mutation
+    .venv/bin/python scripts/mutations.py --only limit-queue-no-lock --repeat 5
+                                                       # a race's test must fail on every run
 
 Each run starts its own private PostgreSQL (tests/conftest.py), so run it on a quiet machine:
 the full list takes a few minutes. Exit status 1 when a mutation survived.
@@ -41,6 +43,7 @@ SIGNATURE = "tests/test_contract_webhook_signature.py"
 ARCHIVE = "tests/test_contract_archive.py"
 DOORBELL = "tests/test_contract_doorbell.py"
 CAUSES = "tests/test_advisor_causes.py"
+LOCKS = "tests/test_lock_proofs.py"
 VERDICT = "tests/test_advisor_verdict.py"
 
 
@@ -82,6 +85,16 @@ CAC_FENCE = """      AND j.attempts = d.attempt
       AND j.status = 'running'
     RETURNING j.id
 ),"""
+
+QUEUE_LOCK = "SELECT pg_advisory_xact_lock(hashtext('skiplock.queue:' || %(queue)s));"
+QUEUE_NO_LOCK = "SELECT hashtext('skiplock.queue:' || %(queue)s);"
+# The window's key made unique per job, so two enqueues of one key no longer meet on its row.
+UNIQUE_NO_LOCK = (
+    ("sql/migrations/014_jobs_console.sql", "    PRIMARY KEY (kind, idempotency_key)\n",
+     "    PRIMARY KEY (kind, idempotency_key, job_id)\n"),
+    ("sql/queue.sql", "    ON CONFLICT (kind, idempotency_key) DO UPDATE\n",
+     "    ON CONFLICT (kind, idempotency_key, job_id) DO UPDATE\n"),
+)
 
 
 def _drop(text: str, line: str) -> str:
@@ -145,6 +158,46 @@ MUTATIONS: tuple[Mutation, ...] = (
              f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
              (("sql/queue.sql", "    lease_until = NULL\nFROM expired AS e",
                "    lease_until = NULL,\n    attempts = greatest(j.attempts - 1, 0)\nFROM expired AS e"),)),
+    # --- promises that rest on a lock (issue 27): each test pauses one caller inside its
+    # transaction and checks that a second one waits; run with --repeat 5 ------------------------
+    Mutation("limit-queue-no-lock", "a limited queue's claim takes no lock (concurrency)",
+             f"{LOCKS}::test_a_limited_queue_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds",
+             (("sql/limits.sql", QUEUE_LOCK, QUEUE_NO_LOCK),)),
+    Mutation("limit-rate-no-lock", "a limited queue's claim takes no lock (rate)",
+             f"{LOCKS}::test_a_rate_limited_queue_claim_waits_and_spends_each_token_once",
+             (("sql/limits.sql", QUEUE_LOCK, QUEUE_NO_LOCK),)),
+    Mutation("limit-kind-no-lock", "a limited kind's claim takes no lock",
+             f"{LOCKS}::test_a_limited_kind_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds",
+             (("sql/limits.sql", "SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));",
+               "SELECT hashtext('skiplock.kind:' || %(kind)s);"),)),
+    Mutation("limit-kind-skips-queue-lock", "a limited kind claims from a limited queue without that queue's lock",
+             f"{LOCKS}::test_a_limited_kinds_jobs_in_a_limited_queue_wait_for_that_queues_lock_too",
+             (("console/limits.py", '            cur.execute(query("limits", "lock_queue"), {"queue": queue_name})\n'
+               '            claimed += _jobs(', "            claimed += _jobs("),)),
+    Mutation("unique-no-window-lock", "a window row per enqueue: the window's key no longer conflicts",
+             f"{LOCKS}::test_a_second_enqueue_of_a_key_waits_for_the_first_and_returns_its_job",
+             UNIQUE_NO_LOCK),
+    Mutation("unique-takeover-no-window-lock", "as unique-no-window-lock, over an expired window",
+             f"{LOCKS}::test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window",
+             UNIQUE_NO_LOCK),
+    Mutation("periodic-no-row-lock", "enqueue_due reads the schedule without locking its row",
+             f"{LOCKS}::test_a_second_scheduler_waits_on_the_schedule_and_neither_enqueues_nor_misses_a_slot_twice",
+             (("sql/periodic.sql", "  AND p.retired_at IS NULL\nFOR UPDATE;", "  AND p.retired_at IS NULL;"),)),
+    Mutation("bulk-no-runner-lock", "a second runner works an operation another runner holds",
+             f"{LOCKS}::test_a_bulk_operation_held_by_a_runner_is_left_alone_by_a_second",
+             (("console/maintenance/bulk.py",
+               'if not conn.execute(query("deadletters", "op_try_lock"), _lock_params(op_id)).fetchone()[0]:',
+               'if not (conn.execute(query("deadletters", "op_try_lock"), _lock_params(op_id)).fetchone()[0] or True):'),)),
+    Mutation("leader-no-lock", "every scheduler wins the election",
+             f"{LOCKS}::test_a_scheduler_does_not_lead_while_another_session_holds_the_election_lock",
+             (("sql/scheduler.sql", "SELECT pg_try_advisory_lock(%(key)s);", "SELECT pg_try_advisory_lock(%(key)s) OR true;"),)),
+    Mutation("leader-no-lock-pair", "every scheduler wins the election (two schedulers)",
+             "tests/test_scheduler.py::test_only_one_of_two_schedulers_leads_and_only_the_leader_runs_jobs",
+             (("sql/scheduler.sql", "SELECT pg_try_advisory_lock(%(key)s);", "SELECT pg_try_advisory_lock(%(key)s) OR true;"),)),
+    Mutation("maintenance-run-now-no-lock", "run now ignores the task's lock (a second run starts)",
+             "tests/test_web_maintenance.py::test_run_now_refuses_a_second_run_while_one_holds_the_task_lock",
+             (("console/web/maintenance.py", "if not runs.try_lock(conn, task):",
+               "if not (runs.try_lock(conn, task) or True):"),)),
     # --- webhook signatures ------------------------------------------------------------------
     Mutation("sign-no-dot", "the signature is computed over t+body without the dot",
              f"{SIGNATURE}::test_a_real_delivery_verifies_with_an_hmac_written_from_the_docs",
@@ -325,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="list the mutations and exit")
     parser.add_argument("--baseline", action="store_true", help="first run the named tests on the unmutated copy")
     parser.add_argument("--tests", nargs="+", metavar="TEST", help="run these tests against each mutation instead")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="run each mutation's test N times; it is killed only if every run failed")
     args = parser.parse_args(argv)
 
     chosen = [m for m in MUTATIONS if not args.only or m.id in args.only]
@@ -352,12 +407,20 @@ def main(argv: list[str] | None = None) -> int:
         survived = 0
         for m in chosen:
             originals = apply(tree, m)
+            runs: list[tuple[str, float, str]] = []
             try:
-                outcome, seconds, tail = run_pytest(tree, args.tests or [m.test])
+                for _ in range(max(1, args.repeat)):
+                    runs.append(run_pytest(tree, args.tests or [m.test]))
             finally:
                 for path, text in originals.items():
                     path.write_text(text)
+            passed = [r for r in runs if r[0] == "passed"]
+            # A race's test that fails on some runs only is a survivor: it proves nothing by construction.
+            outcome, seconds, tail = passed[0] if passed else runs[-1]
+            seconds = sum(r[1] for r in runs)
             verdict = {"failed": "KILLED", "timeout": "KILLED (timeout)", "passed": "SURVIVED"}[outcome]
+            if len(runs) > 1:
+                verdict = f"{verdict} {len(runs) - len(passed)}/{len(runs)}"
             survived += outcome == "passed"
             print(f"{verdict:16} {m.id:28} {seconds:5.0f}s  {m.breaks}", flush=True)
             failed = [line for line in tail.splitlines() if line.startswith(("FAILED", "ERROR"))]
