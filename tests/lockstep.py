@@ -7,6 +7,9 @@ lock is gone (docs/reliability.md, "Promises that rest on a lock").
   its transaction, until `Pause.release()`. The product code runs unchanged: only the cursor
   class of that one connection is swapped (psycopg's `Connection.cursor_factory`).
 - `Call`: a function run in a thread of its own, with its result or exception kept.
+- `Lockstep`: keeps the pauses and calls of one test; `close()` releases every pause and
+  joins every call, so a failed assertion never leaves a caller paused with its locks held (or
+  a connection closed under a thread still inside a statement on it).
 - `blocked_on(observer, pid)`: the lock a backend waits for and who holds it, read from
   pg_locks and pg_blocking_pids(); `wait_until_blocked` polls it with a deadline and fails at
   once when the call ends without ever waiting.
@@ -123,3 +126,32 @@ def wait_until_blocked(observer: psycopg.Connection, pid: int, call: Call, timeo
             raise AssertionError(f"{call.thread.name} finished without waiting on any lock (got {value!r})")
         assert time.monotonic() < deadline, f"{call.thread.name} did not wait on a lock within {timeout:g} s"
         time.sleep(0.01)
+
+
+class Lockstep:
+    """The pauses and calls of one test, all let go by `close()` (the fixture's teardown)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[Pause] = []
+        self.calls: list[Call] = []
+
+    def pause_after(self, conn: psycopg.Connection, sql_text: str) -> Pause:
+        self.pauses.append(pause_after(conn, sql_text))
+        return self.pauses[-1]
+
+    def call(self, fn: Callable[[], Any], name: str = "call") -> Call:
+        self.calls.append(Call(fn, name))
+        return self.calls[-1]
+
+    def close(self, connections: list[psycopg.Connection] = ()) -> None:
+        """Release every pause, then end the transactions the test itself left open on
+        `connections` (a call may be waiting on one of them), and join every call."""
+        for pause in self.pauses:
+            pause.release()
+        for call in self.calls:
+            call.thread.join(2.0)
+        for conn in connections:
+            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS:
+                conn.rollback()  # psycopg serialises this with a call's use of the connection
+        for call in self.calls:
+            call.thread.join(DEADLINE)

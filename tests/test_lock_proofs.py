@@ -19,14 +19,20 @@ from console import queue as q
 from console.db import connect
 from console.sqlfiles import query
 from tests.collector_helpers import eventually
-from tests.lockstep import Call, pause_after, wait_until_blocked
+from tests.lockstep import Lockstep, wait_until_blocked
 
 WINDOW = timedelta(minutes=10)
 
 
 @pytest.fixture
-def session(dsn):
-    """Factory of autocommit connections, closed after the test."""
+def steps():
+    return Lockstep()
+
+
+@pytest.fixture
+def session(dsn, steps):
+    """Factory of autocommit connections, closed after the test once every pause is released
+    and every call has ended (a failed assertion leaves no caller paused)."""
     made = []
 
     def make(name: str = "skiplock-test", **kwargs):
@@ -35,6 +41,7 @@ def session(dsn):
         return c
 
     yield make
+    steps.close(made)
     for c in made:
         c.close()
 
@@ -52,14 +59,14 @@ def enqueue(conn, n: int, kind: str, queue: str = "default") -> None:
 
 # --- queue and kind limits (console/limits.py, sql/limits.sql) -------------------------------
 
-def test_a_limited_queue_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds(conn, session):
+def test_a_limited_queue_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds(conn, session, steps):
     limits.set_limits(conn, "lim", concurrency=2, actor="test")
     enqueue(conn, 5, "plain", queue="lim")
     a, b = session("claimer-a"), session("claimer-b")
-    paused = pause_after(a, query("limits", "claim_queue"))
-    first = Call(lambda: limits.claim_from_queue(a, "lim", "worker-a", limit=5), "claimer-a")
+    paused = steps.pause_after(a, query("limits", "claim_queue"))
+    first = steps.call(lambda: limits.claim_from_queue(a, "lim", "worker-a", limit=5), "claimer-a")
     paused.wait_reached()  # a holds the queue's lock and two uncommitted claims
-    second = Call(lambda: limits.claim_from_queue(b, "lim", "worker-b", limit=5), "claimer-b")
+    second = steps.call(lambda: limits.claim_from_queue(b, "lim", "worker-b", limit=5), "claimer-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["locktype"] == "advisory" and wait["blockers"] == [a.info.backend_pid], wait
@@ -70,14 +77,14 @@ def test_a_limited_queue_claim_waits_for_the_claim_in_progress_and_the_concurren
     assert running(conn, queue="lim") == 2
 
 
-def test_a_rate_limited_queue_claim_waits_and_spends_each_token_once(conn, session):
+def test_a_rate_limited_queue_claim_waits_and_spends_each_token_once(conn, session, steps):
     limits.set_limits(conn, "slow", rate="1/m", actor="test")  # a bucket of one token, one more a minute
     enqueue(conn, 3, "plain", queue="slow")
     a, b = session("claimer-a"), session("claimer-b")
-    paused = pause_after(a, query("limits", "claim_queue"))
-    first = Call(lambda: limits.claim_from_queue(a, "slow", "worker-a", limit=3), "claimer-a")
+    paused = steps.pause_after(a, query("limits", "claim_queue"))
+    first = steps.call(lambda: limits.claim_from_queue(a, "slow", "worker-a", limit=3), "claimer-a")
     paused.wait_reached()
-    second = Call(lambda: limits.claim_from_queue(b, "slow", "worker-b", limit=3), "claimer-b")
+    second = steps.call(lambda: limits.claim_from_queue(b, "slow", "worker-b", limit=3), "claimer-b")
 
     # On the queue's advisory lock, not only on the bucket's row (which a second claimer reaches
     # after it has already claimed with the tokens it read before).
@@ -92,14 +99,14 @@ def test_a_rate_limited_queue_claim_waits_and_spends_each_token_once(conn, sessi
     assert 0 <= tokens < 1
 
 
-def test_a_limited_kind_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds(conn, session):
+def test_a_limited_kind_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds(conn, session, steps):
     limits.declare_kinds(conn, {"render": 1}, worker="test")
     enqueue(conn, 3, "render")
     a, b = session("claimer-a"), session("claimer-b")
-    paused = pause_after(a, query("limits", "claim_kind"))
-    first = Call(lambda: limits.claim_kind(a, "render", "worker-a", limit=3), "claimer-a")
+    paused = steps.pause_after(a, query("limits", "claim_kind"))
+    first = steps.call(lambda: limits.claim_kind(a, "render", "worker-a", limit=3), "claimer-a")
     paused.wait_reached()
-    second = Call(lambda: limits.claim_kind(b, "render", "worker-b", limit=3), "claimer-b")
+    second = steps.call(lambda: limits.claim_kind(b, "render", "worker-b", limit=3), "claimer-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["locktype"] == "advisory" and wait["blockers"] == [a.info.backend_pid], wait
@@ -110,16 +117,16 @@ def test_a_limited_kind_claim_waits_for_the_claim_in_progress_and_the_concurrenc
     assert running(conn, kind="render") == 1
 
 
-def test_a_limited_kinds_jobs_in_a_limited_queue_wait_for_that_queues_lock_too(conn, session):
+def test_a_limited_kinds_jobs_in_a_limited_queue_wait_for_that_queues_lock_too(conn, session, steps):
     limits.set_limits(conn, "lim", concurrency=1, actor="test")
     limits.declare_kinds(conn, {"render": 5}, worker="test")  # room for the kind: the queue binds
     enqueue(conn, 1, "plain", queue="lim")
     enqueue(conn, 2, "render", queue="lim")
     a, b = session("claimer-a"), session("claimer-b")
-    paused = pause_after(a, query("limits", "claim_queue"))
-    first = Call(lambda: limits.claim_from_queue(a, "lim", "worker-a", limit=5), "claimer-a")
+    paused = steps.pause_after(a, query("limits", "claim_queue"))
+    first = steps.call(lambda: limits.claim_from_queue(a, "lim", "worker-a", limit=5), "claimer-a")
     paused.wait_reached()  # a holds lim's lock and its one slot (the plain job)
-    second = Call(lambda: limits.claim_kind(b, "render", "worker-b", limit=5, limited_queues=["lim"]), "claimer-b")
+    second = steps.call(lambda: limits.claim_kind(b, "render", "worker-b", limit=5, limited_queues=["lim"]), "claimer-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["locktype"] == "advisory" and wait["blockers"] == [a.info.backend_pid], wait
@@ -137,11 +144,11 @@ def window_rows(conn, key: str) -> list[tuple]:
                         (key,)).fetchall()
 
 
-def test_a_second_enqueue_of_a_key_waits_for_the_first_and_returns_its_job(conn, session):
+def test_a_second_enqueue_of_a_key_waits_for_the_first_and_returns_its_job(conn, session, steps):
     a = session("enqueuer-a", autocommit=False)
     b = session("enqueuer-b", autocommit=False)
     first_id = q.enqueue(a, "ship", {}, idempotency_key="order-7", unique_for=WINDOW)  # a's transaction stays open
-    second = Call(lambda: q.enqueue(b, "ship", {}, idempotency_key="order-7", unique_for=WINDOW), "enqueuer-b")
+    second = steps.call(lambda: q.enqueue(b, "ship", {}, idempotency_key="order-7", unique_for=WINDOW), "enqueuer-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["blockers"] == [a.info.backend_pid], wait
@@ -154,7 +161,7 @@ def test_a_second_enqueue_of_a_key_waits_for_the_first_and_returns_its_job(conn,
     assert job_id == first_id
 
 
-def test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window(conn, session, dsn):
+def test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window(conn, session, dsn, steps):
     from console import maintenance
 
     old = q.enqueue(conn, "ship", {}, idempotency_key="order-7", unique_for=WINDOW)
@@ -168,7 +175,7 @@ def test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window(
     b = session("enqueuer-b", autocommit=False)
     first_id = q.enqueue(a, "ship", {}, idempotency_key="order-7", unique_for=WINDOW)
     assert first_id != old
-    second = Call(lambda: q.enqueue(b, "ship", {}, idempotency_key="order-7", unique_for=WINDOW), "enqueuer-b")
+    second = steps.call(lambda: q.enqueue(b, "ship", {}, idempotency_key="order-7", unique_for=WINDOW), "enqueuer-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["blockers"] == [a.info.backend_pid], wait
@@ -186,16 +193,16 @@ def test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window(
 T0 = datetime(2030, 1, 1, 3, 0, tzinfo=UTC)
 
 
-def test_a_second_scheduler_waits_on_the_schedule_and_neither_enqueues_nor_misses_a_slot_twice(conn, session):
+def test_a_second_scheduler_waits_on_the_schedule_and_neither_enqueues_nor_misses_a_slot_twice(conn, session, steps):
     [entry] = periodic.parse_entries([("[[periodic]] #1", {"name": "tick", "kind": "k", "every": "1m"}, "config")])
     periodic.sync(conn, [entry])
     periodic.enqueue_due(conn, [entry], now=T0)  # first sight
     later = T0 + timedelta(minutes=5, seconds=30)  # five slots due: the newest runs, four are missed
     a, b = session("scheduler-a"), session("scheduler-b")
-    paused = pause_after(a, query("periodic", "lock_entry"))
-    first = Call(lambda: periodic.enqueue_due(a, [entry], now=later), "scheduler-a")
+    paused = steps.pause_after(a, query("periodic", "lock_entry"))
+    first = steps.call(lambda: periodic.enqueue_due(a, [entry], now=later), "scheduler-a")
     paused.wait_reached()  # a holds the schedule's row, nothing enqueued yet
-    second = Call(lambda: periodic.enqueue_due(b, [entry], now=later), "scheduler-b")
+    second = steps.call(lambda: periodic.enqueue_due(b, [entry], now=later), "scheduler-b")
 
     wait = wait_until_blocked(conn, b.info.backend_pid, second)
     assert wait["blockers"] == [a.info.backend_pid] and "skiplock.periodic AS p" in wait["query"], wait
@@ -211,7 +218,7 @@ def test_a_second_scheduler_waits_on_the_schedule_and_neither_enqueues_nor_misse
 
 # --- one runner per bulk operation (console/maintenance/bulk.py run) --------------------------
 
-def test_a_bulk_operation_held_by_a_runner_is_left_alone_by_a_second(conn, session, dsn):
+def test_a_bulk_operation_held_by_a_runner_is_left_alone_by_a_second(conn, session, dsn, steps):
     from console.maintenance import bulk
     from tests.maintenance_data import add_failed
 
