@@ -45,6 +45,7 @@ DOORBELL = "tests/test_contract_doorbell.py"
 CAUSES = "tests/test_advisor_causes.py"
 LOCKS = "tests/test_lock_proofs.py"
 EDGES = "tests/test_time_edges.py"
+STATES = "tests/test_external_states.py"
 VERDICT = "tests/test_advisor_verdict.py"
 
 
@@ -66,6 +67,7 @@ WHERE j.id = d.id
   AND j.attempts = d.attempt
 """
 HEARTBEAT = """-- name: heartbeat
+-- Also returns whether an operator asked this claim to stop (console "cancel requested").
 UPDATE skiplock.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
@@ -133,14 +135,14 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("sql/queue.sql", RELEASE, _drop(RELEASE, "  AND j.attempts = d.attempt\n")),)),
     Mutation("worker-lost-uncounted", "the worker does not count a refused completion as lost",
              f"{FENCING}::test_a_rescued_jobs_late_completion_through_the_worker_is_refused_and_counted_lost",
-             (("console/worker.py", "self.counters.lost += len(done) - len(completed)", "pass"),)),
+             (("console/worker.py", "self.lost += len(done) - len(completed)", "pass"),)),
     # --- reaper ------------------------------------------------------------------------------
     Mutation("reap-live", "the reaper ignores lease_until (rescues live leases)",
              f"{REAPER}::test_live_leases_are_left_alone",
              (("sql/queue.sql", "    WHERE j.status = 'running'\n      AND j.lease_until < now()\n    ORDER BY j.lease_until",
                "    WHERE j.status = 'running'\n    ORDER BY j.lease_until"),
-              ("sql/queue.sql", "WHERE j.id = e.id\n  AND j.status = 'running'\n  AND j.lease_until < now()\n",
-               "WHERE j.id = e.id\n  AND j.status = 'running'\n"))),
+              ("sql/queue.sql", "    WHERE j.id = e.id\n      AND j.status = 'running'\n      AND j.lease_until < now()\n",
+               "    WHERE j.id = e.id\n      AND j.status = 'running'\n"))),
     Mutation("reap-no-backoff", "rescued jobs are due at once (no backoff)",
              f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
              (("sql/queue.sql", "THEN now() + make_interval(secs => least(%(backoff_cap)s,",
@@ -157,8 +159,8 @@ MUTATIONS: tuple[Mutation, ...] = (
                "SET status = CASE WHEN j.attempts <= j.max_attempts THEN"),)),
     Mutation("reap-gives-attempt-back", "a lost lease gives the attempt back",
              f"{REAPER}::test_rescued_jobs_get_backoff_keep_the_attempt_and_exhausted_ones_go_to_failed",
-             (("sql/queue.sql", "    lease_until = NULL\nFROM expired AS e",
-               "    lease_until = NULL,\n    attempts = greatest(j.attempts - 1, 0)\nFROM expired AS e"),)),
+             (("sql/queue.sql", "        lease_until = NULL\n    FROM expired AS e",
+               "        lease_until = NULL,\n        attempts = greatest(j.attempts - 1, 0)\n    FROM expired AS e"),)),
     # --- promises that rest on a lock (issue 27): each test pauses one caller inside its
     # transaction and checks that a second one waits; run with --repeat 5 ------------------------
     Mutation("limit-queue-no-lock", "a limited queue's claim takes no lock (concurrency)",
@@ -219,8 +221,8 @@ MUTATIONS: tuple[Mutation, ...] = (
              f"{EDGES}::test_a_lease_is_reaped_a_microsecond_after_its_expiry_and_not_at_it",
              (("sql/queue.sql", "    WHERE j.status = 'running'\n      AND j.lease_until < now()\n    ORDER BY j.lease_until",
                "    WHERE j.status = 'running'\n      AND j.lease_until <= now()\n    ORDER BY j.lease_until"),
-              ("sql/queue.sql", "WHERE j.id = e.id\n  AND j.status = 'running'\n  AND j.lease_until < now()\n",
-               "WHERE j.id = e.id\n  AND j.status = 'running'\n  AND j.lease_until <= now()\n"))),
+              ("sql/queue.sql", "    WHERE j.id = e.id\n      AND j.status = 'running'\n      AND j.lease_until < now()\n",
+               "    WHERE j.id = e.id\n      AND j.status = 'running'\n      AND j.lease_until <= now()\n"))),
     Mutation("periodic-every-slot-late", "an `every` slot is due a second after its instant",
              f"{EDGES}::test_a_slot_is_due_at_its_instant_and_not_a_microsecond_before[every]",
              (("console/periodic.py", "            last = int(until.timestamp()) // self.every",
@@ -251,6 +253,47 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("silence-start-exclusive", "a silence starts an instant after its start",
              f"{EDGES}::test_a_silence_holds_from_its_start_instant_to_just_before_its_end",
              (("sql/alerts.sql", "  AND s.starts_at <= %(now)s", "  AND s.starts_at < %(now)s"),)),
+    # --- every watched system's states (issue 27): one predicate wrong at a time ---------------------
+    Mutation("ext-pgqueuer-due-at-instant", "PGQueuer: a job at its execute_after instant counts as due",
+             f"{STATES}::test_pgqueuer_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgqueuer.py", 'due=sql.SQL("j.execute_after < now()")', 'due=sql.SQL("j.execute_after <= now()")'),)),
+    Mutation("ext-pgqueuer-stale-not-stuck", "PGQueuer: a picked job's stale heartbeat is not stuck",
+             f"{STATES}::test_pgqueuer_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgqueuer.py", 'stuck=sql.SQL("j.heartbeat < now() - %(stuck_after)s::interval")',
+               'stuck=sql.SQL("j.heartbeat < now() - %(stuck_after)s::interval - interval \'1 day\'")'),)),
+    Mutation("ext-pgqueuer-cancel-completed", "PGQueuer: a cancelled job counts as completed",
+             f"{STATES}::test_pgqueuer_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgqueuer.py", "(\"completed\", sql.SQL(\"e.status = 'successful'\"))",
+               "(\"completed\", sql.SQL(\"e.status IN ('successful', 'canceled')\"))"),)),
+    Mutation("ext-procrastinate-stuck-needs-no-worker", "Procrastinate: a doing job is stuck only once its worker row is gone",
+             f"{STATES}::test_procrastinate_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/procrastinate.py", 'stuck=sql.SQL("j.worker_id IS NULL OR NOT EXISTS',
+               'stuck=sql.SQL("j.worker_id IS NULL AND NOT EXISTS'),)),
+    Mutation("ext-procrastinate-retried-manual", "Procrastinate: retries counted from manual 'retried' events",
+             f"{STATES}::test_procrastinate_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/procrastinate.py", "sql.SQL(\"e.type = 'deferred_for_retry'\")", "sql.SQL(\"e.type = 'retried'\")"),)),
+    Mutation("ext-graphile-last-attempt-failed", "graphile-worker: a job running its last attempt counts as failed",
+             f"{STATES}::test_graphile_worker_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/graphile_worker.py", 'failed=sql.SQL("j.locked_at IS NULL AND j.attempts >= j.max_attempts")',
+               'failed=sql.SQL("j.attempts >= j.max_attempts")'),)),
+    Mutation("ext-graphile-exhausted-pending", "graphile-worker: a job out of attempts counts as pending",
+             f"{STATES}::test_graphile_worker_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/graphile_worker.py", 'pending=sql.SQL("j.locked_at IS NULL AND j.attempts < j.max_attempts")',
+               'pending=sql.SQL("j.locked_at IS NULL")'),)),
+    Mutation("ext-pgboss-due-at-instant", "pg-boss: a job at its start_after instant counts as due",
+             f"{STATES}::test_pgboss_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgboss.py", 'due=sql.SQL("j.start_after < now()")', 'due=sql.SQL("j.start_after <= now()")'),)),
+    Mutation("ext-pgboss-retry-not-pending", "pg-boss: a job in retry is not pending",
+             f"{STATES}::test_pgboss_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgboss.py", "pending=sql.SQL(\"j.state IN ('created', 'retry')\")",
+               "pending=sql.SQL(\"j.state = 'created'\")"),)),
+    Mutation("ext-pgboss-cancelled-failed", "pg-boss: a cancelled job counts as a dead letter",
+             f"{STATES}::test_pgboss_every_state_counts_as_exactly_one_of_ours",
+             (("console/external/pgboss.py", "failed=sql.SQL(\"j.state = 'failed'\")",
+               "failed=sql.SQL(\"j.state IN ('failed', 'cancelled')\")"),)),
+    Mutation("ext-table-stuck-at-instant", "a declared table's lease is lapsed at its instant",
+             f"{STATES}::test_a_declared_table_counts_each_of_its_states_by_the_operators_predicates",
+             (("console/external/table.py", 'sql.SQL(" < now()")', 'sql.SQL(" <= now()")'),)),
     # --- webhook signatures ------------------------------------------------------------------
     Mutation("sign-no-dot", "the signature is computed over t+body without the dot",
              f"{SIGNATURE}::test_a_real_delivery_verifies_with_an_hmac_written_from_the_docs",
