@@ -55,7 +55,8 @@ class PgBossAdapter(Adapter):
         return Shape(
             queue=sql.SQL("j.name"),
             pending=sql.SQL("j.state IN ('created', 'retry')"),
-            due=sql.SQL("j.start_after <= now()"),
+            # Its fetch takes `start_after < now()`: a job at the instant is not yet due.
+            due=sql.SQL("j.start_after < now()"),
             since=sql.SQL("j.start_after"),
             running=sql.SQL("j.state = 'active'"),
             stuck=sql.SQL("j.started_on + j.expire_in < now()"),

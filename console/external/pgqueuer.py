@@ -51,7 +51,8 @@ class PgQueuerAdapter(Adapter):
         return Shape(
             queue=sql.SQL("j.entrypoint"),
             pending=sql.SQL("j.status = 'queued'"),
-            due=sql.SQL("j.execute_after <= now()"),
+            # Its dequeue takes `execute_after < NOW()`: a job at the instant is not yet due.
+            due=sql.SQL("j.execute_after < now()"),
             since=sql.SQL("j.execute_after"),
             running=sql.SQL("j.status = 'picked'"),
             stuck=sql.SQL("j.heartbeat < now() - %(stuck_after)s::interval"),
