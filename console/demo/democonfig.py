@@ -148,11 +148,17 @@ def rate_window_s(pace: float = 1.0) -> float:
     return max(900.0 / pace, 300.0)
 
 
+# Jobs per search burst. The reports worker's two threads drain it in about two minutes beside
+# the reports (600 did not drain between two bursts, so queue_age never resolved; 300 drained
+# before the rule's `for` had passed, so it never fired).
+BURST = 450
+
 PROMISES: tuple[Promise, ...] = (
-    Promise("burst", "a burst of 600 search.reindex jobs (priority -10) every 4 minutes, the first after 45 s",
+    Promise("burst", f"a burst of {BURST} search.reindex jobs (priority -10) every 4 minutes, the first after 45 s",
             "queue_age", {"queue": "search"}, 45.0, 240.0,
             DEMO_RULES["queue_age"]["threshold"] + DEMO_RULES["queue_age"]["for"] + 2 * COLLECT,
-            "the head of the search queue waits past 30 s while two threads drain the burst (about 80 s)"),
+            "the head of the search queue waits past 30 s while two threads drain the burst beside the reports "
+            "(about two minutes)"),
     Promise("kill", "worker-reports killed with SIGKILL every 3 minutes (the first after a minute), while it holds "
             "a job and just after a reaper run", "stuck_leases", {}, 60.0, 180.0,
             DEMO_RULES["stuck_leases"]["for"] + 2 * COLLECT,
@@ -199,7 +205,7 @@ def demo_alerts(*, port: int, secret: str, pace: float = 1.0) -> str:
 def traffic_args(pace: float = 1.0) -> list[str]:
     """The traffic generator's schedule (console.demo.traffic) divided by `pace`: the bursts
     (smaller too, so one drains in the same share of its interval) and the idle sessions."""
-    return ["--burst-every", f"{240.0 / pace:g}", "--burst-size", str(max(int(600 / pace), 20)),
+    return ["--burst-every", f"{240.0 / pace:g}", "--burst-size", str(max(int(BURST / pace), 20)),
             "--first-burst-after", f"{45.0 / pace:g}", "--idle-every", f"{1200.0 / pace:g}",
             "--idle-for", f"{360.0 / pace:g}", "--first-idle-after", f"{90.0 / pace:g}"]
 

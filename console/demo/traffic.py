@@ -56,7 +56,7 @@ class TrafficOptions:
     rate: float = 5.0  # jobs per second, on average
     duration: float | None = None  # seconds; None runs until stopped
     burst_every: float = 240.0
-    burst_size: int = 600
+    burst_size: int = 450
     first_burst_after: float = 45.0
     idle_every: float = 1200.0
     idle_for: float = 360.0
@@ -237,7 +237,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[str, TrafficOptions]:
     parser.add_argument("--rate", type=float, default=5.0, help="jobs per second on average (default 5)")
     parser.add_argument("--duration", type=float, default=None, help="seconds to run (default: until stopped)")
     parser.add_argument("--burst-every", type=float, default=240.0, help="seconds between bursts")
-    parser.add_argument("--burst-size", type=int, default=600, help="jobs per burst (0: no bursts)")
+    parser.add_argument("--burst-size", type=int, default=450, help="jobs per burst (0: no bursts)")
     parser.add_argument("--first-burst-after", type=float, default=45.0)
     parser.add_argument("--idle-every", type=float, default=1200.0, help="seconds between idle-in-transaction sessions")
     parser.add_argument("--idle-for", type=float, default=360.0, help="seconds each stays idle (0: never)")
