@@ -61,6 +61,7 @@ def test_a_stalled_queue(dsn, conn, tmp_path, workers):
                                       mention="queue stalled", offender=shows_all(ids), scenario="stalled queue")
         row = next(r for r in console.api("/api/v1/queues")["queues"] if r["queue"] == "stalled")
         assert row["eligible"] == 3 and not row["idle"] and row["drain"]["state"] != "empty"
+        assert row["level"] == "bad" and row["levels"]["age"] == "bad"  # the Queues page agrees with the alert
         overview = {r["queue"]: r for r in console.api("/api/v1/overview")["queues"]}
         assert overview["stalled"]["level"] == "bad" and overview["stalled"]["oldest_age_s"] >= 4
         assert console.alert("workers_zero") is None  # a worker is live: only the queue is stalled
@@ -233,6 +234,8 @@ def test_a_dead_letter_stream(dsn, conn, tmp_path, times):
             assert console.alert("dead_letter_growth", "firing", queue="payments")
             figure = next(f for f in console.api("/api/v1/overview")["figures"] if f["key"] == "dead_letters")
             assert figure["level"] == "warn" and figure["note"].startswith("+")
+            row = next(r for r in console.api("/api/v1/queues")["queues"] if r["queue"] == "payments")
+            assert row["levels"]["dead_letters"] == "warn" and row["dead_letter_growth"] > threshold
         finally:
             stream.stop()
         console.expect_resolved(fired, budget=RATE_WINDOW + 2 * INTERVAL + 5)

@@ -104,10 +104,36 @@ def queues_data() -> dict[str, Any]:
     for row in rows:
         lim = by_queue.get(row["queue"])
         row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
+    _judge_rows(rows)
     stuck = sum(r.get("stuck") or 0 for r in rows)
     paused = sum(1 for r in rows if r.get("paused"))
     state_bits = ([f"{stuck} stuck"] if stuck else []) + ([f"{paused} paused"] if paused else [])
     return {"queues": rows, "source": source, "error": error, "tab_state": " · ".join(state_bits)}
+
+
+def _judge_rows(rows: list[dict[str, Any]]) -> None:
+    """Each row's figures coloured by the alert rules in force, as the overview colours its
+    queues and as the alerts fire: the head's age (queue_age), stuck leases (stuck_leases) and
+    dead letters per hour over the rate window (dead_letter_growth, from the newest samples).
+    `level` is the worst of them; `levels` has each figure's."""
+    from console.web.overview import Latest, default_judge, load_judge, worst
+
+    judged = run_panel(load_judge)
+    judge = judged.data if judged.ok else default_judge()
+    latest = run_panel(lambda conn: Latest(samples.latest(conn, "dead_letter_growth")))
+    growth = {s.labels.get("queue"): s.value for s in (latest.data.rows if latest.ok else [])
+              if "external" not in s.labels}
+    for row in rows:
+        name = row["queue"]
+        age = row.get("age_seconds") if row.get("eligible") else 0.0
+        levels = {
+            "age": judge.level("queue_age_seconds", age, {"queue": name, "system": "skiplock"}),
+            "stuck": judge.level("stuck_leases", row.get("stuck"), {"queue": name, "system": "skiplock"}),
+            "dead_letters": judge.level("dead_letter_growth", growth.get(name), {"queue": name, "system": "skiplock"}),
+        }
+        row["levels"] = levels
+        row["dead_letter_growth"] = growth.get(name)
+        row["level"] = worst(lv if lv in ("good", "warn", "bad") else "good" for lv in levels.values())
 
 
 @bp.get("/queues")
