@@ -25,6 +25,7 @@ def migrate_cmd(obj, all_databases: bool) -> None:
     if all_databases and obj.database_name:
         raise click.UsageError("--all migrates every database: drop --database, or drop --all")
     targets = obj.databases if all_databases else [None]
+    changed = False
     for database in targets:
         prefix = f"{database.name}: " if database is not None else ""
         dsn = database.dsn if database is not None else obj.dsn
@@ -38,8 +39,20 @@ def migrate_cmd(obj, all_databases: bool) -> None:
         if applied:
             for name in applied:
                 click.echo(f"{prefix}applied {name}")
+            changed = changed or not applied[0].startswith("001_")  # an upgrade, not a new schema
         else:
             click.echo(f"{prefix}schema is up to date")
+    if changed:
+        # True of every release since 0.1.0: its migrations only add (tests/test_upgrade.py checks
+        # each file, and runs the previous release's workers across this command).
+        click.echo(UPGRADE_NOTE, err=True)
+
+
+UPGRADE_NOTE = (
+    "Processes of the previous release keep working on this schema (migrations only add): "
+    "restart workers, schedulers and consoles on this release in any order, at your pace. "
+    "See CHANGELOG.md and docs/reliability.md, Upgrades."
+)
 
 
 @main_group.command("worker")
