@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from console import db
+from console.cli.core import UPGRADE_NOTE
 from console.db import (
     KNOWN_GAPS,
     MigrationChanged,
@@ -54,6 +55,8 @@ def test_two_processes_migrating_at_once_apply_each_file_once(make_database, sub
     appliers = [out for out in stdouts if out.startswith("applied ")]
     assert len(appliers) == 1 and appliers[0].count("applied ") == len(migration_files())
     assert sorted(stdouts).count("schema is up to date\n") == 2
+    # A new schema is no upgrade: nothing about the previous release's processes is said.
+    assert not any(UPGRADE_NOTE in err for _, err in outputs)
     versions = applied_versions(dsn)
     assert len(versions) == len(set(versions)) == len(migration_files())
 

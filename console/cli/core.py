@@ -13,6 +13,15 @@ from console import tasks
 from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import DatabaseError, connect, migrate, require_schema
 
+# Said on stderr after a migrate that upgraded a schema. True of every release since 0.1.0: its
+# migrations only add (tests/test_upgrade.py checks each file, and runs the previous release's
+# workers and scheduler across this command).
+UPGRADE_NOTE = (
+    "Processes of the previous release keep working on this schema (migrations only add): "
+    "restart workers, schedulers and consoles on this release in any order, at your pace. "
+    "See CHANGELOG.md and docs/reliability.md, Upgrades."
+)
+
 
 @main_group.command("migrate")
 @dsn_option
@@ -43,16 +52,8 @@ def migrate_cmd(obj, all_databases: bool) -> None:
         else:
             click.echo(f"{prefix}schema is up to date")
     if changed:
-        # True of every release since 0.1.0: its migrations only add (tests/test_upgrade.py checks
-        # each file, and runs the previous release's workers across this command).
         click.echo(UPGRADE_NOTE, err=True)
 
-
-UPGRADE_NOTE = (
-    "Processes of the previous release keep working on this schema (migrations only add): "
-    "restart workers, schedulers and consoles on this release in any order, at your pace. "
-    "See CHANGELOG.md and docs/reliability.md, Upgrades."
-)
 
 
 @main_group.command("worker")
