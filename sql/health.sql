@@ -69,13 +69,14 @@ SELECT
     current_setting('idle_in_transaction_session_timeout') AS idle_in_transaction_timeout;
 
 -- name: slru
+-- Every SLRU (eight rows): the names are CamelCase on 13-16 and snake_case on 17+, so the page
+-- picks and names them in Python (console.collectors.database.slru_name), not in a WHERE.
 SELECT
     s.name,
     s.blks_read,
     s.blks_hit,
     s.blks_zeroed
 FROM pg_stat_slru AS s
-WHERE s.name IN ('MultiXactMember', 'MultiXactOffset', 'Xact', 'Subtrans', 'Notify')
 ORDER BY s.name;
 
 -- name: lwlock_waiters

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from console.db import connect, migrate
-from console.pgcluster import RELAXED_DURABILITY, PrivateCluster
+from console.pgcluster import RELAXED_DURABILITY, PostgresNotFound, PrivateCluster, find_bindir
 from tests.spare_databases import SpareDatabases
 
 TEMPLATE = "skiplock_template"
@@ -33,6 +33,20 @@ _counter = itertools.count()
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--postgresql", metavar="MAJOR", type=int, default=None,
+        help="run the session's private cluster on this PostgreSQL major (16, 17, 18: the binaries "
+             "scripts/bootstrap.sh --test unpacks; default: the machine's own, 15). `make test` runs "
+             "the matrix files (Makefile PG_MATRIX_FILES) once per major with it.",
+    )
+
+
+def pytest_report_header(config):
+    major = config.getoption("--postgresql")
+    return f"PostgreSQL: {major} (--postgresql)" if major is not None else None
 
 
 def _file_weight(items) -> dict[str, int]:
@@ -94,16 +108,28 @@ def cheap_password_hashing():
 
 
 @pytest.fixture(scope="session")
-def pg_cluster():
-    """The PrivateCluster (None when DATABASE_URL points at an existing server)."""
+def pg_cluster(request):
+    """The PrivateCluster (None when DATABASE_URL points at an existing server), on the major
+    `--postgresql` names or the machine's default one."""
+    major = request.config.getoption("--postgresql")
     if os.environ.get("DATABASE_URL"):
+        if major is not None:
+            raise pytest.UsageError("--postgresql starts a private cluster of that major: unset DATABASE_URL")
         yield None
         return
+    try:
+        bindir = find_bindir(major) if major is not None else None
+    except PostgresNotFound as exc:
+        raise pytest.UsageError(str(exc)) from None
     # max_prepared_transactions: tests of the horizon holders prepare real two-phase transactions.
     cluster = PrivateCluster(settings={**RELAXED_DURABILITY, "autovacuum_naptime": "1s", "max_prepared_transactions": "10"},
-                             exit_guard=True)
+                             exit_guard=True, bindir=bindir)
     try:
         cluster.start()
+        if major is not None:  # the binaries found are the major asked for, not a neighbour's
+            with connect(cluster.dsn) as conn:
+                running = conn.execute("SELECT current_setting('server_version_num')::int / 10000").fetchone()[0]
+            assert running == major, f"--postgresql {major} started PostgreSQL {running} ({bindir})"
         yield cluster
     finally:
         cluster.stop()

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from console import db
+from console.cli.core import UPGRADE_NOTE
 from console.db import (
     KNOWN_GAPS,
     MigrationChanged,
@@ -54,6 +55,8 @@ def test_two_processes_migrating_at_once_apply_each_file_once(make_database, sub
     appliers = [out for out in stdouts if out.startswith("applied ")]
     assert len(appliers) == 1 and appliers[0].count("applied ") == len(migration_files())
     assert sorted(stdouts).count("schema is up to date\n") == 2
+    # A new schema is no upgrade: nothing about the previous release's processes is said.
+    assert not any(UPGRADE_NOTE in err for _, err in outputs)
     versions = applied_versions(dsn)
     assert len(versions) == len(set(versions)) == len(migration_files())
 
@@ -124,6 +127,47 @@ def test_every_process_refuses_to_start_on_a_changed_migration(make_database, su
         assert name in result.stderr and "deadbeef" in result.stderr, (args, result.stderr)
     with pytest.raises(MigrationChanged, match=name):
         create_app({"database.dsn": dsn, "web.secret_key": "k", "TESTING": True})
+
+
+def test_a_number_applied_under_another_name_is_named_as_such(make_database):
+    """A build of main that no release shipped applied 017_limited_claim_indexes for 43 minutes
+    on 2026-12-01; 0.2.0's 017 is another migration. Said plainly, not as an edit of 017."""
+    dsn = make_database()
+    with connect(dsn) as conn:
+        conn.execute("UPDATE skiplock.schema_migrations SET name = 'limited_claim_indexes' WHERE version = 17")
+        with pytest.raises(MigrationChanged) as info:
+            require_schema(conn)
+    message = str(info.value)
+    assert "applied migration 017 is 'limited_claim_indexes', which this release does not have" in message
+    assert "017_worker_signals.sql" in message and "CHANGELOG.md" in message
+    assert "has changed since it was applied" not in message
+
+
+def test_a_database_missing_this_releases_migrations_is_refused_with_what_to_run(make_database):
+    """An earlier release migrated it: every process of this one says which migrations are
+    missing and to run `skiplock migrate` (tests/test_upgrade.py runs the real previous release)."""
+    dsn = make_database()
+    with connect(dsn) as conn:
+        conn.execute("ALTER TABLE skiplock.scheduler_jobs DROP COLUMN last_failure, DROP COLUMN last_failure_at")
+        conn.execute("ALTER TABLE skiplock.alerts DROP COLUMN last_over_value")
+        conn.execute("DELETE FROM skiplock.schema_migrations WHERE version = 18")
+        with pytest.raises(db.MigrationsPending, match=r"lacks 1 migration\(s\) of this release \(skiplock \S+\): "
+                                                        r"018_kept_values_and_errors; run `skiplock migrate` first"):
+            require_schema(conn)
+        assert migrate(conn) == ["018_kept_values_and_errors"]
+        require_schema(conn)
+
+
+def test_a_database_with_newer_migrations_is_accepted_and_said_once(make_database, caplog):
+    """A later release migrated it (a rolling upgrade, or a rollback): this release runs on it."""
+    dsn = make_database()
+    with connect(dsn) as conn:
+        conn.execute("INSERT INTO skiplock.schema_migrations (version, name, checksum) VALUES (999, 'from_the_future', 'x')")
+        with caplog.at_level("INFO", logger="skiplock.db"):
+            require_schema(conn)
+            require_schema(conn)
+    said = [r.getMessage() for r in caplog.records if "newer than this release" in r.getMessage()]
+    assert len(said) == 1 and "999_from_the_future" in said[0]
 
 
 def test_the_web_console_still_starts_when_the_database_is_down_or_unmigrated(make_database):

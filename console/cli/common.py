@@ -59,6 +59,8 @@ class Context:
 @click.option("--database", "database", default=None, metavar="NAME",
               help="Which of the configured [[databases]] a command acts on (default: the first).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail to stderr.")
+@click.version_option(package_name="skiplock", prog_name="skiplock", message="%(prog)s %(version)s",
+                      help="Print the installed release (CHANGELOG.md) and exit.")
 @click.pass_context
 def main_group(ctx: click.Context, dsn: str | None, config_path: str | None, database: str | None,
                verbose: bool) -> None:

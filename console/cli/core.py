@@ -14,6 +14,15 @@ from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import DatabaseError, connect, migrate, require_schema
 from console.redaction import DEFAULT_KEYS, key_set
 
+# Said on stderr after a migrate that upgraded a schema. True of every release since 0.1.0: its
+# migrations only add (tests/test_upgrade.py checks each file, and runs the previous release's
+# workers and scheduler across this command).
+UPGRADE_NOTE = (
+    "Processes of the previous release keep working on this schema (migrations only add): "
+    "restart workers, schedulers and consoles on this release in any order, at your pace. "
+    "See CHANGELOG.md and docs/reliability.md, Upgrades."
+)
+
 
 @main_group.command("migrate")
 @dsn_option
@@ -26,6 +35,7 @@ def migrate_cmd(obj, all_databases: bool) -> None:
     if all_databases and obj.database_name:
         raise click.UsageError("--all migrates every database: drop --database, or drop --all")
     targets = obj.databases if all_databases else [None]
+    changed = False
     for database in targets:
         prefix = f"{database.name}: " if database is not None else ""
         dsn = database.dsn if database is not None else obj.dsn
@@ -39,8 +49,12 @@ def migrate_cmd(obj, all_databases: bool) -> None:
         if applied:
             for name in applied:
                 click.echo(f"{prefix}applied {name}")
+            changed = changed or not applied[0].startswith("001_")  # an upgrade, not a new schema
         else:
             click.echo(f"{prefix}schema is up to date")
+    if changed:
+        click.echo(UPGRADE_NOTE, err=True)
+
 
 
 @main_group.command("worker")

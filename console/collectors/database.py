@@ -44,6 +44,13 @@ def slru_name(name: str) -> str:
     return _SLRU_NAMES.get(key, key)
 
 
+def is_slru_wait(event: str) -> bool:
+    """A wait on an SLRU, in any version's names: the LWLocks `<Name>SLRU` and `<Name>Buffer`,
+    and the I/O events, `SLRURead`, `SLRUWrite`, ... on 13-16 and `SlruRead`, `SlruWrite`, ...
+    on 17+ (the wait event names were regenerated in 17)."""
+    return "slru" in event.lower() or event.endswith("Buffer")
+
+
 def _apps(ctx: Context) -> dict[str, Any]:
     return {"exclude_apps": list(ctx.options.exclude_apps)}
 
@@ -187,7 +194,7 @@ def collect_waits(ctx: Context) -> Iterable[Sample]:
             out.append(Sample("lwlock_waits", {"event": e["wait_event"]}, e["sessions"]))
             if e["wait_event"].startswith("MultiXact"):
                 multixact += e["sessions"]
-        if "SLRU" in e["wait_event"] or e["wait_event"].endswith("Buffer"):
+        if is_slru_wait(e["wait_event"]):
             slru += e["sessions"]
     out.append(Sample("lwlock_waits", {"event": "multixact"}, multixact))
     out.append(Sample("lwlock_waits", {"event": "slru"}, slru))

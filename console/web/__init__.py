@@ -91,7 +91,9 @@ from console.databases import Registry, load_databases
 from console.db import (
     DatabaseError,
     MigrationChanged,
+    MigrationsPending,
     connect,
+    migration_state,
     verify_migrations,
 )
 from console.jsonbounds import MAX_BODY_DEPTH, check_text
@@ -179,7 +181,9 @@ def _load_hook(spec: str, setting: str = "web.redact_hook"):
 
 
 def _check_migrations_at_start(dsn: str, wait: float) -> None:
-    """Refuse to start on a database whose applied migrations differ from this version's files.
+    """Refuse to start on a database whose applied migrations differ from this version's files,
+    or that an earlier release migrated and this one's migrations were not applied to yet (its
+    pages would fail on the columns they add): `skiplock migrate` first.
 
     An unreachable database or a missing schema does not stop the start: every page says so
     (503) and the console works as soon as the database does.
@@ -187,7 +191,10 @@ def _check_migrations_at_start(dsn: str, wait: float) -> None:
     try:
         with connect(dsn, application_name="skiplock-web", connect_timeout=max(1, round(wait))) as conn:
             verify_migrations(conn)
-    except MigrationChanged:
+            state = migration_state(conn)
+            if state.applied and state.pending:
+                raise MigrationsPending(state.pending)
+    except (MigrationChanged, MigrationsPending):
         raise
     except DatabaseError as exc:
         log.warning("migrations not checked at start-up: %s", exc)

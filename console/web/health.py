@@ -240,10 +240,15 @@ def wraparound_panel(conn) -> dict[str, Any]:
     return {"rows": out, "freeze_max_age": settings["freeze_max_age"], "level": _worst(r["level"] for r in out)}
 
 
+# The SLRUs the panel lists, in this order, by their PostgreSQL 17+ names (the collectors' labels).
+SLRU_SHOWN = ("multixact_member", "multixact_offset", "transaction", "subtransaction", "notify")
+
+
 def slru_panel(conn, latest: Latest, judge: Judge | None = None) -> dict[str, Any]:
     waits = _rows(conn, "lwlock_waiters")
-    slru = _rows(conn, "slru")
-    mx_waits = [w for w in waits if "MultiXact" in (w["wait_event"] or "") or "SLRU" in (w["wait_event"] or "")]
+    named = {collectors_db.slru_name(r["name"]): r for r in _rows(conn, "slru")}
+    slru = [{**named[name], "name": name} for name in SLRU_SHOWN if name in named]
+    mx_waits = [w for w in waits if "MultiXact" in (w["wait_event"] or "") or collectors_db.is_slru_wait(w["wait_event"] or "")]
     consumption = latest.total("multixact_consumption_per_second")
     reads = latest.by_label("slru_blocks_read_per_second", "slru")
     lv = "bad" if sum(w["sessions"] for w in mx_waits) >= 5 else "warn" if mx_waits else "good"
