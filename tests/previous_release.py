@@ -67,13 +67,24 @@ def _git(*args: str) -> str:
     return result.stdout
 
 
+# Each release's commit, as its tag names it. A clone made without tags (some CI checkouts)
+# still finds the previous release by its commit, which is in the history.
+RELEASE_COMMITS = {"v0.1.0": "5f2668f5613330c6c6b4d12ed9cf6a0479fec262"}
+
+
 def previous_tag() -> tuple[str, str]:
-    """(tag, commit) of the highest release tag below the current version."""
+    """(tag, commit) of the highest release tag below the current version: the clone's tags,
+    and the releases recorded in RELEASE_COMMITS whose commit the clone has."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         raise NoPreviousRelease("not a git checkout: the previous release is found by its tag")
     current = current_version()
     tags = []
-    for tag in _git("tag", "--list", "v*").split():
+    known = set(_git("tag", "--list", "v*").split())
+    for tag, commit in RELEASE_COMMITS.items():
+        if tag not in known and subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
+                                               capture_output=True).returncode == 0:
+            known.add(tag)
+    for tag in known:
         match = _TAG.match(tag)
         if match and tuple(int(g) for g in match.groups()) < current:
             tags.append((tuple(int(g) for g in match.groups()), tag))
@@ -82,6 +93,8 @@ def previous_tag() -> tuple[str, str]:
             f"no tag vX.Y.Z below {'.'.join(map(str, current))} in this clone (`git fetch --tags`?)"
         )
     tag = max(tags)[1]
+    if tag in RELEASE_COMMITS and _git("tag", "--list", tag).strip() != tag:
+        return tag, RELEASE_COMMITS[tag]
     return tag, _git("rev-parse", f"{tag}^{{commit}}").strip()
 
 
