@@ -17,8 +17,8 @@ Application code needs only this much:
         ...
 """
 
-from console.periodic import schedule
 from console.queue import Cancelled, DoNotRetry, Job, NewJob, enqueue, enqueue_many
-from console.tasks import task
+from console.queue.periodic import schedule
+from console.queue.tasks import task
 
 __all__ = ["Cancelled", "DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]
