@@ -6,7 +6,8 @@ same tables and calls these functions, but nothing here imports the console back
 (tests/test_imports.py holds that). The rooms:
 
 - `protocol`: claim, heartbeat, complete, fail, release, pause, reap, and `Job`;
-- `producer`: enqueue and enqueue_many in the caller's transaction;
+- `producer`: enqueue and enqueue_many in the caller's transaction, from any handle;
+- `handles`: how one statement runs on each handle (psycopg, asyncpg, SQLAlchemy, Django);
 - `worker`: the worker runtime (`skiplock worker`);
 - `tasks`: the handler registry (`@skiplock.task`);
 - `limits`: fleet-wide concurrency and rate limits;
@@ -17,7 +18,15 @@ same tables and calls these functions, but nothing here imports the console back
 and periodic modules are imported by name.
 """
 
-from console.queue.producer import COPY_THRESHOLD, NewJob, enqueue, enqueue_many
+from console.queue.producer import (
+    COPY_THRESHOLD,
+    NewJob,
+    check_payload,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+)
 from console.queue.protocol import (
     CONTROL_CHANNEL,
     DEFAULT_BACKOFF_BASE,
@@ -56,7 +65,7 @@ __all__ = [
     "CONTROL_CHANNEL", "COPY_THRESHOLD", "DEFAULT_BACKOFF_BASE", "DEFAULT_BACKOFF_CAP", "DEFAULT_HISTORY",
     "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "NOTIFY_CHANNEL", "STATUSES", "Cancelled", "DoNotRetry",
     "InvalidJob", "Job", "NewJob", "backoff_delay", "claim", "claim_cursor", "complete", "complete_and_claim",
-    "complete_many", "enqueue", "enqueue_many", "error_entry", "fail", "get_job", "heartbeat", "pause",
+    "complete_many", "check_payload", "enqueue", "enqueue_async", "enqueue_many", "enqueue_many_async", "error_entry", "fail", "get_job", "heartbeat", "pause",
     "paused_queues", "prune_unique_keys", "reap", "release", "request_cancel", "resume", "set_paused",
     "unique_window",
 ]

@@ -260,7 +260,7 @@ def parse_entry(raw: Any, *, where: str, source: str = "config") -> Entry:
         raise bad("queue must be a non-empty string")
     payload = raw.get("payload", {})
     try:
-        producer._payload(payload)
+        producer.check_payload(payload)
     except InvalidJob as exc:
         raise bad(str(exc)) from None
     catch_up = raw.get("catch_up", False)
