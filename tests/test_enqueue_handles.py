@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-import console
+import skiplock
 from console.queue import handles, producer
 from console.sqlfiles import query
 
@@ -104,13 +104,13 @@ class Stack:
 
     def enqueue(self, handle: Any, kind: str, payload: Any = None, **options: Any) -> int:
         if self.is_async:
-            return self.loop.run(console.enqueue_async(handle, kind, payload, **options))
-        return console.enqueue(handle, kind, payload, **options)
+            return self.loop.run(skiplock.enqueue_async(handle, kind, payload, **options))
+        return skiplock.enqueue(handle, kind, payload, **options)
 
     def enqueue_many(self, handle: Any, jobs: Any) -> list[int]:
         if self.is_async:
-            return self.loop.run(console.enqueue_many_async(handle, jobs))
-        return console.enqueue_many(handle, jobs)
+            return self.loop.run(skiplock.enqueue_many_async(handle, jobs))
+        return skiplock.enqueue_many(handle, jobs)
 
 
 class PsycopgStack(Stack):
@@ -419,7 +419,7 @@ def kinds(conn: psycopg.Connection) -> dict[str, int]:
 def test_a_committed_block_keeps_its_jobs_and_rings_the_doorbell_at_commit(stack, conn, listener):
     with stack.begin() as handle:
         one = stack.enqueue(handle, "handles_one", {"n": 1}, queue="mail")
-        many = stack.enqueue_many(handle, [console.NewJob("handles_many", {"n": 2}, queue="bulk"),
+        many = stack.enqueue_many(handle, [skiplock.NewJob("handles_many", {"n": 2}, queue="bulk"),
                                            {"kind": "handles_many", "payload": {"n": 3}, "queue": "bulk"}])
         # Inside the block: nobody else sees the jobs, and no worker was woken.
         assert kinds(conn) == {}
@@ -546,11 +546,11 @@ def test_bad_options_give_the_same_errors_from_every_handle_and_write_nothing(st
             options = dict(options)
             kind = options.pop("kind")
             payload = options.pop("payload", None)
-            with pytest.raises(console.InvalidJob) as raised:
+            with pytest.raises(skiplock.InvalidJob) as raised:
                 stack.enqueue(handle, kind, payload, **options)
             assert str(raised.value).startswith(message), (options, str(raised.value))
         for jobs, message in BAD_BATCHES:
-            with pytest.raises(console.InvalidJob) as raised:
+            with pytest.raises(skiplock.InvalidJob) as raised:
                 stack.enqueue_many(handle, jobs)
             assert str(raised.value).startswith(message), (jobs, str(raised.value))
         # The checks ran before any statement: the transaction is intact and goes on.
@@ -566,26 +566,26 @@ def test_a_handle_of_the_wrong_kind_is_named_with_the_call_to_use(dsn):
     try:
         async_conn = loop.run(psycopg.AsyncConnection.connect(dsn))
         with pytest.raises(TypeError, match=r"enqueue: AsyncConnection is asynchronous: use `await enqueue_async"):
-            console.enqueue(async_conn, "k")
+            skiplock.enqueue(async_conn, "k")
         with pytest.raises(TypeError, match=r"enqueue_many: AsyncConnection is asynchronous: use `await enqueue_many_async"):
-            console.enqueue_many(async_conn, [{"kind": "k"}])
+            skiplock.enqueue_many(async_conn, [{"kind": "k"}])
         loop.run(async_conn.close())
         with psycopg.connect(dsn) as sync_conn:
             with pytest.raises(TypeError, match=r"enqueue_async: Connection is synchronous: use enqueue\(\.\.\.\)"):
-                loop.run(console.enqueue_async(sync_conn, "k"))
+                loop.run(skiplock.enqueue_async(sync_conn, "k"))
         engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool)
         with pytest.raises(TypeError, match=r"Engine holds no transaction to join; pass the connection or session"):
-            console.enqueue(engine, "k")
+            skiplock.enqueue(engine, "k")
         with pytest.raises(TypeError, match=r"enqueue: cannot enqueue on builtins.str; pass a psycopg Connection"):
-            console.enqueue(dsn, "k")
+            skiplock.enqueue(dsn, "k")
         configure_django()
         from django.db import connection
 
         with pytest.raises(TypeError, match=r"Django's connection is synchronous: call enqueue_many\(\.\.\.\)"):
-            loop.run(console.enqueue_many_async(connection, [{"kind": "k"}]))
+            loop.run(skiplock.enqueue_many_async(connection, [{"kind": "k"}]))
         sqlite = create_engine("sqlite://")
         with sqlite.connect() as lite, pytest.raises(TypeError, match=r"SQLAlchemy's sqlite\+pysqlite dialect is not supported"):
-            console.enqueue(lite, "k")
+            skiplock.enqueue(lite, "k")
     finally:
         loop.close()
 
@@ -598,10 +598,10 @@ import sys
 for name in ("asyncpg", "sqlalchemy", "django"):
     sys.modules[name] = None  # import raises ImportError
 import psycopg
-import console, console.queue.worker, console.queue.handles, console.queue.periodic
+import skiplock, console, console.queue.worker, console.queue.handles, console.queue.periodic
 with psycopg.connect(sys.argv[1]) as conn:
-    job = console.enqueue(conn, "base_install", {"ok": True})
-    ids = console.enqueue_many(conn, [{"kind": "base_install"}] * 250)
+    job = skiplock.enqueue(conn, "base_install", {"ok": True})
+    ids = skiplock.enqueue_many(conn, [{"kind": "base_install"}] * 250)
 print(job, len(ids), sorted(n for n in sys.modules if n.split(".")[0] in ("asyncpg", "sqlalchemy", "django") and sys.modules[n]))
 """
     out = subprocess.run([sys.executable, "-c", script, dsn], cwd=ROOT, capture_output=True, text=True, timeout=120,

@@ -233,3 +233,10 @@ def test_the_modules_that_moved_into_the_engine_keep_their_old_names():
     assert console.limits is console.queue.limits and console.periodic is console.queue.periodic
     assert (q.enqueue, q.enqueue_many, q.claim, q.Job) == (console.enqueue, console.enqueue_many,
                                                           console.queue.protocol.claim, console.Job)
+
+
+def test_the_skiplock_import_name_is_the_engine_and_nothing_else():
+    # `import skiplock` is what applications import: it must not pull the console in.
+    path = ROOT / "skiplock" / "__init__.py"
+    targets = [target for target, _ in imports_of("skiplock", path, set(modules()))]
+    assert targets and all(_under(t, ENGINE) for t in targets), targets

@@ -45,20 +45,34 @@ from psycopg.types.json import Jsonb
 from console.sqlfiles import query
 
 if TYPE_CHECKING:
-    import asyncpg
-    import asyncpg.pool
-    from django.db.backends.base.base import BaseDatabaseWrapper
-    from django.utils.connection import ConnectionProxy
     from sqlalchemy.engine import Connection as SAConnection
     from sqlalchemy.ext.asyncio import AsyncConnection as SAAsyncConnection
     from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session
     from sqlalchemy.orm import Session, scoped_session
 
-    SyncHandle: TypeAlias = (psycopg.Connection[Any] | Session | scoped_session[Any] | SAConnection
-                             | BaseDatabaseWrapper | ConnectionProxy)
-    AsyncHandle: TypeAlias = (psycopg.AsyncConnection[Any] | asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
-                              | AsyncSession | async_scoped_session[Any] | SAAsyncConnection)
 
+class DjangoConnection(Protocol):
+    """What a type checker knows of Django's connection (Django ships no types of its own)."""
+
+    vendor: str
+    alias: str
+
+    def cursor(self) -> Any: ...
+
+
+class AsyncpgConnection(Protocol):
+    """What a type checker knows of an asyncpg connection (asyncpg ships no types of its own)."""
+
+    async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> list[Any]: ...
+
+    def is_in_transaction(self) -> bool: ...
+
+
+# The handles each call takes, for type checkers (handles the application's libraries would
+# type as Any are protocols, so a sync handle given to an async call is still an error).
+SyncHandle: TypeAlias = "psycopg.Connection[Any] | Session | scoped_session[Any] | SAConnection | DjangoConnection"
+AsyncHandle: TypeAlias = ("psycopg.AsyncConnection[Any] | AsyncpgConnection | AsyncSession | async_scoped_session[Any]"
+                          " | SAAsyncConnection")
 Rows: TypeAlias = list[tuple[Any, ...]]
 CONCERN = "queue"  # the producer's statements live in sql/queue.sql
 
@@ -436,7 +450,8 @@ def run(adapter: SyncAdapter, steps: Steps[T]) -> T:
             else:
                 step = steps.send(adapter.run(step))
     except StopIteration as done:
-        return done.value
+        value: T = done.value
+        return value
 
 
 async def run_async(adapter: AsyncAdapter, steps: Steps[T]) -> T:
@@ -450,4 +465,5 @@ async def run_async(adapter: AsyncAdapter, steps: Steps[T]) -> T:
             else:
                 step = steps.send(await adapter.run(step))
     except StopIteration as done:
-        return done.value
+        value: T = done.value
+        return value

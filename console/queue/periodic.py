@@ -45,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import psycopg
@@ -67,6 +67,7 @@ _DOW_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _DOW_ALIASES = {name: i for i, name in enumerate(_DOW_NAMES)}
 # How far back a cron schedule is walked after downtime; older slots are estimated.
 _WALK_WINDOW = timedelta(days=2)
+F = TypeVar("F", bound=Callable[..., Any])  # a handler, returned as it was given
 
 
 class PeriodicError(LookupError):
@@ -99,6 +100,7 @@ class Entry:
             return datetime.fromtimestamp((epoch // self.every + 1) * self.every, UTC)
         tz = self.tz
         wall = t.astimezone(tz).replace(tzinfo=None)
+        assert self.cron is not None  # an entry has either `every` or `cron` (parse_entry)
         trigger = _trigger(self.cron)
         candidate = wall.replace(tzinfo=UTC)
         for _ in range(100_000):  # bounded: a valid expression matches within a few years
@@ -111,7 +113,8 @@ class Entry:
                 continue  # the wall time does not exist (clocks sprang forward over it)
             instant = instant.astimezone(UTC)
             if instant > t:
-                return instant
+                found: datetime = instant
+                return found
         raise ValueError(f"periodic {self.name!r}: cron {self.cron!r} has no next slot")
 
     def latest_at_or_before(self, t: datetime) -> datetime | None:
@@ -154,6 +157,7 @@ class Entry:
         of these is late. For `every` it is the interval itself."""
         if self.every is not None:
             return float(self.every)
+        assert self.cron is not None
         return _cron_interval(self.cron, self.timezone, around)
 
     def idempotency_key(self, slot: datetime, *, manual: bool = False) -> str:
@@ -337,13 +341,18 @@ CODE_ENTRIES: dict[str, tuple[str, dict[str, Any]]] = {}
 
 def schedule(name: str, *, cron: str | None = None, every: str | int | None = None, kind: str | None = None,
              queue: str = "default", payload: Any = None, timezone: str = "UTC",
-             catch_up: bool = False) -> Callable[[Callable], Callable]:
-    """`@console.schedule("nightly-report", cron="0 3 * * *", queue="reports")` on a handler:
-    registers the handler as task `kind` (default: the name) and the schedule. The scheduler
-    sees it when `[scheduler] tasks` names the module."""
+             catch_up: bool = False) -> Callable[[F], F]:
+    """`@skiplock.schedule("nightly-report", cron="0 3 * * *", queue="reports")` on a handler:
+    registers the handler as task `kind` (default: the name) and the schedule, and returns the
+    handler unchanged. The scheduler sees it when `[scheduler] tasks` names the module.
+
+    `cron`: five fields in `timezone` (a skipped wall time is skipped, a repeated one runs
+    once), or `every`: seconds or a duration ("15m"). `catch_up`: after downtime, enqueue every
+    missed slot (at most 100) instead of only the newest. A bad schedule raises ConfigError at
+    import (docs/queue.md, "Periodic jobs")."""
     from console.queue.tasks import task
 
-    def register(func: Callable) -> Callable:
+    def register(func: F) -> F:
         job_kind = kind or name
         raw = {"name": name, "kind": job_kind, "queue": queue, "payload": {} if payload is None else payload,
                "timezone": timezone, "catch_up": catch_up}
@@ -365,7 +374,7 @@ def schedule(name: str, *, cron: str | None = None, every: str | int | None = No
 def load_entries(config: Any, *, import_tasks: bool = True) -> list[Entry]:
     """Every schedule this process knows: `[[periodic]]` in the config file, then the
     `@console.schedule`s of the modules named by `[scheduler] tasks`."""
-    if import_tasks and getattr(config.scheduler, "tasks", ""):
+    if import_tasks and getattr(config.scheduler, "tasks", None):
         from console.queue.tasks import load_modules
 
         try:
@@ -414,7 +423,8 @@ def enqueue_due(conn: psycopg.Connection, entries: list[Entry], now: datetime | 
             last = row["last_slot"]
             if last is None:  # first sight: start with the next slot
                 last = entry.latest_at_or_before(at) or at
-                slots, total = [], 0
+                slots: list[datetime] = []
+                total = 0
             elif row["paused"]:
                 _, total = entry.due(last, at, keep=0)
                 slots = []
@@ -446,14 +456,14 @@ def next_slot(entries: Iterable[Entry], after: datetime) -> datetime | None:
     return min((entry.next_after(after) for entry in entries), default=None)
 
 
-def _enqueue_slot(cur: psycopg.Cursor, entry: Entry, slot: datetime, *, manual: bool, actor: str | None,
+def _enqueue_slot(cur: psycopg.Cursor[Any], entry: Entry, slot: datetime, *, manual: bool, actor: str | None,
                   max_attempts: int | None) -> int | None:
     claimed = cur.execute(query("periodic", "claim_slot"),
                           {"name": entry.name, "slot": slot, "manual": manual, "actor": actor}).fetchone()
     if claimed is None:
         return None  # this slot already ran (another scheduler, or before a restart)
     job_id = producer.enqueue(cur.connection, entry.kind, entry.payload, queue=entry.queue,
-                       idempotency_key=entry.idempotency_key(slot, manual=manual), max_attempts=max_attempts)
+                              idempotency_key=entry.idempotency_key(slot, manual=manual), max_attempts=max_attempts)
     cur.execute(query("periodic", "set_run_job"), {"name": entry.name, "slot": slot, "manual": manual, "job_id": job_id})
     return job_id
 
@@ -461,7 +471,7 @@ def _enqueue_slot(cur: psycopg.Cursor, entry: Entry, slot: datetime, *, manual: 
 def settle(conn: psycopg.Connection, *, limit: int = 500) -> int:
     """Record the outcome of finished runs (and each schedule's last success); returns how many."""
     row = conn.execute(query("periodic", "settle"), {"limit": limit}).fetchone()
-    return int(row[0])
+    return int(row[0]) if row else 0
 
 
 def prune(conn: psycopg.Connection, *, keep_seconds: float, limit: int = 1000) -> int:
@@ -498,7 +508,9 @@ def run_now(conn: psycopg.Connection, name: str, *, actor: str, reason: str | No
         if row is None:
             raise PeriodicError(f"there is no periodic schedule {name!r}")
         entry = Entry(name=row["name"], kind=row["kind"], queue=row["queue"], payload=row["payload"], every=1)
-        slot = cur.execute(query("periodic", "manual_slot"), {}).fetchone()["slot"]
+        slot_row = cur.execute(query("periodic", "manual_slot"), {}).fetchone()
+        assert slot_row is not None  # SELECT of now(): always one row
+        slot = slot_row["slot"]
         job_id = _enqueue_slot(cur, entry, slot, manual=True, actor=actor, max_attempts=max_attempts)
         if job_id is None:
             raise ValueError(f"periodic {name!r} was just run by hand; try again")

@@ -33,16 +33,13 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from console.jsonbounds import MAX_DEPTH as MAX_PAYLOAD_DEPTH
 from console.jsonbounds import too_deep
 from console.queue import handles
-from console.queue.handles import CopyStep, JsonText, Step, Steps
+from console.queue.handles import AsyncHandle, CopyStep, JsonText, Step, Steps, SyncHandle
 from console.queue.protocol import DEFAULT_MAX_ATTEMPTS, InvalidJob
-
-if TYPE_CHECKING:
-    from console.queue.handles import AsyncHandle, SyncHandle
 
 COPY_THRESHOLD = 200  # a key-less batch at least this long goes through COPY (bench/enqueue.py)
 UNIQUE_TRIES = 5  # a window that expires between two statements is claimed again, this often

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 Handler = Callable[[Any], Any]
+F = TypeVar("F", bound=Callable[..., Any])  # the decorated handler, returned with its own type
 
 _registry: dict[str, Handler] = {}
 _concurrency: dict[str, int | None] = {}
@@ -29,9 +30,14 @@ class UnknownTask(LookupError):
     """A job's kind has no handler in this worker."""
 
 
-def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> Callable[[Handler], Handler]:
-    """Bind `kind` to the decorated function; `concurrency` caps its running jobs fleet-wide;
-    `inline` runs it on the worker's claim thread (short, non-blocking handlers only)."""
+def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> Callable[[F], F]:
+    """Bind `kind` to the decorated function, returned unchanged; workers call it as `func(job)`
+    with a `Job`. Returning completes the job; raising fails the attempt (retried with backoff);
+    raising `DoNotRetry` sends it straight to the dead letters.
+
+    `concurrency` caps its running jobs fleet-wide; `inline` runs it on the worker's claim
+    thread (short, non-blocking handlers only). A kind registered twice to different functions
+    raises ValueError."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("a task kind must be a non-empty string")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
@@ -39,7 +45,7 @@ def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> 
     if not isinstance(inline, bool):
         raise ValueError(f"task {kind!r}: inline must be True or False (got {inline!r})")
 
-    def register(func: Handler) -> Handler:
+    def register(func: F) -> F:
         existing = _registry.get(kind)
         if existing is not None and existing is not func and getattr(existing, "__qualname__", None) != func.__qualname__:
             raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
