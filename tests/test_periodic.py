@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import periodic
 from console.config import ConfigError, load_config
 from console.db import connect
-from console.periodic import Entry, parse_entry
+from console.queue import periodic
+from console.queue.periodic import Entry, parse_entry
 from tests.collector_helpers import eventually
 from tests.workers import stop_processes
 

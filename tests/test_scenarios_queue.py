@@ -18,9 +18,9 @@ import time
 import psycopg
 import pytest
 
-from console import limits
 from console import queue as q
 from console.maintenance import pause_queue, resume_queue
+from console.queue import limits
 from tests.scenarios import INTERVAL, RATE_WINDOW, SCALED, scenario_console
 from tests.workers import WorkerProcs, stop_processes, wait_for
 

@@ -1,6 +1,6 @@
 """`skiplock queues show` and `skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--clear]`.
 
-A thin face over console.limits: the same function the web console and the API call, audited
+A thin face over console.queue.limits: the same function the web console and the API call, audited
 with the actor `cli:<os user>@<host>` and the required `--reason`. Exit codes: 0 done; 2 bad input (nothing changed).
 """
 
@@ -10,9 +10,9 @@ import json
 
 import click
 
-from console import limits
 from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
 from console.db import connect, require_schema
+from console.queue import limits
 
 
 @main_group.group("queues")

@@ -108,7 +108,7 @@ def default_data_dir() -> Path:
 
 
 # The `skiplock` commands the demo starts as child processes, and the module each one needs.
-COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.worker",
+COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.queue.worker",
               "users": "console.users"}
 
 

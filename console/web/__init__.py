@@ -202,7 +202,7 @@ def _check_migrations_at_start(dsn: str, wait: float) -> None:
 
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     cfg, flask_keys, explicit_dsn = _load_config(config)
-    from console.periodic import load_entries
+    from console.queue.periodic import load_entries
 
     load_entries(cfg, import_tasks=False)  # a bad [[periodic]] entry stops start-up here too
     from console.config import external_queues

@@ -1,12 +1,12 @@
 """Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
 dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a
 backlog drain estimate from the collectors' samples, pause/resume, and the queue's concurrency and
-rate limits with their usage (console.limits).
+rate limits with their usage (console.queue.limits).
 
 GET  /queues, /queues/_table and /queues/_external (the polled fragments), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; a reason required, 422 without;
 audited by console.maintenance) and the same under /api/v1/queues.
-POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.limits), and
+POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.queue.limits), and
 PUT /api/v1/queues/<name>/limits.
 POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; CSRF; audited with
                               its reason); the API twin is POST /api/v1/jobs (console.web.jobs).
@@ -19,9 +19,10 @@ from typing import Any
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
-from console import browse, limits, samples, signals
+from console import browse, samples, signals
 from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
+from console.queue import limits
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
