@@ -97,6 +97,10 @@ PRIMARY_READS: dict[str, str] = {
     "alerts.api_rules": "the alert configuration edited there",
     "alerts.destinations_page": "the alert configuration edited there",
     "alerts.api_destinations": "the alert configuration edited there",
+    "why.job_fragment": "why a job waits turns on workers' heartbeats and leases as they are now",
+    "why.queue_fragment": "why a queue waits turns on workers' heartbeats and leases as they are now",
+    "why.api_job": "why a job waits turns on workers' heartbeats and leases as they are now",
+    "why.api_queue": "why a queue waits turns on workers' heartbeats and leases as they are now",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.

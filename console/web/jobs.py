@@ -315,8 +315,11 @@ def job_data(job_id: int, bounds=WHOLE) -> dict[str, Any]:
 @bp.get("/jobs/<int:job_id>")
 @requires("viewer")
 def detail(job_id: int):
+    from console.web.why import job_answer, why_panel
+
+    data = job_data(job_id, PAGE)
     return render_template("jobs/detail.html", descriptions={k: v[1] for k, v in browse.ACTIONS.items()},
-                           **job_data(job_id, PAGE))
+                           **why_panel(job_answer(job_id), url_for("why.job_fragment", job_id=job_id)), **data)
 
 
 @bp.get("/api/v1/jobs/<int:job_id>")

@@ -155,7 +155,14 @@ def queue_data(name: str) -> dict[str, Any]:
 @bp.get("/queues/<name>")
 @requires("viewer")
 def detail(name: str):
-    return render_template("queues/detail.html", form={}, form_error=None, **queue_data(name))
+    return render_template("queues/detail.html", form={}, form_error=None, **_why(name), **queue_data(name))
+
+
+def _why(name: str) -> dict[str, Any]:
+    """The queue page's "why isn't it moving?" panel (console/web/why.py)."""
+    from console.web.why import queue_answer, why_panel
+
+    return why_panel(queue_answer(name), url_for("why.queue_fragment", name=name))
 
 
 @bp.post("/queues/<name>/enqueue")
@@ -168,7 +175,8 @@ def enqueue(name: str):
         result = enqueue_from({**fields, "queue": name}, payload_is_text=True)
     except browse.InvalidFilter as exc:
         # The form again, with what was typed and what is wrong.
-        return render_template("queues/detail.html", form=fields, form_error=str(exc), **queue_data(name)), 400
+        return render_template("queues/detail.html", form=fields, form_error=str(exc), **_why(name),
+                               **queue_data(name)), 400
     return redirect(url_for("jobs.detail", job_id=result["id"]), 303)
 
 
