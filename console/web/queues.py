@@ -21,7 +21,7 @@ from flask import Blueprint, abort, jsonify, redirect, render_template, request,
 
 from console import browse, limits, samples, signals
 from console.actions import MAX_REASON
-from console.maintenance import pause_queue, resume_queue
+from console.maintenance import UnknownQueue, pause_queue, resume_queue
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
@@ -190,8 +190,15 @@ def api_detail(name: str):
 
 
 def _set(name: str, action: str) -> None:
+    """Pause or resume, audited. A name no queue has is a 404 (a typo must not create a queue)
+    unless the request says `create=true` (pause a queue before its first job)."""
     reason = reason_for(action)
-    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason)
+    create = action == "pause" and (request.form.get("create") or "").strip().lower() in _TRUE
+    try:
+        (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason,
+                                                             create=create)
+    except UnknownQueue as exc:
+        abort(404, str(exc).replace("pass --create", "send create=true"))
 
 
 def _back(name: str):
@@ -223,8 +230,12 @@ def resume(name: str):
 @requires("operator")
 @api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
          params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
-                       description="why (kept in the audit log)")],
-         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+                       description="why (kept in the audit log)"),
+                 Param("create", where="form", type="boolean",
+                       description="true: pause a queue no job, sample or limit names yet (else 404, a typo)")],
+         responses={"404": "no queue has that name (no jobs, samples or limits, never paused); the message names "
+                           "the nearest", "422": "no reason"},
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
     return jsonify({"ok": True, "queue": name, "paused": True})
@@ -235,7 +246,8 @@ def api_pause(name: str):
 @api_doc("Resume a paused queue (audited)",
          params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
                        description="why (kept in the audit log)")],
-         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+         responses={"404": "no queue has that name", "422": "no reason"},
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_resume(name: str):
     _set(name, "resume")
     return jsonify({"ok": True, "queue": name, "paused": False})
