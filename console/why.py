@@ -30,6 +30,9 @@ The verdict is the first blocking reason in the order above (a job due in an hou
 queue is first "scheduled", and the pause is the second reason), or the first reason when none
 blocks.
 
+Titles never quote a job's error text or payload (a face shows them to viewers, who see those
+redacted): the error is evidence (`last_error`), which the faces redact like the job page does.
+
 Bounded: one row per question, the registry's recent workers, and windows of the claim index
 (sql/why.sql); no query scans the jobs table. "Live" is the caller's threshold in seconds since
 a worker's last report (console.signals.live_worker_within, as the Workers page and the
@@ -297,11 +300,12 @@ def _scheduled(job: Mapping[str, Any], now: datetime) -> Reason | None:
         return None
     retry = job["attempts"] > 0 and job.get("last_error")
     wait = (job["run_at"] - now).total_seconds()
-    title = (f"It is waiting for its retry: attempt {job['attempts']} failed ({str(job['last_error'])[:120]}) and the next "
-             f"is due at {_at(job['run_at'])}, in {duration(wait)}." if retry else
+    title = (f"It is waiting for its retry: attempt {job['attempts']} of {job['max_attempts']} failed and the next is "
+             f"due at {_at(job['run_at'])}, in {duration(wait)}." if retry else
              f"It is scheduled for later: due at {_at(job['run_at'])}, in {duration(wait)}.")
     return Reason("scheduled", True, title, {"run_at": job["run_at"], "in_seconds": round(wait, 1), "retry": bool(retry),
-                                             "attempts": job["attempts"], "max_attempts": job["max_attempts"]})
+                                             "attempts": job["attempts"], "max_attempts": job["max_attempts"],
+                                             "last_error": job.get("last_error") if retry else None})
 
 
 def _held(conn: psycopg.Connection, job: Mapping[str, Any], now: datetime, live_within: float) -> Reason:
@@ -363,9 +367,10 @@ def _finished(job: Mapping[str, Any]) -> Reason:
         title = f"It is not waiting: it completed at {_at(job.get('finished_at'))} after {job['attempts']} attempt(s)."
     else:
         title = (f"It is not waiting: it is a dead letter (failed after {job['attempts']} of {job['max_attempts']} "
-                 f"attempts: {str(job.get('last_error') or '')[:120]}); replay it to run it again.")
+                 "attempts); replay it to run it again.")
     return Reason("finished", False, title, {"status": job["status"], "archived": bool(job.get("archived")),
-                                             "finished_at": job.get("finished_at"), "attempts": job["attempts"]})
+                                             "finished_at": job.get("finished_at"), "attempts": job["attempts"],
+                                             "last_error": job.get("last_error")})
 
 
 # --- the answers ---------------------------------------------------------------------------

@@ -76,3 +76,15 @@ def test_signed_out_visitors_get_no_answer(client_as, conn):
     assert anonymous.get(f"/api/v1/jobs/{job}/why").status_code == 401
     assert anonymous.get("/api/v1/queues/mail/why").status_code == 401
     assert anonymous.get(f"/jobs/{job}/_why").status_code in (302, 401)
+
+
+def test_a_viewer_sees_the_error_in_the_evidence_redacted(client_as, conn):
+    q.enqueue(conn, "charge", {"customer": 7}, queue="billing", max_attempts=1)
+    [job] = q.claim(conn, "w-1", queues=["billing"])
+    q.fail(conn, job, ValueError("gateway refused token=SEKRET-42"))
+    for client in (client_as("viewer"),):
+        data = client.get(f"/api/v1/jobs/{job.id}/why").get_json()
+        assert "SEKRET-42" not in str(data) and data["code"] == "finished"
+        assert "SEKRET-42" not in client.get(f"/jobs/{job.id}/_why").get_data(as_text=True)
+    operator = client_as("operator").get(f"/api/v1/jobs/{job.id}/why").get_json()
+    assert "SEKRET-42" in operator["reasons"][0]["evidence"]["last_error"]

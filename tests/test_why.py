@@ -72,7 +72,8 @@ def test_a_retry_waiting_for_its_backoff_says_so_with_the_error(conn):
     answer = why.why_job(conn, job_id, live_within=LIVE)
     assert answer.primary.code == "scheduled"
     assert reason(answer, "scheduled").evidence["retry"] is True
-    assert "smtp down" in answer.verdict and "retry" in answer.verdict
+    assert "retry" in answer.verdict and "smtp down" not in answer.verdict  # the error is evidence (redacted by faces)
+    assert reason(answer, "scheduled").evidence["last_error"] == "RuntimeError: smtp down"
 
 
 def test_a_paused_queue_names_who_paused_it_and_why_from_the_audit_log(conn):

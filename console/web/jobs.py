@@ -64,6 +64,8 @@ FILTER_PARAMS = [
     Param("eligible", enum=("1", "0"), description="1: pending jobs due now (what workers claim next), in claim order; implies state=pending"),
     Param("retrying", enum=("1", "0"), description="1: pending jobs that failed an attempt and wait for the next one (a retry storm's jobs); implies state=pending"),
     Param("lease", enum=("expired",), description="expired: running jobs past their lease (stuck); implies state=running"),
+    Param("archived", enum=("1", "0"), description="1: the archive (skiplock.jobs_archive: finished jobs the archiver "
+                                                    "moved, and purged dead letters), newest finished first"),
 ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
 from console import browse, limits, samples, signals
-from console.actions import MAX_REASON
+from console.actions import MAX_REASON, ReasonRequired
 from console.maintenance import UnknownQueue, pause_queue, resume_queue
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
@@ -155,14 +155,22 @@ def queue_data(name: str) -> dict[str, Any]:
 @bp.get("/queues/<name>")
 @requires("viewer")
 def detail(name: str):
-    return render_template("queues/detail.html", form={}, form_error=None, **_why(name), **queue_data(name))
+    return _page(name)
 
 
-def _why(name: str) -> dict[str, Any]:
-    """The queue page's "why isn't it moving?" panel (console/web/why.py)."""
+def _page(name: str, **forms: Any) -> str:
+    """The queue page: its figures, its "why isn't it moving?" panel (console/web/why.py), and
+    its forms, as typed when one comes back with an error (`form`/`form_error` for the enqueue
+    form, `limits_form`/`limits_error` for the limits form)."""
     from console.web.why import queue_answer, why_panel
 
-    return why_panel(queue_answer(name), url_for("why.queue_fragment", name=name))
+    data = queue_data(name)
+    # The enqueue form's example time is an hour from now, never a fixed date that went by.
+    example = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    context = {"form": {}, "form_error": None, "limits_form": {}, "limits_error": None, "run_at_example": example,
+               **forms}
+    return render_template("queues/detail.html", **why_panel(queue_answer(name), url_for("why.queue_fragment", name=name)),
+                           **context, **data)
 
 
 @bp.post("/queues/<name>/enqueue")
@@ -175,8 +183,7 @@ def enqueue(name: str):
         result = enqueue_from({**fields, "queue": name}, payload_is_text=True)
     except browse.InvalidFilter as exc:
         # The form again, with what was typed and what is wrong.
-        return render_template("queues/detail.html", form=fields, form_error=str(exc), **_why(name),
-                               **queue_data(name)), 400
+        return _page(name, form=fields, form_error=str(exc)), 400
     return redirect(url_for("jobs.detail", job_id=result["id"]), 303)
 
 
@@ -294,7 +301,12 @@ def _set_limits(name: str) -> dict[str, Any]:
 @bp.post("/queues/<name>/limits")
 @requires("operator")
 def set_limits(name: str):
-    _set_limits(name)
+    try:
+        _set_limits(name)
+    except ValueError as exc:  # InvalidLimit, ReasonRequired (422), a bad field: the form again, as typed
+        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "clear", "reason")}
+        status = 422 if isinstance(exc, ReasonRequired) else 400
+        return _page(name, limits_form=typed, limits_error=str(exc)), status
     return redirect(url_for("queues.detail", name=name))
 
 

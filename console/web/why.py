@@ -17,12 +17,13 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from flask import Blueprint, abort, jsonify, render_template
+from flask import Blueprint, abort, g, jsonify, render_template
 
 from console import signals, why
 from console.web.api import BOOL, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
+from console.web.redact import text_for
 
 bp = Blueprint("why", __name__)
 
@@ -79,9 +80,12 @@ def links_for(reason: why.Reason, queue: str) -> list[dict[str, str]]:
 
 
 def _shaped(answer: why.Answer) -> dict[str, Any]:
+    """The answer as g.user may see it: an error text in the evidence redacted like the job page's."""
     data = answer.as_dict()
     for out, reason in zip(data["reasons"], answer.reasons, strict=True):
         out["links"] = links_for(reason, answer.queue)
+        if out["evidence"].get("last_error") is not None:
+            out["evidence"] = {**out["evidence"], "last_error": text_for(out["evidence"]["last_error"], g.user)}
     return {**data, "available": True}
 
 
