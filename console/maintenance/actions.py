@@ -21,6 +21,7 @@ from console import queue as q
 from console.maintenance import runs
 from console.maintenance.archive import RunResult, _close, check_batching
 from console.maintenance.errors import InvalidSettings, UnknownQueue
+from console.sqlfiles import query
 
 
 def reap(
@@ -74,13 +75,18 @@ def _check(queue_name: str, actor: str) -> None:
         raise InvalidSettings("an action needs an actor")
 
 
-def known_queues(conn: psycopg.Connection) -> set[str]:
-    """Every queue name the console knows: with jobs (the queue figures' bounded windows of the
-    pending, running and failed indexes), in the collectors' samples of the last 24 h, or with
-    a row of its own (paused before, or limits). Never a scan of the jobs table."""
-    from console import browse, samples
+KNOWN_CAP = 50_000  # claim- and lease-index entries looked at (console.browse.PENDING_CAP)
+KNOWN_FAILED_CAP = 10_000  # newest dead letters looked at (console.browse.FAILED_CAP)
 
-    return {r["queue"] for r in browse.queue_figures(conn)} | set(samples.queue_activity(conn))
+
+def known_queues(conn: psycopg.Connection) -> set[str]:
+    """Every queue name the console knows: with jobs (bounded windows of the pending, running and
+    failed indexes, as the queue figures read them), in the collectors' samples of the last 24 h,
+    or with a row of its own (paused before, or limits). Never a scan of the jobs table."""
+    from console import samples
+
+    rows = conn.execute(query("maintenance", "known_queues"), {"cap": KNOWN_CAP, "failed_cap": KNOWN_FAILED_CAP})
+    return {r[0] for r in rows.fetchall()} | set(samples.queue_activity(conn))
 
 
 CREATE_HINT = "To pause it before its first job, pass --create."
