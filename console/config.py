@@ -159,6 +159,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("maintenance", "pause_ms", float, 10.0, "Least pause between two maintenance batches, in milliseconds, so vacuum and workers keep up.", non_negative),
     Setting("maintenance", "bulk_rate", float, 0.0, "Most rows per second a replay or purge touches when the operator does not say; 0 = no cap.", non_negative),
     Setting("maintenance", "statement_timeout_ms", int, 10000, "Time limit for one maintenance batch statement.", positive),
+    # [caps] what one signed-in user or token can make the console hold (docs/security.md, "Caps")
+    Setting("caps", "bulk_running", int, 4, "Bulk replays and purges queued or running at once in one database, whoever started them; one more is refused (429, CLI exit 2).", positive),
+    Setting("caps", "bulk_per_actor", int, 2, "Bulk replays and purges queued or running at once in one database for one operator (or token owner); one more is refused.", positive),
+    Setting("caps", "sessions_per_user", int, 10, "Sign-ins one user holds at once; signing in once more ends that user's oldest session.", positive),
+    Setting("caps", "tokens_per_user", int, 10, "Live (not revoked, not expired) API tokens of one user; creating one more is refused.", positive),
+    Setting("caps", "silences", int, 100, "Active (not yet expired) silences in one database; one more is refused.", positive),
+    Setting("caps", "alert_rules", int, 200, "Alert rules saved from the console (UI, API) in one database; one more is refused.", positive),
+    Setting("caps", "destinations", int, 50, "Webhook destinations saved from the console (UI, API) in one database; one more is refused.", positive),
+    Setting("caps", "enqueue_per_minute", int, 60, "Jobs one operator enqueues from the console (form, API, a periodic entry's run now) in one database within a minute; one more is refused.", positive),
+    Setting("caps", "paused_queues", int, 500, "Queues paused at once in one database; pausing one more is refused.", positive),
+    Setting("caps", "exports_per_user", int, 2, "CSV/JSON exports one user streams at once from one web process; one more is refused.", positive),
+    Setting("caps", "tests_per_user", int, 1, "Webhook test sends one user runs at once from one web process; one more is refused.", positive),
     # [web]
     Setting("web", "production", bool, True, "Production mode (the default; `skiplock serve` turns it off): refuse to start without web.secret_key, Secure cookies, HSTS over HTTPS, /metrics needs web.metrics_token unless web.metrics_public."),
     Setting("web", "secret_key", str, "", "Signs session cookies; required in production (the development server generates one per process).", secret=True),

@@ -321,10 +321,16 @@ RETURNING o.*;
 -- name: ops_active
 -- Operations nobody finished: running ones (the runner may have died; the advisory lock
 -- tells), and queued ones older than %(min_age)s (a fresh one is about to be started by the
--- process that created it).
+-- process that created it). A runner throttled to pauses of %(release_after)s s or more sleeps
+-- without its connection, so without the lock: its operation is left alone until its pause
+-- (batch_size / rate after the last batch's heartbeat) and %(grace)s more have passed.
 SELECT o.id
 FROM skiplock.bulk_operations AS o
-WHERE o.state = 'running'
+WHERE (o.state = 'running'
+       AND (o.rate IS NULL
+            OR o.heartbeat_at IS NULL
+            OR o.batch_size / o.rate < %(release_after)s
+            OR o.heartbeat_at + make_interval(secs => least(o.batch_size / o.rate, 1e9)) + %(grace)s::interval < now()))
    OR (o.state = 'queued' AND o.created_at < now() - %(min_age)s::interval)
 ORDER BY o.id;
 
@@ -339,6 +345,15 @@ SELECT pg_advisory_unlock(%(lock_class)s::integer, %(lock_id)s::integer) AS unlo
 -- name: op_try_xact_lock
 -- cancel(): if no runner holds the operation, it can be closed at once.
 SELECT pg_try_advisory_xact_lock(%(lock_class)s::integer, %(lock_id)s::integer) AS locked;
+
+-- name: ops_held
+-- What the bulk caps count (console.caps): operations queued or running (a sleeping, throttled
+-- one included), in all and of this actor. The partial index bulk_operations_active_idx.
+SELECT count(*) AS held,
+       count(*) FILTER (WHERE o.actor = %(actor)s) AS mine,
+       coalesce(string_agg('#' || o.id, ', ' ORDER BY o.id) FILTER (WHERE o.actor = %(actor)s), '') AS my_ids
+FROM skiplock.bulk_operations AS o
+WHERE o.state IN ('queued', 'running');
 
 -- name: ops_recent
 SELECT o.*

@@ -276,3 +276,9 @@ WHERE r.task = %(task)s
   AND r.outcome = 'running'
 ORDER BY r.started_at
 LIMIT 1;
+
+-- name: caps_paused_queues
+-- caps.paused_queues: queues paused now, and whether this one is (pausing it again adds nothing).
+SELECT count(*) FILTER (WHERE q.paused) AS held,
+       coalesce(bool_or(q.paused AND q.name = %(queue)s), false) AS exists
+FROM skiplock.queues AS q;

@@ -33,7 +33,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import audit
+from console import audit, caps
 from console.actions import clean_reason
 from console.alerts import context, outbox
 from console.alerts.links import (
@@ -46,6 +46,7 @@ from console.alerts.links import (
 )
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
+from console.caps import Caps
 from console.db import time_limited
 from console.redaction import DEFAULT_KEYS, key_set
 from console.sqlfiles import query
@@ -443,9 +444,11 @@ def acknowledge(conn: psycopg.Connection, alert_id: int, *, actor: str, note: st
 
 
 def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, str] | None, duration: timedelta,
-            reason: str, actor: str, ruleset: RuleSet | None = None) -> dict[str, Any]:
+            reason: str, actor: str, ruleset: RuleSet | None = None,
+            cap: int = Caps().silences) -> dict[str, Any]:
     """Stop notifications for alerts of `rule` (None: any rule) whose labels include `labels`,
-    for `duration`. Alerts keep their state and still show; only notifications are held."""
+    for `duration`. Alerts keep their state and still show; only notifications are held.
+    CapReached when `cap` silences are in force already (caps.silences)."""
     try:
         reason = clean_reason(reason)
     except ValueError as exc:
@@ -472,6 +475,10 @@ def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, 
     if rule is None and not labels:
         raise AlertActionError("silencing every alert needs at least one label (or pick a rule)")
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        caps.serialise(conn, "silences")
+        held = cur.execute(query("alerts", "caps_silences")).fetchone()["held"]
+        caps.within(held, cap, what="silences in force in this database", setting="caps.silences",
+                    advice="expire one, or silence by a broader label")
         starts = cur.execute("SELECT now() AS now").fetchone()["now"]
         row = cur.execute(query("alerts", "insert_silence"), {
             "rule": rule, "labels": Jsonb(labels), "starts_at": starts, "ends_at": starts + duration,

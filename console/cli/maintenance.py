@@ -23,6 +23,7 @@ import click
 
 from console import maintenance as m
 from console.actions import bulk_action
+from console.caps import Caps
 from console.cli.common import (
     DURATION,
     dsn_option,
@@ -156,7 +157,7 @@ def pause_cmd(obj, queue: str, actor: str, reason: str | None) -> None:
     """Stop workers claiming from QUEUE (its jobs wait; running ones finish)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.pause_queue(conn, queue, actor=actor, reason=reason)
+        m.pause_queue(conn, queue, actor=actor, reason=reason, cap=obj.config.caps.paused_queues)
     click.echo(f"queue {queue!r} paused")
 
 
@@ -263,7 +264,8 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
         # Bound to what was just printed: no job that failed after the preview is touched, and
         # a selection that changed in between is refused (exit 2: preview again).
         op_id = m.start(conn, action, selection, actor=actor, reason=reason, rate=rate,
-                        batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound())
+                        batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound(),
+                        caps=Caps.from_config(obj.config))
         click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
         _follow(conn, dsn, op_id, s.error_history, actor)
 
@@ -365,7 +367,7 @@ def operations_cmd(obj, cancel_id, resume_id, resume_abandoned, limit, actor, re
             click.echo(f"operation #{cancel_id}: {'cancelled' if p['state'] == 'cancelled' else 'cancel requested'}")
             return
         if resume_id is not None:
-            m.resume(conn, resume_id, actor=actor, reason=reason)
+            m.resume(conn, resume_id, actor=actor, reason=reason, caps=Caps.from_config(obj.config))
             _follow(conn, obj.dsn, resume_id, s.error_history, actor)
             return
         if resume_abandoned:

@@ -10,11 +10,13 @@ import time
 
 import psycopg
 
-from console import audit
+from console import audit, caps
 from console import queue as q
+from console.caps import Caps
 from console.maintenance import runs
 from console.maintenance.archive import RunResult, _close, check_batching
 from console.maintenance.errors import InvalidSettings
+from console.sqlfiles import query
 
 
 def reap(
@@ -68,10 +70,18 @@ def _check(queue_name: str, actor: str) -> None:
         raise InvalidSettings("an action needs an actor")
 
 
-def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
-    """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited."""
+def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None,
+                cap: int = Caps().paused_queues) -> None:
+    """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited.
+    Any name may be paused (before its first job, too), so the paused set is capped
+    (caps.paused_queues): CapReached when `cap` queues are paused and this one is not."""
     _check(queue_name, actor)
     with conn.transaction():
+        caps.serialise(conn, "paused_queues")
+        held, paused = conn.execute(query("maintenance", "caps_paused_queues"), {"queue": queue_name}).fetchone()
+        if not paused:
+            caps.within(held, cap, what="queues paused in this database", setting="caps.paused_queues",
+                        advice="resume one you no longer need paused")
         q.pause(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="pause", target=f"queue:{queue_name}",
                      selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok")

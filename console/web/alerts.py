@@ -40,6 +40,7 @@ from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
 from console.alerts.links import as_dicts
 from console.catalog import METRICS
+from console.web import state
 from console.web.actor import actor, reason_for
 from console.web.api import (
     BOOL,
@@ -341,7 +342,7 @@ def _silence():
     reason = reason_for("alert_silence", form)
     conn = get_conn()
     return ev.silence(conn, rule=rule, labels=labels, duration=timedelta(seconds=seconds),
-                      reason=reason, actor=actor(), ruleset=_ruleset(conn))
+                      reason=reason, actor=actor(), ruleset=_ruleset(conn), cap=_config().caps.silences)
 
 
 @bp.post("/alerts/silences")
@@ -360,7 +361,8 @@ def silence():
     Param("reason", where="form", required=True, max_length=MAX_REASON, description="why; kept in the audit log"),
 ], body=obj({"rule": opt(STR), "labels": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]},
              "duration": {"type": ["string", "number"]}, "reason": REASON}, optional=("rule", "labels")),
-   status=201, responses={"201": "silenced", "422": "no reason"}, response=obj({"silence": ref("Silence")}))
+   status=201, responses={"201": "silenced", "422": "no reason", "429": "caps.silences silences are in force already"},
+   response=obj({"silence": ref("Silence")}))
 def api_silence():
     return jsonify({"silence": _silence()}), 201
 
@@ -508,7 +510,7 @@ def save_rule():
                                    Param("when_op", where="form", enum=r.OPS, description="guard: comparison"),
                                    Param("when_threshold", where="form", description="guard: threshold (a number)"),
                                    REASON_PARAM],
-         status=201, responses={"201": "saved", "422": "no reason"},
+         status=201, responses={"201": "saved", "422": "no reason", "429": "a new rule past caps.alert_rules"},
          response=obj({"rule": obj({"name": STR, "metric": STR})}))
 def api_save_rule():
     form = _form()
@@ -619,7 +621,7 @@ def save_destination():
          params=[Param("name", where="form", required=True), Param("kind", where="form", enum=r.KINDS),
                  Param("url", where="form", required=True, format="uri"), Param("secret", where="form"),
                  Param("headers", where="form", description="one `Name: value` a line"), REASON_PARAM],
-         status=201, responses={"201": "saved", "422": "no reason"},
+         status=201, responses={"201": "saved", "422": "no reason", "429": "a new destination past caps.destinations"},
          response=obj({"destination": obj({"name": STR, "url": STR})}))
 def api_save_destination():
     form = _form()
@@ -643,8 +645,10 @@ def _send_test(name: str) -> outbox.TestResult:
     if dest is None:
         abort(404, f"no destination named {name!r}")
     settings = ev.AlertSettings.from_config(_config())
-    return outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
-                            allow_private=settings.allow_private_destinations)
+    # A test waits for the receiver (up to delivery_timeout) on one of the process's threads.
+    with state().in_flight.take("test", g.user.name, _config().caps.tests_per_user, "caps.tests_per_user"):
+        return outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
+                                allow_private=settings.allow_private_destinations)
 
 
 @bp.post("/alerts/destinations/<name>/test")
@@ -663,7 +667,8 @@ def test_destination(name: str):
 @bp.post("/api/v1/alerts/destinations/<name>/test")
 @requires("operator")
 @api_doc("Send a test notification now and return the receiver's real answer",
-         params=[Param("name", where="path")], responses={"404": "no such destination"},
+         params=[Param("name", where="path")],
+         responses={"404": "no such destination", "429": "caps.tests_per_user tests of yours are waiting already"},
          response=obj({"ok": BOOL, "status": opt(INT), "message": opt(STR), "duration_ms": opt(NUM)}))
 def api_test_destination(name: str):
     result = _send_test(name)

@@ -41,6 +41,7 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 from console import browse, jsonbounds
 from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
+from console.caps import Caps
 from console.maintenance import bulk
 from console.maintenance.deadletters import count as count_matching
 from console.timefmt import bounded
@@ -332,7 +333,8 @@ def start_operation() -> dict[str, Any]:
     try:
         # The check against the preview and the operation's insert are one transaction.
         op_id = m.start(conn, action, sel, actor=actor(), reason=reason, rate=rate,
-                        batch_size=settings.batch_size, purge_mode=purge_mode, preview=previewed)
+                        batch_size=settings.batch_size, purge_mode=purge_mode, preview=previewed,
+                        caps=Caps.from_config(_state().config))
     except m.PreviewMismatch as exc:
         abort(409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=settings.error_history)
@@ -357,6 +359,8 @@ def start():
     *PREVIEW_PARAMS,
 ], status=201, responses={"400": "bad selection, a reason too long, a bad rate or to_archive, or a purge without its preview's fields",
                           "409": "the selection no longer matches exactly the previewed jobs: preview again",
+                          "429": "caps.bulk_running operations in this database, or caps.bulk_per_actor of yours, are "
+                                 "queued or running already",
                           "422": "no reason (every purge, and a replay of more than one job, needs one)",
                           "201": "started"}, response=ref("Operation"))
 def api_start():
@@ -434,7 +438,7 @@ def _resume(op_id: int) -> dict[str, Any]:
     reason = reason_for("operation_resume")
     conn = get_conn()
     try:
-        op = m.resume(conn, op_id, actor=actor(), reason=reason)
+        op = m.resume(conn, op_id, actor=actor(), reason=reason, caps=Caps.from_config(_state().config))
     except m.OperationState as exc:
         abort(404 if "there is no" in str(exc) else 409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=_settings().error_history)
@@ -458,7 +462,7 @@ def resume(op_id: int):
          description="Rows already done are not touched again, and no job above the operation's `max_id` "
                      "(the confirmed preview's bound) is ever touched.",
          response=ref("Operation"),
-         responses={"422": "no reason", "404": "no such operation",
+         responses={"422": "no reason", "404": "no such operation", "429": "past caps.bulk_running or caps.bulk_per_actor",
                     "409": "it is not cancelled or failed (still running, or done)"})
 def api_resume(op_id: int):
     return jsonify(_resume(op_id))

@@ -22,6 +22,7 @@ from flask import Blueprint, abort, jsonify, redirect, render_template, request,
 from console import browse, limits, samples, signals
 from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
+from console.web import state
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
@@ -183,7 +184,10 @@ def api_detail(name: str):
 
 def _set(name: str, action: str) -> None:
     reason = reason_for(action)
-    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason)
+    if action == "pause":
+        pause_queue(get_conn(), name, actor=actor(), reason=reason, cap=state().config.caps.paused_queues)
+    else:
+        resume_queue(get_conn(), name, actor=actor(), reason=reason)
 
 
 def _back(name: str):
@@ -216,7 +220,7 @@ def resume(name: str):
 @api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
          params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
                        description="why (kept in the audit log)")],
-         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+         responses={"422": "no reason", "429": "caps.paused_queues queues are paused already"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
     return jsonify({"ok": True, "queue": name, "paused": True})
