@@ -344,8 +344,12 @@ def dead_letters_cmd(obj, queue, kind, limit, as_json) -> None:
     if not found:
         click.echo("no dead letters")
     for g in found:
-        click.echo(f"{g['count']:>8}  {g['fingerprint']}\n          queues {', '.join(g['queues'])}; kinds {', '.join(g['kinds'])}; "
+        queues = ", ".join(g["queues"]) + (f" and {g['queue_count'] - len(g['queues'])} more" if g["queue_count"] > len(g["queues"]) else "")
+        kinds = ", ".join(g["kinds"]) + (f" and {g['kind_count'] - len(g['kinds'])} more" if g["kind_count"] > len(g["kinds"]) else "")
+        click.echo(f"{g['count']:>8}  {g['fingerprint']}\n          queues {queues}; kinds {kinds}; "
                    f"first {g['first_seen']:%Y-%m-%d %H:%M}, last {g['last_seen']:%Y-%m-%d %H:%M}")
+    if found and found[0]["total_groups"] > len(found):
+        click.echo(f"... and {found[0]['total_groups'] - len(found):,} more groups (a larger --limit, or --queue / --kind)")
 
 
 @main_group.command("operations")

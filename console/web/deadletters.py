@@ -43,12 +43,15 @@ from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
 from console.caps import Caps
 from console.maintenance import bulk
+from console.maintenance.deadletters import GROUP_NAMES
 from console.maintenance.deadletters import count as count_matching
 from console.timefmt import bounded
+from console.web import listing
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
+from console.web.listing import LIST_FIELDS, LIST_PARAMS
 from console.web.redact import (
     fingerprint_for,
     group_for,
@@ -116,14 +119,20 @@ def op_for(op: dict[str, Any]) -> dict[str, Any]:
 
 
 def groups_data() -> dict[str, Any]:
+    """One page of the error groups, largest first (`page`, `limit`; default web.list_limit),
+    with the count of all of them: a producer can write a thousand different messages."""
     queue, kind = _text_arg("queue"), _text_arg("kind")
-    groups = run_panel(m.groups, queue=queue, kind=kind, limit=100)
+    _query, page, limit = listing.args(_state().config.web.list_limit)
+    groups = run_panel(m.groups, queue=queue, kind=kind, limit=limit, offset=(page - 1) * limit)
+    shown = listing.Page(rows=[], total=0, page=page, limit=limit)
     if groups.ok:
         groups.data = [group_for(grp, g.user) for grp in groups.data]
+        total = groups.data[0]["total_groups"] if groups.data else 0
+        shown = listing.Page(rows=groups.data, total=total, page=page, limit=limit, overall=total)
     ops = run_panel(m.recent_operations, limit=10)
     if ops.ok:
         ops.data = [op_for(op) for op in ops.data]
-    return {"queue": queue, "kind": kind, "groups": groups, "operations": ops}
+    return {"queue": queue, "kind": kind, "groups": groups, "listing": shown, "operations": ops}
 
 
 def dead_row_for(row: dict[str, Any]) -> dict[str, Any]:
@@ -179,17 +188,22 @@ def index():
 @bp.get("/api/v1/deadletters")
 @requires("viewer")
 @api_doc("Dead letters grouped by error fingerprint (count, first/last seen, queues, kinds, example), and recent bulk operations",
-         params=[Param("queue", max_length=500), Param("kind", max_length=500)],
+         params=[Param("queue", max_length=500), Param("kind", max_length=500), *LIST_PARAMS[1:]],
+         description="One page of `limit` groups, largest first (default web.list_limit); `total` counts them all "
+                     "and `next_page` is the page after this one. Each group names its first "
+                     f"{GROUP_NAMES} queues and kinds; `queue_count` and `kind_count` count them all.",
          response=obj({"queue": opt(STR), "kind": opt(STR),
                        "groups": panel(arr(obj({"fingerprint": STR, "count": INT, "first_seen": TIME,
                                                 "last_seen": TIME, "queues": arr(STR), "kinds": arr(STR),
-                                                "example": opt(STR)}))),
-                       "operations": opt(arr(ref("Operation")))}))
+                                                "queue_count": INT, "kind_count": INT, "example": opt(STR)}))),
+                       "operations": opt(arr(ref("Operation"))), **LIST_FIELDS}))
 def api_index():
     data = groups_data()
-    return jsonify({"queue": data["queue"], "kind": data["kind"],
-                    "groups": data["groups"].data if data["groups"].ok else {"available": False, "error": data["groups"].error},
-                    "operations": data["operations"].data if data["operations"].ok else None})
+    groups = [{k: v for k, v in grp.items() if k != "total_groups"} for grp in data["groups"].data] \
+        if data["groups"].ok else {"available": False, "error": data["groups"].error}
+    return jsonify({"queue": data["queue"], "kind": data["kind"], "groups": groups,
+                    "operations": data["operations"].data if data["operations"].ok else None,
+                    **data["listing"].as_dict()})
 
 
 @bp.get("/deadletters/jobs")

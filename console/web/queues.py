@@ -22,11 +22,12 @@ from flask import Blueprint, abort, jsonify, redirect, render_template, request,
 from console import browse, limits, samples, signals
 from console.actions import MAX_REASON
 from console.maintenance import pause_queue, resume_queue
-from console.web import state
+from console.web import listing, state
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
+from console.web.listing import LIST_FIELDS, LIST_PARAMS
 
 bp = Blueprint("queues", __name__)
 
@@ -76,16 +77,29 @@ def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, A
     return out
 
 
-def queues_data() -> dict[str, Any]:
+def worst_first(row: dict[str, Any]) -> tuple:
+    """The order of the queues list: stuck leases, then the oldest waiting job, then dead
+    letters, then backlog; an idle queue (all zero) last; the name breaks ties."""
+    return (-(row.get("stuck") or 0), -(row.get("age_seconds") or 0) if row.get("eligible") else 0,
+            -(row.get("failed") or 0), -(row.get("eligible") or 0), row["queue"])
+
+
+def queue_rows() -> tuple[list[dict[str, Any]], str, str | None]:
+    """Every queue (live figures, or the latest samples when the live query is too slow, plus
+    the idle ones the samples know), worst first, before drain estimates and limits."""
     live = run_panel(browse.queue_figures)
     rows, source, error = (live.data, "live", None) if live.ok else ([], "samples", live.error)
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
-    from console.web import state
-
     activity = run_panel(samples.queue_activity)
     rows = with_idle_queues(rows, activity.data if activity.ok else {}, window=signals.rate_window(state().config))
+    rows.sort(key=worst_first)
+    return rows, source, error
+
+
+def with_details(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """Drain estimates and limits for the rows that are shown (not for every queue there is)."""
     points = run_panel(browse.backlog_points)
     now = datetime.now(UTC)
     for row in rows:
@@ -105,27 +119,50 @@ def queues_data() -> dict[str, Any]:
     for row in rows:
         lim = by_queue.get(row["queue"])
         row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
+    return rows
+
+
+def queues_data() -> dict[str, Any]:
+    """One page of the queues, worst first (`q` searches the names; `page`, `limit`), with the
+    count of those not shown; the tab title counts stuck and paused queues over all of them."""
+    rows, source, error = queue_rows()
+    shown = listing.page_of(rows, name=lambda r: r["queue"], default_limit=state().config.web.list_limit)
+    with_details(shown.rows, source)
     stuck = sum(r.get("stuck") or 0 for r in rows)
     paused = sum(1 for r in rows if r.get("paused"))
     state_bits = ([f"{stuck} stuck"] if stuck else []) + ([f"{paused} paused"] if paused else [])
-    return {"queues": rows, "source": source, "error": error, "tab_state": " · ".join(state_bits)}
+    return {"queues": shown.rows, "listing": shown, "source": source, "error": error,
+            "tab_state": " · ".join(state_bits)}
+
+
+def external_panel():
+    """The [[external_queues]] panel's data: each source's queues worst first (stuck leases,
+    the longest wait, dead letters, backlog), at most web.list_limit of them with the count of
+    the rest (`queues_more`): another library's queues are as many as its producers make."""
+    from console.collectors.external import latest_sources
+
+    found = run_panel(latest_sources)
+    if found.ok:
+        limit = state().config.web.list_limit
+        for src in found.data or []:
+            ranked = sorted(src["queues"], key=lambda r: (
+                -(r.get("stuck_leases") or 0), -(r.get("queue_age_seconds") or 0) if r.get("eligible") else 0,
+                -(r.get("dead_letters") or 0), -(r.get("eligible") or 0), r["queue"]))
+            src["queues"], src["queues_more"] = ranked[:limit], max(len(ranked) - limit, 0)
+    return found
 
 
 @bp.get("/queues")
 @requires("viewer")
 def index():
-    from console.collectors.external import latest_sources
-
-    return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
+    return render_template("queues/index.html", external=external_panel(), **queues_data())
 
 
 @bp.get("/queues/_external")
 @requires("viewer")
 def external_fragment():
     """The [[external_queues]] panel alone (the Queues page and the overview poll it)."""
-    from console.collectors.external import latest_sources
-
-    return render_template("queues/_external.html", external=run_panel(latest_sources))
+    return render_template("queues/_external.html", external=external_panel())
 
 
 @bp.get("/queues/_table")
@@ -137,20 +174,25 @@ def table():
 @bp.get("/api/v1/queues")
 @requires("viewer")
 @api_doc("Per-queue figures: eligible, scheduled, running, stuck, failed, oldest eligible age, paused, drain estimate",
-         description="`source` is `live`, or `samples` when the live query timed out (then `error` says why).",
+         params=LIST_PARAMS,
+         description="Worst first (stuck leases, the longest wait, dead letters, backlog), one page of `limit` "
+                     "queues (default web.list_limit); `q` keeps the queues whose name contains it, `total` counts "
+                     "them, `more` says how many are not in this page and `next_page` is the page after it. "
+                     "`source` is `live`, or `samples` when the live query timed out (then `error` says why).",
          response=obj({"queues": arr(QUEUE_ROW), "source": {"enum": ["live", "samples"]}, "error": opt(STR),
-                       "tab_state": STR}))
+                       "tab_state": STR, **LIST_FIELDS}))
 def api_index():
-    return jsonify(queues_data())
+    data = queues_data()
+    return jsonify({**{k: v for k, v in data.items() if k != "listing"}, **data["listing"].as_dict()})
 
 
 def queue_data(name: str) -> dict[str, Any]:
-    data = queues_data()
-    row = next((r for r in data["queues"] if r["queue"] == name), None)
+    rows, source, error = queue_rows()
+    row = next((r for r in rows if r["queue"] == name), None)
     if row is None:
         abort(404, f"there is no queue {name!r} (no jobs and never paused)")
-    return {"queue": row, "source": data["source"], "error": data["error"],
-            "tab_state": "paused" if row.get("paused") else ""}
+    with_details([row], source)
+    return {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
 
 
 @bp.get("/queues/<name>")
