@@ -71,7 +71,7 @@ SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_befo
 
 SELECTION_PARAMS = [
     Param("action", where="form", enum=bulk.ACTIONS, required=True, description="replay or purge"),
-    Param("selection", where="form", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
+    Param("selection", where="form", json="text", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
     Param("ids", where="form", type="integer", repeat=True, minimum=1, maximum=2**63 - 1,
           description="job ids (repeatable; instead of `selection`)"),
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
@@ -218,7 +218,7 @@ def jobs():
     Param("fingerprint", max_length=500), Param("queue", max_length=500), Param("kind", max_length=500),
     Param("failed_since", max_length=500, description="ISO 8601"),
     Param("failed_before", max_length=500, description="ISO 8601"),
-    Param("payload", max_length=500, description="JSON object the payload contains (viewers: not on a redacted key, 403)"),
+    Param("payload", max_length=500, json="text", description="JSON object the payload contains (viewers: not on a redacted key, 403)"),
     Param("before", description="the `next` cursor of the previous page"),
 ], description="Payloads are not included; open a job for it (redacted for viewers). Error text is redacted for viewers.",
    response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),

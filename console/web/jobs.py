@@ -58,7 +58,7 @@ FILTER_PARAMS = [
     Param("kind", max_length=200, description="exact job kind"),
     Param("fingerprint", max_length=200, description="error group (the dead letters' fingerprint)"),
     Param("id", type="integer", minimum=0, maximum=2**63 - 1, description="one job id"),
-    Param("payload", max_length=2000, description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
+    Param("payload", max_length=2000, json="text", description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
     Param("since", description="ISO 8601 time or a span back from now (15m, 6h, 7d); failed: failure time, else enqueue time"),
     Param("until", description="ISO 8601 time or a span back from now"),
     Param("eligible", enum=("1", "0"), description="1: pending jobs due now (what workers claim next), in claim order; implies state=pending"),
@@ -149,7 +149,7 @@ def count_fragment():
 @requires("viewer")
 @api_doc("List jobs matching a filter (keyset pages)", params=[
     *FILTER_PARAMS,
-    Param("after", description="the `next` cursor of the previous page"),
+    Param("after", json="base64url", description="the `next` cursor of the previous page (a JSON array, base64url)"),
     Param("limit", type="integer", minimum=1, maximum=browse.MAX_PAGE,
           description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
     Param("count", type="boolean", description="false: skip the count"),
