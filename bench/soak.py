@@ -377,7 +377,8 @@ class Soak:
 
     def _start_web(self) -> Child:
         gunicorn = shutil.which("gunicorn", path=str(Path(sys.executable).parent)) or "gunicorn"
-        return self._child("web", [gunicorn, "--no-control-socket", "-w", "2", "--threads", "4",
+        return self._child("web", [gunicorn, "--config", str(ROOT / "gunicorn.conf.py"), "--no-control-socket",
+                                   "-w", "2", "--threads", "4",
                                    "-b", f"127.0.0.1:{self.web_port}", "--timeout", "30",
                                    # longer than any client's idle gap: a keep-alive connection closed by
                                    # the server just as a client reuses it is a reset, not an answer

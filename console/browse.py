@@ -44,6 +44,7 @@ from psycopg.types.json import Jsonb
 
 from console import audit, jsonbounds
 from console.actions import clean_reason
+from console.caps import Caps, check_enqueues
 from console.histogram import quantile
 from console.queue import STATUSES, request_cancel
 from console.sqlfiles import query
@@ -715,16 +716,18 @@ def parse_enqueue(fields: Mapping[str, Any], *, payload_is_text: bool = False) -
 
 
 def enqueue_job(conn: psycopg.Connection, fields: Mapping[str, Any], *, actor: str, default_max_attempts: int,
-                payload_is_text: bool = False) -> dict[str, Any]:
+                payload_is_text: bool = False, per_minute: int = Caps().enqueue_per_minute) -> dict[str, Any]:
     """Enqueue one job for an operator, audited in the same transaction (action `enqueue`, with
     the reason). Returns {id, created, queue, kind}: `created` is false when an idempotency key
-    or a uniqueness window answered with an existing job (the audit row says so too)."""
+    or a uniqueness window answered with an existing job (the audit row says so too).
+    CapReached when `actor` enqueued `per_minute` jobs in the last minute (caps.enqueue_per_minute)."""
     from console import queue as q
 
     job = parse_enqueue(fields, payload_is_text=payload_is_text)
     reason = job.pop("reason")
     window = job.pop("unique_for")
     with conn.transaction():
+        check_enqueues(conn, actor, per_minute)
         job_id = q.enqueue(conn, job["kind"], job["payload"], queue=job["queue"],
                            priority=job["priority"], run_at=job["run_at"], idempotency_key=job["idempotency_key"],
                            max_attempts=job["max_attempts"] or default_max_attempts,

@@ -9,6 +9,18 @@ Several databases: each keeps its own samples, so the label `database` is added 
 reading (`render_databases`): every series of every database carries it, and a database whose
 samples could not be read has only `skiplock_collection_age_seconds{database=...}` = NaN.
 
+**Cardinality.** A producer that writes to 5,000 queues would otherwise give Prometheus about
+45,000 series per scrape (4.9 MB) and every series it ever named, forever. So per database, the
+`queue_limit` worst queues (stuck leases, then the oldest waiting job, then dead letters, then
+depth: the ones an on-call engineer needs by name) keep their own series, and every other queue
+is folded into `queue="_other"`: counts summed, ages and latencies the maximum, the other labels
+kept (`fold_queues`). The policy is itself exported: `skiplock_metrics_queue_series_limit`
+(the limit), `skiplock_metrics_queues_folded` (how many queues are in `_other`) and
+`skiplock_metrics_series_dropped{metric}` (how many of a metric's series went into it; 0 when
+none). `queue="all"` (a figure over every queue) is never folded. A queue that becomes one of
+the worst gets its own series back at the next scrape; alert rules on `_other` still fire (its
+age is the worst of the folded queues).
+
 This module only reads samples; it never runs a collector (a scrape must stay cheap however
 often Prometheus comes) and does not authenticate (the web blueprint does).
 """
@@ -27,6 +39,61 @@ from console.catalog import METRICS
 from console.samples import Sample, latest_cycle
 
 PREFIX = "skiplock_"
+OTHER = "_other"  # the queue label of the folded queues' series
+DEFAULT_QUEUE_LIMIT = 200  # web.metrics_queue_series
+KEEP_QUEUES = frozenset({"all"})  # figures over every queue, not a queue's own
+# Per-queue metrics whose folded value is the worst one rather than the sum.
+WORST_OF = frozenset({"queue_age_seconds", "stuck_lease_age_seconds", "claim_latency_seconds"})
+QUEUE_METRICS = frozenset(m.name for m in METRICS.values() if "queue" in m.labels)
+
+
+def fold_queues(samples: list[Sample], limit: int) -> tuple[list[Sample], dict[str, int], int]:
+    """(samples with every queue past the `limit` worst folded into queue="_other", series
+    folded per metric, queues folded). A queue is (external source, name): another library's
+    queues are ranked and folded on their own."""
+    figures: dict[tuple[str | None, str], list[float]] = {}
+    for s in samples:
+        queue = s.labels.get("queue")
+        if s.metric not in QUEUE_METRICS or queue is None or queue in KEEP_QUEUES or s.value is None:
+            continue
+        key = (s.labels.get("external"), str(queue))
+        row = figures.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+        if s.metric == "stuck_leases":
+            row[0] += s.value
+        elif s.metric == "queue_age_seconds":
+            row[1] = max(row[1], s.value)
+        elif s.metric == "dead_letters":
+            row[2] += s.value
+        elif s.metric == "queue_depth" and s.labels.get("state") != "failed":
+            row[3] += s.value
+    by_source: dict[str | None, list[tuple[str | None, str]]] = {}
+    for key in figures:
+        by_source.setdefault(key[0], []).append(key)
+    folded: set[tuple[str | None, str]] = set()
+    for keys in by_source.values():
+        if len(keys) > limit:
+            keys.sort(key=lambda k: ([-v for v in figures[k]], k[1]))
+            folded.update(keys[limit:])
+    if not folded:
+        return samples, {m: 0 for m in sorted(QUEUE_METRICS)}, 0
+    kept: list[Sample] = []
+    merged: dict[tuple[str, tuple[tuple[str, str], ...]], Sample] = {}
+    dropped = {m: 0 for m in sorted(QUEUE_METRICS)}
+    for s in samples:
+        queue = s.labels.get("queue")
+        if queue is None or (s.labels.get("external"), str(queue)) not in folded or s.metric not in QUEUE_METRICS:
+            kept.append(s)
+            continue
+        dropped[s.metric] += 1
+        labels = {**s.labels, "queue": OTHER}
+        key = (s.metric, tuple(sorted(labels.items())))
+        before = merged.get(key)
+        if before is None or before.value is None:
+            merged[key] = Sample(s.metric, labels, s.value, s.at)
+        elif s.value is not None:
+            value = max(before.value, s.value) if s.metric in WORST_OF else before.value + s.value
+            merged[key] = Sample(s.metric, labels, value, before.at)
+    return kept + list(merged.values()), dropped, len(folded)
 
 
 class _Snapshot:
@@ -35,14 +102,21 @@ class _Snapshot:
     `by_database` maps a database name to its samples (None: not read); the name None means
     one database and no `database` label (the domain's own `render_metrics`)."""
 
-    def __init__(self, by_database: dict[str | None, list[Sample] | None], now: datetime):
+    def __init__(self, by_database: dict[str | None, list[Sample] | None], now: datetime,
+                 queue_limit: int = DEFAULT_QUEUE_LIMIT):
         self.by_database = by_database
         self.now = now
+        self.queue_limit = queue_limit
 
     def collect(self) -> Iterable[Metric]:
         by_metric: dict[str, list[tuple[str | None, Sample]]] = {}
+        policy: dict[str | None, tuple[dict[str, int], int]] = {}
         for database, samples in self.by_database.items():
-            for s in samples or []:
+            if samples is None:
+                continue
+            samples, dropped, queues = fold_queues(samples, self.queue_limit)
+            policy[database] = dropped, queues
+            for s in samples:
                 if s.metric in METRICS and s.value is not None:
                     by_metric.setdefault(s.metric, []).append((database, s))
         lead = ["database"] if any(d is not None for d in self.by_database) else []
@@ -61,16 +135,37 @@ class _Snapshot:
             else:
                 age.add_metric(labels, float("nan"))
         yield age
+        # The cardinality policy (see the module docstring), so a dashboard can say what is folded.
+        limit = GaugeMetricFamily(PREFIX + "metrics_queue_series_limit", "Queues of a database that keep their own "
+                                  "series in /metrics (web.metrics_queue_series); the others are folded into "
+                                  'queue="_other".', labels=lead)
+        folded = GaugeMetricFamily(PREFIX + "metrics_queues_folded", 'Queues folded into queue="_other" in this '
+                                   "scrape.", labels=lead)
+        dropped = GaugeMetricFamily(PREFIX + "metrics_series_dropped", 'Series of a per-queue metric folded into '
+                                    'queue="_other" in this scrape (0: every queue has its own).',
+                                    labels=lead + ["metric"])
+        for database, (per_metric, queues) in policy.items():
+            labels = [database] if lead else []
+            limit.add_metric(labels, float(self.queue_limit))
+            folded.add_metric(labels, float(queues))
+            for metric, count in per_metric.items():
+                dropped.add_metric(labels + [metric], float(count))
+        yield limit
+        yield folded
+        yield dropped
 
 
-def render_samples(samples: list[Sample], now: datetime | None = None) -> bytes:
-    return render_databases({None: samples}, now)
+def render_samples(samples: list[Sample], now: datetime | None = None, *,
+                   queue_limit: int = DEFAULT_QUEUE_LIMIT) -> bytes:
+    return render_databases({None: samples}, now, queue_limit=queue_limit)
 
 
-def render_databases(by_database: dict[str | None, list[Sample] | None], now: datetime | None = None) -> bytes:
-    """The text format of several databases' newest samples, each series labelled `database`."""
+def render_databases(by_database: dict[str | None, list[Sample] | None], now: datetime | None = None, *,
+                     queue_limit: int = DEFAULT_QUEUE_LIMIT) -> bytes:
+    """The text format of several databases' newest samples, each series labelled `database`,
+    with at most `queue_limit` queues' own series per database (the rest in queue="_other")."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Snapshot(by_database, now or datetime.now(UTC)))
+    registry.register(_Snapshot(by_database, now or datetime.now(UTC), queue_limit))
     return generate_latest(registry)
 
 

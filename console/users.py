@@ -34,6 +34,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError, VerifyMismatchError
 from psycopg.rows import dict_row
 
+from console import caps
+from console.caps import Caps
 from console.sqlfiles import query
 
 ROLES = ("viewer", "operator", "admin")
@@ -181,14 +183,20 @@ def parse_expiry(text: str | None) -> float | None:
 
 
 def create_token(conn: psycopg.Connection, name: str, label: str = "", *, read_only: bool = False,
-                 expires_in: float | None = None) -> str:
+                 expires_in: float | None = None, cap: int = Caps().tokens_per_user) -> str:
     """A new API token for `name`; the only time the secret is visible. `read_only` tokens may
-    only read (GET/HEAD); `expires_in` seconds from now the token stops working (None: never)."""
+    only read (GET/HEAD); `expires_in` seconds from now the token stops working (None: never).
+    CapReached when the user already has `cap` live tokens (caps.tokens_per_user)."""
     if get_user(conn, check_name(name)) is None:
         raise UserError(f"no user named {name!r}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    conn.execute(query("users", "insert_token"), {"name": name, "token_sha256": _digest(token), "label": label[:200],
-                                                  "read_only": bool(read_only), "expires_in": expires_in})
+    with conn.transaction():
+        caps.serialise(conn, "tokens")
+        held = conn.execute(query("users", "caps_live_tokens"), {"name": name}).fetchone()[0]
+        caps.within(held, cap, what=f"live API tokens of {name!r}", setting="caps.tokens_per_user",
+                    advice="revoke one first (skiplock users tokens; skiplock users revoke ID)")
+        conn.execute(query("users", "insert_token"), {"name": name, "token_sha256": _digest(token), "label": label[:200],
+                                                      "read_only": bool(read_only), "expires_in": expires_in})
     return token
 
 
@@ -235,15 +243,21 @@ def list_tokens(conn: psycopg.Connection, name: str | None = None) -> list[dict[
 class SessionLimits:
     idle: float = 12 * 3600         # seconds without a (non-poll) request before a session ends
     max: float = 7 * 86400          # seconds after sign-in a session ends regardless
+    per_user: int = Caps().sessions_per_user  # open sessions of one user; a new one ends the oldest
 
 
 def start_session(conn: psycopg.Connection, name: str, ip: str = "", user_agent: str = "",
                   limits: SessionLimits = SessionLimits()) -> str:
-    """A new session for `name`; returns the token for the cookie (only its SHA-256 is stored)."""
+    """A new session for `name`; returns the token for the cookie (only its SHA-256 is stored).
+    The user keeps at most `limits.per_user` open sessions (caps.sessions_per_user): this one
+    ends the oldest beyond it, so signing in again and again cannot grow the table without end,
+    and never locks the user out."""
     token = secrets.token_urlsafe(32)
     with conn.transaction():
+        caps.serialise(conn, "sessions")
         conn.execute(query("users", "insert_session"),
                      {"id": _digest(token), "name": name, "ip": ip[:64], "user_agent": user_agent[:300]})
+        conn.execute(query("users", "revoke_oldest_sessions"), {"name": name, "keep": limits.per_user})
         conn.execute(query("users", "prune_sessions"), {"max": limits.max})
     return token
 

@@ -451,3 +451,21 @@ WHERE s.metric = %(metric)s
   AND s.labels @> %(labels)s::jsonb
 GROUP BY 1
 ORDER BY 1;
+
+-- name: caps_silences
+-- caps.silences: silences still in force.
+SELECT count(*) AS held
+FROM skiplock.alert_silences AS s
+WHERE s.ends_at > now();
+
+-- name: caps_ui_rules
+-- caps.alert_rules: rules saved from the console, and whether this name is one (an update).
+SELECT count(*) AS held,
+       bool_or(r.name = %(name)s) AS exists
+FROM skiplock.alert_rules AS r;
+
+-- name: caps_ui_destinations
+-- caps.destinations: destinations saved from the console, and whether this name is one.
+SELECT count(*) AS held,
+       bool_or(d.name = %(name)s) AS exists
+FROM skiplock.alert_destinations AS d;

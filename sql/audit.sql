@@ -46,3 +46,13 @@ WHERE a.at >= %(since)s
   AND NOT (a.action = ANY(%(exclude)s::text[]))
 ORDER BY a.at DESC, a.id DESC
 LIMIT %(limit)s;
+
+-- name: caps_enqueues
+-- caps.enqueue_per_minute: jobs this actor enqueued from the console in the last minute (the
+-- form, the API, a periodic entry's run now), from the audit rows those write in the same
+-- transaction as the job. The (action, at) index.
+SELECT count(*) AS held
+FROM skiplock.audit_log AS a
+WHERE a.action IN ('enqueue', 'periodic_run_now')
+  AND a.at > now() - interval '1 minute'
+  AND a.actor = %(actor)s;

@@ -71,7 +71,11 @@ LIMIT %(limit)s;
 -- Error groups: dead letters by fingerprint, largest first. The aggregate is an index-only scan
 -- of jobs_failed_groups_idx (error_fingerprint, finished_at) INCLUDE (queue, kind) in group
 -- order; only the shown groups' examples touch the heap, one backward probe of the same index
--- each (the newest; the second branch is the group without a fingerprint).
+-- each (the newest; the second branch is the group without a fingerprint). A page of
+-- %(limit)s groups from %(offset)s; `total_groups` counts them all (the window runs over the
+-- grouped rows, before the LIMIT), and each group names its first %(names)s queues and kinds
+-- with `queue_count` and `kind_count` for all of them (a group a producer spreads over 5,000
+-- queues is one row, not 5,000 names).
 WITH per_queue_kind AS (
     -- First (fingerprint, queue, kind): a hash aggregate to a handful of rows, so the DISTINCT
     -- arrays below sort a handful of names rather than one per dead letter.
@@ -94,12 +98,16 @@ grouped AS (
         sum(p.count)::bigint AS count,
         min(p.first_seen) AS first_seen,
         max(p.last_seen) AS last_seen,
-        array_agg(DISTINCT p.queue ORDER BY p.queue) AS queues,
-        array_agg(DISTINCT p.kind ORDER BY p.kind) AS kinds
+        (array_agg(DISTINCT p.queue ORDER BY p.queue))[1:%(names)s] AS queues,
+        (array_agg(DISTINCT p.kind ORDER BY p.kind))[1:%(names)s] AS kinds,
+        count(DISTINCT p.queue) AS queue_count,
+        count(DISTINCT p.kind) AS kind_count,
+        count(*) OVER () AS total_groups
     FROM per_queue_kind AS p
     GROUP BY p.error_fingerprint
     ORDER BY sum(p.count) DESC, coalesce(p.error_fingerprint, '(no fingerprint)')
     LIMIT %(limit)s
+    OFFSET %(offset)s
 )
 SELECT
     coalesce(grouped.error_fingerprint, '(no fingerprint)') AS fingerprint,
@@ -108,6 +116,9 @@ SELECT
     grouped.last_seen,
     grouped.queues,
     grouped.kinds,
+    grouped.queue_count,
+    grouped.kind_count,
+    grouped.total_groups,
     example.last_error AS example
 FROM grouped
 LEFT JOIN LATERAL (
@@ -321,10 +332,16 @@ RETURNING o.*;
 -- name: ops_active
 -- Operations nobody finished: running ones (the runner may have died; the advisory lock
 -- tells), and queued ones older than %(min_age)s (a fresh one is about to be started by the
--- process that created it).
+-- process that created it). A runner throttled to pauses of %(release_after)s s or more sleeps
+-- without its connection, so without the lock: its operation is left alone until its pause
+-- (batch_size / rate after the last batch's heartbeat) and %(grace)s more have passed.
 SELECT o.id
 FROM skiplock.bulk_operations AS o
-WHERE o.state = 'running'
+WHERE (o.state = 'running'
+       AND (o.rate IS NULL
+            OR o.heartbeat_at IS NULL
+            OR o.batch_size / o.rate < %(release_after)s
+            OR o.heartbeat_at + make_interval(secs => least(o.batch_size / o.rate, 1e9)) + %(grace)s::interval < now()))
    OR (o.state = 'queued' AND o.created_at < now() - %(min_age)s::interval)
 ORDER BY o.id;
 
@@ -339,6 +356,15 @@ SELECT pg_advisory_unlock(%(lock_class)s::integer, %(lock_id)s::integer) AS unlo
 -- name: op_try_xact_lock
 -- cancel(): if no runner holds the operation, it can be closed at once.
 SELECT pg_try_advisory_xact_lock(%(lock_class)s::integer, %(lock_id)s::integer) AS locked;
+
+-- name: ops_held
+-- What the bulk caps count (console.caps): operations queued or running (a sleeping, throttled
+-- one included), in all and of this actor. The partial index bulk_operations_active_idx.
+SELECT count(*) AS held,
+       count(*) FILTER (WHERE o.actor = %(actor)s) AS mine,
+       coalesce(string_agg('#' || o.id, ', ' ORDER BY o.id) FILTER (WHERE o.actor = %(actor)s), '') AS my_ids
+FROM skiplock.bulk_operations AS o
+WHERE o.state IN ('queued', 'running');
 
 -- name: ops_recent
 SELECT o.*

@@ -312,3 +312,9 @@ FROM (
     LIMIT %(failed_cap)s
 ) AS f
 ORDER BY 1;
+
+-- name: caps_paused_queues
+-- caps.paused_queues: queues paused now, and whether this one is (pausing it again adds nothing).
+SELECT count(*) FILTER (WHERE q.paused) AS held,
+       coalesce(bool_or(q.paused AND q.name = %(queue)s), false) AS exists
+FROM skiplock.queues AS q;

@@ -376,3 +376,25 @@ WHERE (scope, subject) IN (
     ORDER BY t.last_at
     LIMIT 1000
 );
+
+-- name: caps_live_tokens
+-- caps.tokens_per_user: the user's tokens that still work (not revoked, not expired).
+SELECT count(*) AS held
+FROM skiplock.api_tokens AS t
+WHERE t.user_name = %(name)s
+  AND t.revoked_at IS NULL
+  AND (t.expires_at IS NULL OR t.expires_at > now());
+
+-- name: revoke_oldest_sessions
+-- caps.sessions_per_user: a sign-in past the cap ends the user's oldest sessions still open.
+UPDATE skiplock.web_sessions AS s
+SET revoked_at = now()
+WHERE s.id IN (
+    SELECT o.id
+    FROM skiplock.web_sessions AS o
+    WHERE o.user_name = %(name)s
+      AND o.revoked_at IS NULL
+    ORDER BY o.created_at DESC, o.id
+    OFFSET %(keep)s
+)
+RETURNING s.id;

@@ -37,6 +37,113 @@ def test_refused_ranges():
         assert addresses.refusal(address) is None, address
 
 
+
+# Issue 26, class 5: every spelling of an inside address, each refused when saved and when sent.
+# The first four were accepted at save time before the host was normalised.
+FORMS = {
+    "http://[::127.0.0.1]/": "loopback",  # IPv4-compatible
+    "http://[64:ff9b:1::a9fe:a9fe]/latest": "cloud metadata",  # local-use NAT64, /96 position
+    "http://[fe80::1%25lo]/": "link-local",  # zone id
+    "http://localhost./": "loopback",  # trailing dot
+    "http://localhost../": "loopback",
+    "http://LOCALHOST/": "loopback",
+    "http://admin.localhost/": "loopback",  # RFC 6761: every name under localhost
+    "http://127.0.0.1./": "loopback",
+    "http://[::7f00:1]/": "loopback",
+    "http://[0:0:0:0:0:0:a9fe:a9fe]/": "cloud metadata",
+    "http://[::10.0.0.1]/": "private (RFC 1918)",
+    "http://[::ffff:0:7f00:1]/": "loopback",  # IPv4-translated (SIIT)
+    "http://[::FFFF:7F00:1]/": "loopback",
+    "http://[0:0:0:0:0:ffff:a9fe:a9fe]/": "cloud metadata",
+    "http://[64:ff9b::127.0.0.1]/": "loopback",
+    "http://[64:ff9b::c0a8:101]/": "private (RFC 1918)",
+    "http://[64:ff9b:1:a:c8:1::]/": "private (RFC 1918)",  # local-use, /56 position (10.200.0.1)
+    "http://[64:ff9b:1:7f00:0:100::]/": "loopback",  # local-use, /48 position (127.0.0.1)
+    "http://[64:ff9b:1::808:808]/": "local-use NAT64 (RFC 8215)",  # local use whatever it wraps
+    "http://[2002:7f00:1::]/": "loopback",  # 6to4
+    "http://[2002:a9fe:a9fe::1]/": "cloud metadata",
+    "http://[2002:c0a8:101:1::1]/": "private (RFC 1918)",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/": "loopback",  # Teredo, client 127.0.0.1
+    "http://[2001:0:a00:1:8000:63bf:f7f7:f7f7]/": "private (RFC 1918)",  # Teredo server 10.0.0.1
+    "http://[2001:0:4136:e378:8000:63bf:5601:5601]/": "cloud metadata",  # client 169.254.169.254
+    "http://[fe80::1%25eth0]:8080/": "link-local",
+    "http://[fd00:ec2::254%25eth0]/": "cloud metadata",
+    "http://[::ffff:127.0.0.1%25lo]/": "loopback",
+    "http://2130706433/": "loopback",  # legacy IPv4 spellings the C resolver accepts
+    "http://0x7f000001/": "loopback",
+    "http://0177.0.0.1/": "loopback",
+    "http://0x7f.0.0.1/": "loopback",
+    "http://127.1/": "loopback",
+    "http://0/": "unspecified (this network)",
+    "http://10.1/": "private (RFC 1918)",
+    "http://169.254.43518/": "cloud metadata",
+    "http://0xa9fea9fe/": "cloud metadata",
+    "http://0251.0376.0251.0376/": "cloud metadata",
+    "http://\uff11\uff12\uff17.\uff10.\uff10.\uff11/": "loopback",  # fullwidth digits (IDNA maps them)
+    "http://127\u30020\u30020\u30021/": "loopback",  # ideographic full stops
+    "http://%31%32%37.0.0.1/": "percent-encoded host (not a host name)",
+    "http://hooks.example.com@127.0.0.1/": "loopback",  # the host is after the @
+    "http://metadata.test./computeMetadata": "cloud metadata",  # a name, with its trailing dot
+    "https://inside.test./": "private (RFC 1918)",
+}
+# Public, in unusual spellings: still allowed (the normalisation must not over-refuse).
+PUBLIC_FORMS = {
+    "http://[64:ff9b::808:808]/": ("8.8.8.8", "64:ff9b::808:808"),
+    "http://[2002:808:808::1]/": ("2002:808:808::1",),
+    "http://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/": ("2001:0:4136:e378:8000:63bf:f7f7:f7f7",),
+    "http://134744072/": ("8.8.8.8",),
+    "http://public.test./": ("93.184.216.34",),
+}
+
+
+def test_every_spelling_of_an_inside_address_is_refused_when_saved_and_when_sent(conn, fake_dns):
+    fake_dns.update({"metadata.test": ["169.254.169.254"], "inside.test": ["10.9.8.7"]})
+    config = load_config(env={})
+    wrong = []  # (url, where, what happened): every form is tried, so a failure lists them all
+    for url, reason in FORMS.items():
+        try:
+            r.save_destination(conn, {"name": "ops", "url": url}, actor="alice", config=config)
+            wrong.append((url, "save", "accepted"))
+        except RuleError as exc:
+            if reason not in str(exc) or "webhook 'ops'" not in str(exc):
+                wrong.append((url, "save", str(exc)))
+        dest = parse_destination({"name": "ops", "url": url})  # as if saved before this rule
+        try:
+            transport_for(dest, timeout=1).send({"idempotency_key": "k", "event": "test"})
+            wrong.append((url, "send", "sent"))
+        except PermanentError as exc:
+            if "refused" not in str(exc) or reason not in str(exc):
+                wrong.append((url, "send", str(exc)))
+        except Exception as exc:  # a connection attempt (refused, timed out): the policy let it through
+            wrong.append((url, "send", f"connected ({type(exc).__name__})"))
+    assert wrong == [], "\n".join(f"{w[1]} {w[0]}: {w[2]}" for w in wrong)
+    assert r.db_destinations(conn) == {}
+
+
+def test_public_addresses_in_unusual_spellings_pass_and_are_connected_to_as_checked(conn, fake_dns):
+    fake_dns["public.test"] = ["93.184.216.34"]
+    config = load_config(env={})
+    for index, (url, expected) in enumerate(PUBLIC_FORMS.items()):
+        r.save_destination(conn, {"name": f"pub{index}", "url": url}, actor="alice", config=config)
+        host = addresses.urlsplit(url).hostname
+        [(_family, sockaddr)] = addresses.resolve(host, 80, allow_private=False)
+        assert sockaddr[0] in expected, (url, sockaddr)
+    assert len(r.db_destinations(conn)) == len(PUBLIC_FORMS)
+
+
+def test_the_normalised_host():
+    assert addresses.normalise_host("LocalHost..") == "localhost"
+    assert addresses.normalise_host("Hooks.Example.COM.") == "hooks.example.com"
+    assert str(addresses.normalise_host("fe80::1%25lo")) == "fe80::1%lo"
+    assert str(addresses.normalise_host("0x7f.1")) == "127.0.0.1"
+    assert str(addresses.normalise_host("\uff11\uff12\uff17.\uff10.\uff10.\uff11")) == "127.0.0.1"
+    assert addresses.normalise_host("deadbeef") == "deadbeef"  # a name of hex letters stays a name
+    assert addresses.normalise_host("123.abc") == "123.abc"
+    assert [str(a) for a in addresses.embedded_ipv4(addresses.ipaddress.IPv6Address("2001:0:4136:e378:8000:63bf:3fff:fdd2"))] == \
+        ["65.54.227.120", "192.0.2.45"]  # RFC 4380's example: server, then the client un-obfuscated
+    assert addresses.embedded_ipv4(addresses.ipaddress.IPv6Address("::1")) == []
+    assert addresses.embedded_ipv4(addresses.ipaddress.IPv6Address("2606:4700::1111")) == []
+
 @pytest.fixture
 def fake_dns(monkeypatch):
     """Names under .test resolve to what the test says (the outer edge: the system resolver)."""

@@ -75,7 +75,7 @@ def test_groups_aggregate_from_the_fingerprint_index_alone(conn):
     from console.sqlfiles import query
 
     plan = conn.execute("EXPLAIN (FORMAT JSON) " + query("deadletters", "groups"),
-                        {"queue": None, "kind": None, "limit": 100}).fetchone()[0][0]["Plan"]
+                        {"queue": None, "kind": None, "limit": 100, "offset": 0, "names": 10}).fetchone()[0][0]["Plan"]
     scans = {(n["Node Type"], n.get("Index Name")) for n in plan_nodes(plan) if "Scan" in n["Node Type"]}
     assert ("Index Only Scan", "jobs_failed_groups_idx") in scans, scans
     assert all(name == "jobs_failed_groups_idx" for _, name in scans if name), scans  # not jobs_failed_idx + heap

@@ -15,9 +15,21 @@ false` (the default) every address a host name resolves to must be a public one:
 
 Refused: loopback, link-local, private (RFC 1918, IPv6 ULA), carrier-grade NAT, unspecified,
 multicast, broadcast and reserved ranges, the cloud metadata addresses (169.254.169.254,
-fd00:ec2::254, 100.100.100.200, 192.0.0.192), and IPv6 addresses that embed a refused IPv4 one
-(::ffff:10.0.0.1, 64:ff9b::/96, 2002::/16). Set `alerts.allow_private_destinations = true` for a
-receiver on your own network (and for the demo and tests, whose receiver is on loopback).
+fd00:ec2::254, 100.100.100.200, 192.0.0.192), the names `localhost` and `*.localhost` (RFC 6761),
+the local-use NAT64 prefix 64:ff9b:1::/48 (RFC 8215), and IPv6 addresses that embed a refused
+IPv4 one. Set `alerts.allow_private_destinations = true` for a receiver on your own network (and
+for the demo and tests, whose receiver is on loopback).
+
+**The host is normalised before the policy** (`normalise_host`), at save time and at send time
+alike, because the same address has many spellings and a policy that reads only one is a policy
+with holes: trailing dots (`localhost.`, an absolute name), IDNA mapping (fullwidth digits and
+ideographic full stops become `127.0.0.1`), an IPv6 zone id (`[fe80::1%25lo]`), the legacy IPv4
+forms the C resolver accepts (`127.1`, `0x7f.1`, `2130706433`, `0177.0.0.1`), and every IPv6 form
+that carries an IPv4 address (`embedded_ipv4`): mapped `::ffff:a.b.c.d`, translated
+`::ffff:0:a.b.c.d`, compatible `::a.b.c.d`, NAT64 well-known `64:ff9b::/96` and local-use
+`64:ff9b:1::/48` (every RFC 6052 position), 6to4 `2002::/16` and Teredo `2001::/32` (server and
+client). A literal address is checked without a DNS query; a percent sign outside a zone id is
+refused (some clients decode `%31%32%37.0.0.1`, ours would not, and no real host needs one).
 
 This module does not send anything and keeps no state; DNS resolution is the system resolver's.
 """
@@ -55,7 +67,25 @@ _REFUSED: list[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str]] = [
     (ipaddress.ip_network("fec0::/10"), "site-local"),
     (ipaddress.ip_network("ff00::/8"), "multicast"),
 ]
+# IPv6 ranges whose addresses carry an IPv4 address (RFC 4291, 6052, 8215, 3056, 4380, 2765).
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SIXTOFOUR = ipaddress.ip_network("2002::/16")
+_TEREDO = ipaddress.ip_network("2001::/32")
+# RFC 6052 section 2.2: where a /N translation prefix puts the IPv4 address, as (bit offset,
+# width) pieces of the 128-bit address; bits 64-71 (the "u" octet) are always skipped. A
+# local-use prefix may be any of /48 to /96 inside 64:ff9b:1::/48, so each is tried.
+_RFC6052_PIECES = {
+    96: ((96, 32),),
+    64: ((72, 32),),
+    56: ((56, 8), (72, 24)),
+    48: ((48, 16), (72, 16)),
+}
+_LOCAL_NAMES = ("localhost",)  # RFC 6761: localhost and every name under it is loopback
+_LEGACY_IPV4 = frozenset("0123456789abcdefx.")
 
 
 class AddressRefused(ValueError):
@@ -70,29 +100,113 @@ class AddressRefused(ValueError):
                          "allow destinations on private networks")
 
 
+def _bits(ip: ipaddress.IPv6Address, pieces: tuple[tuple[int, int], ...]) -> ipaddress.IPv4Address:
+    value = 0
+    for offset, width in pieces:
+        value = (value << width) | ((int(ip) >> (128 - offset - width)) & ((1 << width) - 1))
+    return ipaddress.IPv4Address(value)
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """Every IPv4 address `ip` carries, in each form that routes to it (empty for a plain IPv6
+    address). :: and ::1 are themselves, not compatible forms of 0.0.0.0 and 0.0.0.1."""
+    if ip in _MAPPED or ip in _TRANSLATED or ip in _NAT64:
+        return [_bits(ip, _RFC6052_PIECES[96])]
+    if ip in _COMPATIBLE:
+        return [] if int(ip) <= 1 else [_bits(ip, _RFC6052_PIECES[96])]
+    if ip in _NAT64_LOCAL:  # a reading that starts with zeros is the padding, not an address
+        found = [_bits(ip, pieces) for pieces in _RFC6052_PIECES.values()]
+        return [inner for inner in found if int(inner) >> 24]
+    if ip in _SIXTOFOUR:
+        return [ip.sixtofour] if ip.sixtofour is not None else []
+    if ip in _TEREDO and ip.teredo is not None:
+        return list(ip.teredo)  # the Teredo server, and the client (un-obfuscated)
+    return []
+
+
 def refusal(address: str | Address) -> str | None:
-    """Why the policy refuses `address`, or None when it is a public address."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0] if isinstance(address, str) else address)
+    """Why the policy refuses `address` (an IP address, any spelling `normalise_host` reads),
+    or None when it is a public address."""
+    ip = address if isinstance(address, ipaddress.IPv4Address | ipaddress.IPv6Address) else _literal(address)
+    if ip is None:
+        raise ValueError(f"{address!r} is not an IP address")
     if isinstance(ip, ipaddress.IPv6Address):
-        embedded = ip.ipv4_mapped or ip.sixtofour
-        if embedded is None and ip in _NAT64:
-            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-        if embedded is not None:
-            inner = refusal(embedded)
-            if inner:
-                return inner
+        ip = ipaddress.IPv6Address(int(ip))  # without its zone id
+        for inner in embedded_ipv4(ip):
+            reason = refusal(inner)
+            if reason:
+                return reason
+        if ip in _NAT64_LOCAL:
+            return "local-use NAT64 (RFC 8215)"
     for network, reason in _REFUSED:
         if ip.version == network.version and ip in network:
             return reason
     return None
 
 
+def _literal(host: str) -> Address | None:
+    """`host` as an IP address if it is one in any spelling a resolver accepts, else None."""
+    if ":" in host:
+        try:
+            return ipaddress.IPv6Address(host.replace("%25", "%", 1))
+        except ValueError:
+            return None
+    if host and set(host) <= _LEGACY_IPV4 and host[0].isdigit():
+        try:  # the C library's inet_aton: 127.1, 0x7f.0.0.1, 2130706433, 0177.0.0.1
+            return ipaddress.IPv4Address(socket.inet_aton(host))
+        except OSError:
+            return None
+    return None
+
+
+def normalise_host(host: str) -> str | Address:
+    """The host as the policy reads it: an IP address when it is a literal (zone id dropped,
+    legacy IPv4 forms read), else the name in lower-case ASCII without trailing dots. Raises
+    AddressRefused for a host no honest URL has (a percent sign outside a zone id)."""
+    raw = host.strip("[]")
+    if ":" in raw:
+        ip = _literal(raw)
+        if ip is None:
+            raise AddressRefused(host, host, "malformed IPv6")
+        return ip
+    try:
+        name = raw.encode("idna").decode("ascii").lower() if not raw.isascii() else raw.lower()
+    except UnicodeError:
+        name = raw.lower()
+    name = name.rstrip(".")
+    if "%" in name:
+        raise AddressRefused(host, host, "percent-encoded host (not a host name)")
+    return _literal(name) or name
+
+
+def _name_refusal(name: str) -> str | None:
+    if any(name == local or name.endswith("." + local) for local in _LOCAL_NAMES):
+        return "loopback (a localhost name)"
+    return None
+
+
 def resolve(host: str, port: int, *, allow_private: bool) -> list[tuple[int, tuple]]:
     """Every (family, sockaddr) `host` resolves to, each one checked against the policy; the
-    caller connects to these, never to the name again. Raises AddressRefused when any address
-    is refused (one bad answer among good ones is still an attempt to reach inside), and
-    socket.gaierror when the name does not resolve."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    caller connects to these, never to the name again. The host is normalised first, so a
+    literal address in any spelling is checked (and connected to) without a DNS query. Raises
+    AddressRefused when any address is refused (one bad answer among good ones is still an
+    attempt to reach inside), and socket.gaierror when the name does not resolve."""
+    target = normalise_host(host)
+    if not isinstance(target, str):
+        if not allow_private:
+            reason = refusal(target)
+            if reason:
+                raise AddressRefused(host, str(target), reason)
+        if isinstance(target, ipaddress.IPv4Address):
+            return [(socket.AF_INET, (str(target), port))]
+        scope = socket.if_nametoindex(target.scope_id) if target.scope_id and not target.scope_id.isdigit() else \
+            int(target.scope_id or 0)
+        return [(socket.AF_INET6, (str(ipaddress.IPv6Address(int(target))), port, 0, scope))]
+    if not allow_private:
+        reason = _name_refusal(target)
+        if reason:
+            raise AddressRefused(host, host, reason)
+    infos = socket.getaddrinfo(target, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     found: list[tuple[int, tuple]] = []
     for family, _type, _proto, _name, sockaddr in infos:
         if family not in (socket.AF_INET, socket.AF_INET6):

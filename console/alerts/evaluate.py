@@ -33,7 +33,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import audit
+from console import audit, caps
 from console.actions import clean_reason
 from console.alerts import context, outbox
 from console.alerts.links import (
@@ -46,6 +46,7 @@ from console.alerts.links import (
 )
 from console.alerts.rules import DERIVED_METRICS, Rule, RuleError, RuleSet, metric_labels
 from console.alerts.transports import PAYLOAD_VERSION
+from console.caps import Caps
 from console.db import time_limited
 from console.redaction import DEFAULT_KEYS, key_set
 from console.sqlfiles import query
@@ -443,9 +444,11 @@ def acknowledge(conn: psycopg.Connection, alert_id: int, *, actor: str, note: st
 
 
 def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, str] | None, duration: timedelta,
-            reason: str, actor: str, ruleset: RuleSet | None = None) -> dict[str, Any]:
+            reason: str, actor: str, ruleset: RuleSet | None = None,
+            cap: int = Caps().silences) -> dict[str, Any]:
     """Stop notifications for alerts of `rule` (None: any rule) whose labels include `labels`,
-    for `duration`. Alerts keep their state and still show; only notifications are held."""
+    for `duration`. Alerts keep their state and still show; only notifications are held.
+    CapReached when `cap` silences are in force already (caps.silences)."""
     try:
         reason = clean_reason(reason)
     except ValueError as exc:
@@ -472,6 +475,10 @@ def silence(conn: psycopg.Connection, *, rule: str | None, labels: Mapping[str, 
     if rule is None and not labels:
         raise AlertActionError("silencing every alert needs at least one label (or pick a rule)")
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        caps.serialise(conn, "silences")
+        held = cur.execute(query("alerts", "caps_silences")).fetchone()["held"]
+        caps.within(held, cap, what="silences in force in this database", setting="caps.silences",
+                    advice="expire one, or silence by a broader label")
         starts = cur.execute("SELECT now() AS now").fetchone()["now"]
         row = cur.execute(query("alerts", "insert_silence"), {
             "rule": rule, "labels": Jsonb(labels), "starts_at": starts, "ends_at": starts + duration,
@@ -499,11 +506,13 @@ LIST_GROUPS_TIMEOUT_MS = 500
 
 
 def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None, *,
-                  secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, Any]]:
+                  secret_keys: frozenset[str] = DEFAULT_KEYS, links_for: int | range | None = None) -> list[dict[str, Any]]:
     """Pending and firing alerts, each with its rule's severity/summary/runbook and silence, and
     its look-here links: for a firing dead-letter alert the new error groups of its queue first,
     as on the alert page and in its webhook (`context.look_here`, naming them with the values
-    of `secret_keys` hidden)."""
+    of `secret_keys` hidden). Links cost queries of their own: with `links_for` (a count, or a
+    range of positions in the order returned), only those alerts get them, the others an empty
+    list: a page that shows 20 of 10,000 alerts looks up 20 alerts' links."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("alerts", "active_alerts")).fetchall()
         silences = cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
@@ -517,11 +526,22 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None, *,
                     "summary": rule.summary_for(row["labels"], row["state"], row["value"], row["last_over_value"])
                     if rule else row["rule"],
                     "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
-                    "look_here": _list_links(conn, rule, row, secret_keys) if rule else [],
-                    "silence": silenced})
+                    "look_here": [], "silence": silenced, "_rule": rule})
     order = {"critical": 0, "warning": 1, "info": 2, None: 3}
     out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))
+    wanted = range(links_for) if isinstance(links_for, int) else links_for
+    for index, alert in enumerate(out):
+        rule = alert.pop("_rule")
+        if rule is not None and (wanted is None or index in wanted):
+            alert["look_here"] = _list_links(conn, rule, alert, secret_keys)
     return out
+
+
+def look_here_links(conn: psycopg.Connection, rule: Rule | None, row: dict[str, Any],
+                    secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, str | None]]:
+    """One active alert's look-here links (what `active_alerts` adds), for a caller that chose
+    which alerts to show after the list was made."""
+    return _list_links(conn, rule, row, secret_keys) if rule is not None else []
 
 
 def _list_links(conn: psycopg.Connection, rule: Rule, row: dict[str, Any],

@@ -27,6 +27,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from console import caps
 from console.alerts.defaults import DEFAULT_RULES
 from console.alerts.destinations import (
     DESTINATION_FIELDS,
@@ -55,6 +56,7 @@ from console.alerts.model import (
     parse_rule,
     parse_selector,
 )
+from console.caps import Caps
 from console.sqlfiles import query
 
 __all__ = [
@@ -182,6 +184,15 @@ def load(conn: psycopg.Connection | None, config, *, defaults: Iterable[Rule] | 
 # --- UI-managed rules and destinations ----------------------------------------------------------
 
 
+def _check_cap(conn: psycopg.Connection, counting: str, name: str, limit: int, setting: str, what: str) -> None:
+    """In the save's transaction: CapReached when a new name would pass the cap (an update of a
+    saved one is always allowed: it adds nothing)."""
+    caps.serialise(conn, counting)
+    held, exists = conn.execute(query("alerts", counting), {"name": name}).fetchone()
+    if not exists:
+        caps.within(held, limit, what=what, setting=setting, advice="delete one you no longer need")
+
+
 def save_rule(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str, config=None,
               reason: str | None = None) -> Rule:
     """Validate and upsert a UI rule (audited). RuleError when invalid or when the config file
@@ -195,6 +206,8 @@ def save_rule(conn: psycopg.Connection, record: Mapping[str, Any], *, actor: str
     known = {**db_destinations(conn), **file_destinations(tables)}
     _check_webhook_names(rule, known)
     with conn.transaction():
+        _check_cap(conn, "caps_ui_rules", rule.name, Caps.from_config(config).alert_rules, "caps.alert_rules",
+                   "alert rules saved from the console in this database")
         conn.execute(query("alerts", "upsert_ui_rule"), {
             "name": rule.name, "metric": rule.metric, "labels": Jsonb(rule.labels), "op": rule.op,
             "threshold": rule.threshold, "clear": rule.clear, "for_seconds": rule.for_seconds,
@@ -234,6 +247,8 @@ def save_destination(conn: psycopg.Connection, record: Mapping[str, Any], *, act
     dest = parse_destination(record, source="ui", where="(from the UI)")
     check_address(dest, config)
     with conn.transaction():
+        _check_cap(conn, "caps_ui_destinations", dest.name, Caps.from_config(config).destinations, "caps.destinations",
+                   "webhook destinations saved from the console in this database")
         conn.execute(query("alerts", "upsert_ui_destination"), {
             "name": dest.name, "kind": dest.kind, "url": dest.url, "secret": dest.secret,
             "headers": Jsonb(dest.headers), "actor": actor,

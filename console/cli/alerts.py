@@ -164,7 +164,7 @@ def silence_cmd(obj, rule: str | None, labels: tuple[str, ...], duration, actor:
         selector[key] = value
     with _conn(obj) as conn:
         row = ev.silence(conn, rule=rule, labels=selector, duration=duration, reason=reason, actor=actor,
-                         ruleset=alerts.load(conn, obj.config))
+                         ruleset=alerts.load(conn, obj.config), cap=obj.config.caps.silences)
     click.echo(f"silence {row['id']} until {row['ends_at']:%Y-%m-%d %H:%M:%S %Z}")
 
 

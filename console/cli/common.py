@@ -16,6 +16,7 @@ from datetime import timedelta
 import click
 
 from console.actions import ACTIONS, ReasonRequired, cli_actor, require_reason
+from console.caps import CapReached
 from console.config import Config, ConfigError, load_config
 from console.databases import Database, load_databases, select
 from console.db import DatabaseError, resolve_dsn
@@ -104,6 +105,8 @@ def friendly_errors(func):
             raise click.UsageError(f"configuration: {exc}") from None
         except DatabaseError as exc:
             raise click.ClickException(str(exc)) from None
+        except CapReached as exc:  # refused, nothing written: like bad input, the user can act on it
+            raise click.UsageError(str(exc)) from None
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
 

@@ -23,6 +23,7 @@ import click
 
 from console import maintenance as m
 from console.actions import bulk_action
+from console.caps import Caps
 from console.cli.common import (
     DURATION,
     dsn_option,
@@ -160,7 +161,8 @@ def pause_cmd(obj, queue: str, create: bool, actor: str, reason: str | None) -> 
     """Stop workers claiming from QUEUE (its jobs wait; running ones finish)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.pause_queue(conn, queue, actor=actor, reason=reason, create=create)
+        m.pause_queue(conn, queue, actor=actor, reason=reason, create=create,
+                       cap=obj.config.caps.paused_queues)
     click.echo(f"queue {queue!r} paused" + (" (a new queue: none had that name)" if create else ""))
 
 
@@ -270,7 +272,8 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
         # Bound to what was just printed: no job that failed after the preview is touched, and
         # a selection that changed in between is refused (exit 2: preview again).
         op_id = m.start(conn, action, selection, actor=actor, reason=reason, rate=rate,
-                        batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound())
+                        batch_size=batch_size, purge_mode=purge_mode, preview=preview.bound(),
+                        caps=Caps.from_config(obj.config))
         click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
         _follow(conn, dsn, op_id, s.error_history, actor)
 
@@ -349,8 +352,12 @@ def dead_letters_cmd(obj, queue, kind, limit, as_json) -> None:
     if not found:
         click.echo("no dead letters")
     for g in found:
-        click.echo(f"{g['count']:>8}  {g['fingerprint']}\n          queues {', '.join(g['queues'])}; kinds {', '.join(g['kinds'])}; "
+        queues = ", ".join(g["queues"]) + (f" and {g['queue_count'] - len(g['queues'])} more" if g["queue_count"] > len(g["queues"]) else "")
+        kinds = ", ".join(g["kinds"]) + (f" and {g['kind_count'] - len(g['kinds'])} more" if g["kind_count"] > len(g["kinds"]) else "")
+        click.echo(f"{g['count']:>8}  {g['fingerprint']}\n          queues {queues}; kinds {kinds}; "
                    f"first {g['first_seen']:%Y-%m-%d %H:%M}, last {g['last_seen']:%Y-%m-%d %H:%M}")
+    if found and found[0]["total_groups"] > len(found):
+        click.echo(f"... and {found[0]['total_groups'] - len(found):,} more groups (a larger --limit, or --queue / --kind)")
 
 
 @main_group.command("operations")
@@ -372,7 +379,7 @@ def operations_cmd(obj, cancel_id, resume_id, resume_abandoned, limit, actor, re
             click.echo(f"operation #{cancel_id}: {'cancelled' if p['state'] == 'cancelled' else 'cancel requested'}")
             return
         if resume_id is not None:
-            m.resume(conn, resume_id, actor=actor, reason=reason)
+            m.resume(conn, resume_id, actor=actor, reason=reason, caps=Caps.from_config(obj.config))
             _follow(conn, obj.dsn, resume_id, s.error_history, actor)
             return
         if resume_abandoned:

@@ -119,7 +119,8 @@ def token_cmd(obj, name: str, label: str, read_only: bool, expires: str | None, 
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         with conn.transaction():
-            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
+            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in,
+                                           cap=obj.config.caps.tokens_per_user)
             audit.record(conn, actor=actor, action="token_create", target=f"user:{name}", selection={"user": name},
                          reason=reason, rows=1, detail={"label": label, "read_only": read_only, "expires": expires})
     click.echo(token)
@@ -167,7 +168,8 @@ def tokens_cmd(obj, name: str | None) -> None:
 
 def _session_limits(obj) -> users_mod.SessionLimits:
     web = obj.config.web
-    return users_mod.SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds())
+    return users_mod.SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds(),
+                                   obj.config.caps.sessions_per_user)
 
 
 @users_group.command("sessions")

@@ -16,8 +16,9 @@ import time
 
 import psycopg
 
-from console import audit
+from console import audit, caps
 from console import queue as q
+from console.caps import Caps
 from console.maintenance import runs
 from console.maintenance.archive import RunResult, _close, check_batching
 from console.maintenance.errors import InvalidSettings, UnknownQueue
@@ -104,13 +105,20 @@ def check_known_queue(conn: psycopg.Connection, queue_name: str, *, then: str = 
 
 
 def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None,
-                create: bool = True) -> None:
+                create: bool = True, cap: int = Caps().paused_queues) -> None:
     """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited.
-    `create=False` refuses a queue no one knows (UnknownQueue) instead of creating it."""
+    `create=False` refuses a queue no one knows (UnknownQueue) instead of creating it. Any name
+    may be paused with `create` (before its first job, too), so the paused set is capped
+    (caps.paused_queues): CapReached when `cap` queues are paused and this one is not."""
     _check(queue_name, actor)
     if not create:
         check_known_queue(conn, queue_name)
     with conn.transaction():
+        caps.serialise(conn, "paused_queues")
+        held, paused = conn.execute(query("maintenance", "caps_paused_queues"), {"queue": queue_name}).fetchone()
+        if not paused:
+            caps.within(held, cap, what="queues paused in this database", setting="caps.paused_queues",
+                        advice="resume one you no longer need paused")
         q.pause(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="pause", target=f"queue:{queue_name}",
                      selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok")

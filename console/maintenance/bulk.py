@@ -17,7 +17,17 @@ matching at start) and `run()` never touches a job above it, resumed or not. `ru
 the operation's cursor, so a crash between batches loses nothing and a resume never touches a
 row twice; a job that fails again after being replayed has failed after the snapshot and is
 not picked up again. Between batches it honours the `rate` (rows/s) and a cancel request.
-Only one runner works an operation at a time (a session advisory lock).
+Only one runner works an operation at a time (a session advisory lock, held while it works).
+
+Caps (`console.caps`): `start()` and `resume()` refuse with CapReached when the database already
+has `caps.bulk_running` operations queued or running, or the actor `caps.bulk_per_actor`,
+counted under an advisory lock in the transaction that would add one. A throttled runner
+holds no connection while it sleeps: for a pause of `RELEASE_AFTER` seconds or more it closes
+its connection (and with it the lock), polls for a cancel on a short-lived one every
+`CANCEL_POLL` seconds, and reconnects for the next batch; every batch reads the cursor from the
+locked operation row, so a runner that comes back finds where it stands. The scheduler's
+`resume_abandoned()` leaves a sleeping operation alone until its pause and `SLEEP_GRACE` have
+passed.
 
 It does not choose what to replay (deadletters.Selection does) nor ask for confirmation (the
 faces show `deadletters.preview()` first).
@@ -37,7 +47,9 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console import audit
+from console import caps as caps_mod
 from console.actions import clean_reason
+from console.caps import Caps
 from console.db import connect, time_limited
 from console.maintenance._throttle import Throttle
 from console.maintenance.archive import check_batching
@@ -63,6 +75,11 @@ ACTIONS = ("replay", "purge")
 PURGE_MODES = ("delete", "archive")
 STATES = ("queued", "running", "done", "cancelled", "failed")
 LOCK_CLASS = 0x5C1B_B01  # advisory lock namespace of bulk operations (second key: the op id)
+# A pause this long or longer is slept without a connection (reconnecting costs milliseconds;
+# a shorter pause keeps its connection, which it would give back for less than it costs).
+RELEASE_AFTER = 1.0
+CANCEL_POLL = 2.0  # seconds between checks for a cancel while sleeping without a connection
+SLEEP_GRACE = timedelta(seconds=60)  # after a sleeper's pause, before resume_abandoned takes over
 
 
 def _lock_params(op_id: int) -> dict[str, int]:
@@ -81,6 +98,7 @@ def start(
     purge_mode: str = "delete",
     timeout_ms: int = 10_000,
     preview: Previewed | None = None,
+    caps: Caps = Caps(),  # noqa: B008 - frozen, never mutated
 ) -> int:
     """Record a replay or purge of the selected dead letters and return its id (state 'queued').
 
@@ -92,7 +110,8 @@ def start(
 
     Raises (nothing written): InvalidSelection for a bad selection, NothingMatches when it
     matches no dead letter, PreviewMismatch (above), InvalidSettings for a bad action, mode,
-    batch size or rate. The audit log gets a 'started' row with the exact count.
+    batch size or rate, CapReached when `caps` leave no room for one more operation. The audit
+    log gets a 'started' row with the exact count.
     """
     if action not in ACTIONS:
         raise InvalidSettings(f"action must be one of {', '.join(ACTIONS)} (got {action!r})")
@@ -107,6 +126,7 @@ def start(
         raise PreviewMismatch(f"the selection ({sel.describe()}) is not the one that was previewed "
                               "(its selection_hash differs): preview again")
     with conn.transaction():
+        _check_caps(conn, actor, caps)
         with time_limited(conn, timeout_ms) as cur:
             now = cur.execute("SELECT now() AS now").fetchone()["now"]
             snapshot_at = now if preview is None else preview.previewed_at
@@ -152,6 +172,20 @@ def _check_preview(preview: Previewed, *, total: int, current: int) -> None:
     if total != preview.total:
         raise PreviewMismatch(f"the selection matches {current:,} jobs as previewed, but {preview.total - total:,} of those "
                               "you previewed are gone and others took their place: preview again")
+
+
+def _check_caps(conn: psycopg.Connection, actor: str, caps: Caps) -> None:
+    """In the caller's transaction: CapReached when one more operation would pass a cap. The
+    advisory lock makes parallel starts (and resumes) count one after another."""
+    caps_mod.serialise(conn, "bulk_operations")
+    with conn.cursor(row_factory=dict_row) as cur:
+        held = cur.execute(query("deadletters", "ops_held"), {"actor": actor}).fetchone()
+    caps_mod.within(held["mine"], caps.bulk_per_actor, setting="caps.bulk_per_actor",
+                    what=f"bulk operations of {actor!r} queued or running in this database ({held['my_ids']})",
+                    advice="wait for one to end, or cancel one")
+    caps_mod.within(held["held"], caps.bulk_running, setting="caps.bulk_running",
+                    what="bulk operations queued or running in this database",
+                    advice="wait for one to end, or cancel one")
 
 
 def progress(conn: psycopg.Connection, op_id: int) -> dict[str, Any]:
@@ -201,12 +235,17 @@ def cancel(conn: psycopg.Connection, op_id: int, *, actor: str, reason: str | No
     return _describe(op)
 
 
-def resume(conn: psycopg.Connection, op_id: int, *, actor: str, reason: str | None = None) -> dict[str, Any]:
+def resume(conn: psycopg.Connection, op_id: int, *, actor: str, reason: str | None = None,
+           caps: Caps = Caps()) -> dict[str, Any]:  # noqa: B008 - frozen, never mutated
     """Reopen a cancelled or failed operation so `run()` continues from its cursor, with its
-    original snapshot: rows it already touched are not touched again. Audited."""
+    original snapshot: rows it already touched are not touched again. Audited. It counts
+    against the caps again, as an operation of its starter (CapReached, nothing changed)."""
     if not actor:
         raise InvalidSettings("a resume needs an actor")
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+        existing = cur.execute(query("deadletters", "op_get"), {"id": op_id}).fetchone()
+        if existing is not None and existing["state"] in ("cancelled", "failed"):
+            _check_caps(conn, existing["actor"], caps)  # it is counted as its starter's, as before
         op = cur.execute(query("deadletters", "op_reopen"), {"id": op_id}).fetchone()
         if op is None:
             existing = cur.execute(query("deadletters", "op_get"), {"id": op_id}).fetchone()
@@ -242,25 +281,68 @@ def run(
 ) -> dict[str, Any]:
     """Work the operation to its end (done, cancelled or failed) and return its progress.
 
-    Opens its own connection. If another process is already running it, returns at once. If
-    `stop` is set (the process is shutting down), it stops between batches and leaves the
-    operation 'running' for `resume_abandoned()`. A database error marks it 'failed' (with the
-    error) when that can still be written, and is re-raised. `on_batch(rows, ms)` is called
-    after each committed batch (benchmarks time the batches with it).
+    Opens its own connection, and gives it back during a throttle pause of RELEASE_AFTER
+    seconds or more. If another process is already running it, returns at once. If `stop` is
+    set (the process is shutting down), it stops between batches and leaves the operation
+    'running' for `resume_abandoned()`. A database error marks it 'failed' (with the error)
+    when that can still be written, and is re-raised. `on_batch(rows, ms)` is called after each
+    committed batch (benchmarks time the batches with it).
     """
-    with connect(dsn, application_name=f"skiplock-bulk-{op_id}") as conn:
-        if not conn.execute(query("deadletters", "op_try_lock"), _lock_params(op_id)).fetchone()[0]:
+    runner = _Runner(dsn, op_id)
+    try:
+        if not runner.attach():
             log.info("bulk operation %s is already being run by another process", op_id)
-            return progress(conn, op_id)
+            return runner.progress()
+        return _run_attached(runner, stop or threading.Event(), history, statement_timeout_ms, on_batch)
+    finally:
+        runner.detach()
+
+
+class _Runner:
+    """The runner's connection, and the session lock that says "someone works this operation":
+    held while it works, given back (with the connection) while it sleeps."""
+
+    def __init__(self, dsn: str, op_id: int):
+        self.dsn, self.op_id = dsn, op_id
+        self.conn: psycopg.Connection | None = None
+
+    def attach(self) -> bool:
+        """Connect and take the operation's lock; False (and no connection) if another has it."""
+        conn = connect(self.dsn, application_name=f"skiplock-bulk-{self.op_id}")
+        if conn.execute(query("deadletters", "op_try_lock"), _lock_params(self.op_id)).fetchone()[0]:
+            self.conn = conn
+            return True
+        conn.close()
+        return False
+
+    def detach(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is None or conn.closed:
+            return
         try:
-            return _run_locked(conn, op_id, stop or threading.Event(), history, statement_timeout_ms, on_batch)
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                conn.execute(query("deadletters", "op_unlock"), _lock_params(self.op_id))
         finally:
-            if not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                conn.execute(query("deadletters", "op_unlock"), _lock_params(op_id))
+            conn.close()
+
+    def progress(self) -> dict[str, Any]:
+        if self.conn is not None and not self.conn.closed:
+            return progress(self.conn, self.op_id)
+        with connect(self.dsn, application_name=f"skiplock-bulk-{self.op_id}") as conn:
+            return progress(conn, self.op_id)
+
+    def cancel_requested(self) -> bool:
+        """Polled during a pause (on the runner's connection, or a short-lived one while asleep)."""
+        if self.conn is not None and not self.conn.closed:
+            return _cancel_requested(self.conn, self.op_id)
+        with connect(self.dsn, application_name=f"skiplock-bulk-{self.op_id}-poll") as conn:
+            return _cancel_requested(conn, self.op_id)
 
 
-def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, history: int, timeout_ms: int,
-                on_batch: Callable[[int, float], None] | None) -> dict[str, Any]:
+def _run_attached(runner: _Runner, stop: threading.Event, history: int, timeout_ms: int,
+                  on_batch: Callable[[int, float], None] | None) -> dict[str, Any]:
+    op_id = runner.op_id
+    conn = runner.conn
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         op = cur.execute(query("deadletters", "op_begin"), {"id": op_id}).fetchone()
     if op is None:
@@ -278,18 +360,26 @@ def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, his
         "history": history,
         "to_archive": op["purge_mode"] == "archive",
     }
-    after = {"after_finished_at": op["cursor_finished_at"] or "-infinity", "after_id": op["cursor_id"] or 0}
     throttle = Throttle(op["rate"], stop=stop)
     log.info("bulk %s %s: %s rows to go", op["action"], op_id, op["total"] - op["done"])
     try:
         while True:
+            conn = runner.conn
             t0 = time.perf_counter()
             with time_limited(conn, timeout_ms) as cur:
                 current = cur.execute(query("deadletters", "op_lock"), {"id": op_id}).fetchone()
+                if current["state"] != "running":
+                    # Ended (or reopened) by someone else while this runner slept: a cancel of an
+                    # operation nobody held closes it at once. Nothing left to do here.
+                    return _describe(current)
                 if current["cancel_requested_at"] is not None:
                     ended = cur.execute(query("deadletters", "op_finish"),
                                         {"id": op_id, "state": "cancelled", "error": None, "cancelled_by": None}).fetchone()
                     break
+                # The cursor is the row's, not this process's memory: after a sleep without the
+                # lock, the row is the truth about where the operation stands.
+                after = {"after_finished_at": current["cursor_finished_at"] or "-infinity",
+                         "after_id": current["cursor_id"] or 0}
                 row = cur.execute(batch_query, {**params, **after}).fetchone()
                 if row["last_id"] is None:
                     ended = cur.execute(query("deadletters", "op_finish"),
@@ -298,14 +388,26 @@ def _run_locked(conn: psycopg.Connection, op_id: int, stop: threading.Event, his
                 cur.execute(query("deadletters", "op_batch_done"), {
                     "id": op_id, "rows": row["rows"],
                     "cursor_finished_at": row["last_finished_at"], "cursor_id": row["last_id"]})
-            after = {"after_finished_at": row["last_finished_at"], "after_id": row["last_id"]}
+            took = time.perf_counter() - t0
             if on_batch is not None:
-                on_batch(row["rows"], (time.perf_counter() - t0) * 1000.0)
-            if not throttle.wait(row["rows"], time.perf_counter() - t0, interrupted=lambda: _cancel_requested(conn, op_id)):
+                on_batch(row["rows"], took * 1000.0)
+            if throttle.pause_for(row["rows"], took) >= RELEASE_AFTER:
+                runner.detach()  # no connection (and no lock) held while asleep
+                awake = throttle.wait(row["rows"], took, interrupted=runner.cancel_requested, check_every=CANCEL_POLL)
+                if not awake:
+                    log.info("bulk operation %s stopped while asleep; resume_abandoned() will finish it", op_id)
+                    return runner.progress()
+                if not runner.attach():
+                    log.info("bulk operation %s is run by another process since this one slept", op_id)
+                    return runner.progress()
+            elif not throttle.wait(row["rows"], took, interrupted=runner.cancel_requested):
                 log.info("bulk operation %s stopped between batches; resume_abandoned() will finish it", op_id)
                 return progress(conn, op_id)
     except Exception as exc:
         try:
+            if runner.conn is None:
+                raise psycopg.OperationalError("no connection")
+            conn = runner.conn
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
                 ended = cur.execute(query("deadletters", "op_finish"), {
                     "id": op_id, "state": "failed", "error": f"{type(exc).__name__}: {exc}"[:2000], "cancelled_by": None,
@@ -324,7 +426,7 @@ def _cancel_requested(conn: psycopg.Connection, op_id: int) -> bool:
     """Polled during a long throttle pause, so a cancel is not kept waiting for it."""
     with conn.cursor(row_factory=dict_row) as cur:
         op = cur.execute(query("deadletters", "op_get"), {"id": op_id}).fetchone()
-    return op is None or op["cancel_requested_at"] is not None
+    return op is None or op["cancel_requested_at"] is not None or op["state"] != "running"
 
 
 def run_in_thread(dsn: str, op_id: int, **kwargs: Any) -> threading.Thread:
@@ -353,7 +455,9 @@ def resume_abandoned(
     older than `min_age`. Runs them one after another in this thread; returns their ids.
     The scheduler calls this periodically."""
     with connect(dsn, application_name="skiplock-bulk-resume") as conn:
-        ids = [r[0] for r in conn.execute(query("deadletters", "ops_active"), {"min_age": min_age}).fetchall()]
+        ids = [r[0] for r in conn.execute(query("deadletters", "ops_active"),
+                                          {"min_age": min_age, "grace": SLEEP_GRACE,
+                                           "release_after": RELEASE_AFTER}).fetchall()]
     resumed = []
     for op_id in ids:
         if stop is not None and stop.is_set():

@@ -36,6 +36,7 @@ from console.timefmt import bounded, parse_instant
 
 FILTER_KEYS = ("ids", "queue", "kind", "fingerprint", "failed_since", "failed_before", "payload")
 MAX_IDS = 100_000
+GROUP_NAMES = 10  # queues and kinds named per error group; the rest are counted
 DEFAULT_TIMEOUT_MS = 5000
 
 
@@ -320,14 +321,21 @@ def groups(
     queue: str | None = None,
     kind: str | None = None,
     limit: int = 50,
+    offset: int = 0,
+    names: int = GROUP_NAMES,
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
 ) -> list[dict[str, Any]]:
-    """Error groups: {fingerprint, count, first_seen, last_seen, queues, kinds, example}, largest
-    first. Replay or purge a group with `Selection(fingerprint=...)`."""
+    """Error groups: {fingerprint, count, first_seen, last_seen, queues, kinds, queue_count,
+    kind_count, total_groups, example}, largest first, `limit` of them from `offset`. `queues`
+    and `kinds` name at most `names` of each (`queue_count`, `kind_count` count them all);
+    `total_groups` counts every group. Replay or purge a group with `Selection(fingerprint=...)`."""
     if not 1 <= limit <= 1000:
         raise InvalidSelection("limit must be between 1 and 1000")
+    if not 0 <= offset <= 10**9:
+        raise InvalidSelection("offset must be between 0 and 1,000,000,000")
     with time_limited(conn, timeout_ms) as cur:
-        return cur.execute(query("deadletters", "groups"), {"queue": queue, "kind": kind, "limit": limit}).fetchall()
+        return cur.execute(query("deadletters", "groups"), {"queue": queue, "kind": kind, "limit": limit,
+                                                            "offset": offset, "names": names}).fetchall()
 
 
 def nearest_groups(conn: psycopg.Connection, text: str, *, limit: int = 3,

@@ -150,6 +150,7 @@ class WebState:
     redact_text_hook: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
     databases: Any = None  # console.databases.Registry: every database's pool, opened on first use
+    in_flight: Any = None  # console.web.inflight.InFlight: this process's exports and webhook tests
 
     def close(self) -> None:
         if self.databases is not None:
@@ -239,6 +240,7 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         JSON_SORT_KEYS=False,
     )
     app.config.update(flask_keys)
+    from console.web.inflight import InFlight
     from console.web.routing import LazyBuildRule
 
     app.url_rule_class = LazyBuildRule  # URL builders compiled on first url_for (console/web/routing.py)
@@ -264,11 +266,13 @@ def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
         dsn=dsn,
         pool=pool,
         limits=LoginLimits(web.login_window, web.login_max_per_ip, web.login_free_failures, web.login_backoff_cap),
-        sessions=SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds()),
+        sessions=SessionLimits(web.session_idle.total_seconds(), web.session_max.total_seconds(),
+                               cfg.caps.sessions_per_user),
         redact_keys=frozenset(k.strip().lower() for k in web.redact_keys.split(",") if k.strip()),
         redact_hook=redact_hook,
         redact_text_hook=redact_text_hook,
         databases=registry,
+        in_flight=InFlight(),
     )
 
     from console.web import auth, database, errors, templating

@@ -29,6 +29,7 @@ from flask import (
 from console import audit
 from console import users as users_mod
 from console.db import time_limited
+from console.web import state
 from console.web.actor import actor, reason_for
 from console.web.api import INT, STR, api_doc, arr, obj
 from console.web.auth import requires
@@ -102,7 +103,8 @@ def user_action(name: str, action: str):
         expires_in = users_mod.parse_expiry(expires)
         reason = reason_for("token_create")
         with conn.transaction():
-            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in)
+            token = users_mod.create_token(conn, name, label, read_only=read_only, expires_in=expires_in,
+                                           cap=state().config.caps.tokens_per_user)
             audit.record(conn, actor=actor(), action="token_create", target=f"user:{name}", selection={"user": name},
                          reason=reason, rows=1, detail={"label": label, "read_only": read_only, "expires": expires})
         return render_template("admin/token.html", name=name, token=token, label=label)

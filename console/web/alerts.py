@@ -40,6 +40,7 @@ from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
 from console.alerts.links import as_dicts, why_queue
 from console.catalog import METRICS
+from console.web import listing, state
 from console.web.actor import actor, reason_for
 from console.web.api import (
     BOOL,
@@ -58,6 +59,7 @@ from console.web.api import (
 )
 from console.web.auth import requires
 from console.web.database import current_database, get_conn, run_panel, timeout_ms
+from console.web.listing import LIST_FIELDS, LIST_PARAMS
 from console.web.redact import audit_row_for, notification_keys
 
 log = logging.getLogger(__name__)
@@ -100,12 +102,27 @@ def _labelled(labels: dict[str, str]) -> dict[str, str]:
     return {**labels, "database": current_database()}
 
 
+def _alert_name(a: dict[str, Any]) -> str:
+    """What `q` searches in an alert: its rule and its labels (`queue_age queue=billing`)."""
+    return " ".join([a["rule"], *(f"{k}={v}" for k, v in (a.get("labels") or {}).items())])
+
+
 def _active(conn) -> dict[str, Any]:
+    """One page of the active alerts (firing, most severe first; `q` searches the rule and
+    labels), with the counts over all of them: one alert per queue is 5,000 alerts on a fleet of
+    5,000 queues (console/web/listing.py)."""
     ruleset = _ruleset(conn)
-    active = [{**a, "labels": _labelled(a["labels"])}
-              for a in ev.active_alerts(conn, ruleset, secret_keys=notification_keys())]
-    return {"alerts": active, "firing": sum(1 for a in active if a["state"] == "firing"),
-            "pending": sum(1 for a in active if a["state"] == "pending"),
+    q, page, limit = listing.args(_config().web.list_limit)
+    everything = ev.active_alerts(conn, ruleset, secret_keys=notification_keys(),
+                                  links_for=None if q else range((page - 1) * limit, page * limit))
+    shown = listing.page_of(everything, name=_alert_name, default_limit=limit, query=q, page=page, limit=limit,
+                            from_request=False)
+    if q:  # links for the page of the search's matches only
+        for alert in shown.rows:
+            alert["look_here"] = ev.look_here_links(conn, ruleset.rules.get(alert["rule"]), alert, notification_keys())
+    active = [{**a, "labels": _labelled(a["labels"])} for a in shown.rows]
+    return {"alerts": active, "listing": shown, "firing": sum(1 for a in everything if a["state"] == "firing"),
+            "pending": sum(1 for a in everything if a["state"] == "pending"),
             "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
 
 
@@ -152,16 +169,18 @@ def active_fragment():
 
 @bp.get("/api/v1/alerts")
 @requires("viewer")
-@api_doc("Firing and pending alerts, firing first, most severe first",
+@api_doc("Firing and pending alerts, firing first, most severe first", params=LIST_PARAMS,
          description="Each alert has its rule's severity, summary and runbook, who acknowledged it, and the "
-                     "silence that holds its notifications (if any).",
+                     "silence that holds its notifications (if any). One page of `limit` alerts (default "
+                     "web.list_limit); `q` keeps those whose rule or labels contain it; `firing` and `pending` "
+                     "count them all, `total` those matching, `more` those not in this page.",
          response=obj({"firing": INT, "pending": INT, "alerts": arr({"allOf": [ref("Alert"), obj({
-             "silenced_until": opt(STR), "silence_id": opt(INT)})]})}))
+             "silenced_until": opt(STR), "silence_id": opt(INT)})]}), **LIST_FIELDS}))
 def api_index():
     conn = get_conn()
     data = _active(conn)
     return jsonify({"firing": data["firing"], "pending": data["pending"],
-                    "alerts": [_public_alert(a) for a in data["alerts"]]})
+                    "alerts": [_public_alert(a) for a in data["alerts"]], **data["listing"].as_dict()})
 
 
 @bp.get("/api/v1/alerts/events")
@@ -343,7 +362,7 @@ def _silence():
     reason = reason_for("alert_silence", form)
     conn = get_conn()
     return ev.silence(conn, rule=rule, labels=labels, duration=timedelta(seconds=seconds),
-                      reason=reason, actor=actor(), ruleset=_ruleset(conn))
+                      reason=reason, actor=actor(), ruleset=_ruleset(conn), cap=_config().caps.silences)
 
 
 @bp.post("/alerts/silences")
@@ -362,7 +381,8 @@ def silence():
     Param("reason", where="form", required=True, max_length=MAX_REASON, description="why; kept in the audit log"),
 ], body=obj({"rule": opt(STR), "labels": {"anyOf": [STR, {"type": "object", "additionalProperties": STR}]},
              "duration": {"type": ["string", "number"]}, "reason": REASON}, optional=("rule", "labels")),
-   status=201, responses={"201": "silenced", "422": "no reason"}, response=obj({"silence": ref("Silence")}))
+   status=201, responses={"201": "silenced", "422": "no reason", "429": "caps.silences silences are in force already"},
+   response=obj({"silence": ref("Silence")}))
 def api_silence():
     return jsonify({"silence": _silence()}), 201
 
@@ -510,7 +530,7 @@ def save_rule():
                                    Param("when_op", where="form", enum=r.OPS, description="guard: comparison"),
                                    Param("when_threshold", where="form", description="guard: threshold (a number)"),
                                    REASON_PARAM],
-         status=201, responses={"201": "saved", "422": "no reason"},
+         status=201, responses={"201": "saved", "422": "no reason", "429": "a new rule past caps.alert_rules"},
          response=obj({"rule": obj({"name": STR, "metric": STR})}))
 def api_save_rule():
     form = _form()
@@ -621,7 +641,7 @@ def save_destination():
          params=[Param("name", where="form", required=True), Param("kind", where="form", enum=r.KINDS),
                  Param("url", where="form", required=True, format="uri"), Param("secret", where="form"),
                  Param("headers", where="form", description="one `Name: value` a line"), REASON_PARAM],
-         status=201, responses={"201": "saved", "422": "no reason"},
+         status=201, responses={"201": "saved", "422": "no reason", "429": "a new destination past caps.destinations"},
          response=obj({"destination": obj({"name": STR, "url": STR})}))
 def api_save_destination():
     form = _form()
@@ -645,8 +665,10 @@ def _send_test(name: str) -> outbox.TestResult:
     if dest is None:
         abort(404, f"no destination named {name!r}")
     settings = ev.AlertSettings.from_config(_config())
-    return outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
-                            allow_private=settings.allow_private_destinations)
+    # A test waits for the receiver (up to delivery_timeout) on one of the process's threads.
+    with state().in_flight.take("test", g.user.name, _config().caps.tests_per_user, "caps.tests_per_user"):
+        return outbox.send_test(conn, dest, timeout=settings.delivery_timeout,
+                                allow_private=settings.allow_private_destinations)
 
 
 @bp.post("/alerts/destinations/<name>/test")
@@ -665,7 +687,8 @@ def test_destination(name: str):
 @bp.post("/api/v1/alerts/destinations/<name>/test")
 @requires("operator")
 @api_doc("Send a test notification now and return the receiver's real answer",
-         params=[Param("name", where="path")], responses={"404": "no such destination"},
+         params=[Param("name", where="path")],
+         responses={"404": "no such destination", "429": "caps.tests_per_user tests of yours are waiting already"},
          response=obj({"ok": BOOL, "status": opt(INT), "message": opt(STR), "duration_ms": opt(NUM)}))
 def api_test_destination(name: str):
     result = _send_test(name)

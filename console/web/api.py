@@ -135,9 +135,18 @@ class Param:
     max_length: int | None = None
     pattern: str | None = None
     repeat: bool = False  # an array: ?x=1&x=2 or a repeated form field
+    # A string that holds JSON (a payload filter, a selection: "text"), or JSON encoded as
+    # base64url (a page cursor: "base64url"): the schema says so (`contentMediaType`,
+    # `contentEncoding`, and `format` json or json-base64url, which tests/test_api_fuzz.py
+    # generates deep and wide JSON for); past jsonbounds' depth it answers 400.
+    json: str | None = None
 
     def schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"type": self.type}
+        if self.json == "text":
+            schema.update(format="json", contentMediaType="application/json")
+        elif self.json == "base64url":
+            schema.update(format="json-base64url", contentEncoding="base64url", contentMediaType="application/json")
         for key, value in (("enum", list(self.enum) if self.enum else None), ("format", self.format),
                            ("minimum", self.minimum), ("maximum", self.maximum),
                            ("maxLength", self.max_length), ("pattern", self.pattern)):
@@ -213,6 +222,11 @@ def _operation(rule, method: str, doc: dict[str, Any], role: str | None) -> dict
         errors["403"] = f"needs the {role or ('viewer' if method == 'GET' else 'operator')} role"
     if path_params:
         errors["404"] = ERRORS["404"]
+    # A route that takes a reason applies console.actions' rule to it (a required one missing, or
+    # one with fewer than 3 visible characters, is a 422), whether its own doc says so or not.
+    takes_reason = any(p.name == "reason" for p in doc["params"]) or "reason" in ((doc["body"] or {}).get("properties") or {})
+    if takes_reason:
+        errors["422"] = "the reason says nothing: missing where this action needs one, or fewer than 3 visible characters"
     errors["503"] = ERRORS["503"]
     errors.update({code: text for code, text in doc["responses"].items() if not code.startswith("2")})
     for code in sorted(errors):

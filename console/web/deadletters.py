@@ -41,13 +41,17 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 from console import browse, jsonbounds
 from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
+from console.caps import Caps
 from console.maintenance import bulk
+from console.maintenance.deadletters import GROUP_NAMES
 from console.maintenance.deadletters import count as count_matching
 from console.timefmt import bounded
+from console.web import listing
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel, ref
 from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
+from console.web.listing import LIST_FIELDS, LIST_PARAMS
 from console.web.redact import (
     fingerprint_for,
     group_for,
@@ -67,7 +71,7 @@ SELECTION_FIELDS = ("fingerprint", "queue", "kind", "failed_since", "failed_befo
 
 SELECTION_PARAMS = [
     Param("action", where="form", enum=bulk.ACTIONS, required=True, description="replay or purge"),
-    Param("selection", where="form", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
+    Param("selection", where="form", json="text", description='JSON object: {"fingerprint": ...}, {"ids": [1, 2]}, {"queue": ..., "kind": ...} or {"all": true}'),
     Param("ids", where="form", type="integer", repeat=True, minimum=1, maximum=2**63 - 1,
           description="job ids (repeatable; instead of `selection`)"),
     Param("fingerprint", where="form", description="error group (instead of `selection`)"),
@@ -130,14 +134,20 @@ def op_for(op: dict[str, Any]) -> dict[str, Any]:
 
 
 def groups_data() -> dict[str, Any]:
+    """One page of the error groups, largest first (`page`, `limit`; default web.list_limit),
+    with the count of all of them: a producer can write a thousand different messages."""
     queue, kind = _text_arg("queue"), _text_arg("kind")
-    groups = run_panel(m.groups, queue=queue, kind=kind, limit=100)
+    _query, page, limit = listing.args(_state().config.web.list_limit)
+    groups = run_panel(m.groups, queue=queue, kind=kind, limit=limit, offset=(page - 1) * limit)
+    shown = listing.Page(rows=[], total=0, page=page, limit=limit)
     if groups.ok:
         groups.data = [group_for(grp, g.user) for grp in groups.data]
+        total = groups.data[0]["total_groups"] if groups.data else 0
+        shown = listing.Page(rows=groups.data, total=total, page=page, limit=limit, overall=total)
     ops = run_panel(m.recent_operations, limit=10)
     if ops.ok:
         ops.data = [op_for(op) for op in ops.data]
-    return {"queue": queue, "kind": kind, "groups": groups, "operations": ops}
+    return {"queue": queue, "kind": kind, "groups": groups, "listing": shown, "operations": ops}
 
 
 def dead_row_for(row: dict[str, Any]) -> dict[str, Any]:
@@ -193,17 +203,22 @@ def index():
 @bp.get("/api/v1/deadletters")
 @requires("viewer")
 @api_doc("Dead letters grouped by error fingerprint (count, first/last seen, queues, kinds, example), and recent bulk operations",
-         params=[Param("queue", max_length=500), Param("kind", max_length=500)],
+         params=[Param("queue", max_length=500), Param("kind", max_length=500), *LIST_PARAMS[1:]],
+         description="One page of `limit` groups, largest first (default web.list_limit); `total` counts them all "
+                     "and `next_page` is the page after this one. Each group names its first "
+                     f"{GROUP_NAMES} queues and kinds; `queue_count` and `kind_count` count them all.",
          response=obj({"queue": opt(STR), "kind": opt(STR),
                        "groups": panel(arr(obj({"fingerprint": STR, "count": INT, "first_seen": TIME,
                                                 "last_seen": TIME, "queues": arr(STR), "kinds": arr(STR),
-                                                "example": opt(STR)}))),
-                       "operations": opt(arr(ref("Operation")))}))
+                                                "queue_count": INT, "kind_count": INT, "example": opt(STR)}))),
+                       "operations": opt(arr(ref("Operation"))), **LIST_FIELDS}))
 def api_index():
     data = groups_data()
-    return jsonify({"queue": data["queue"], "kind": data["kind"],
-                    "groups": data["groups"].data if data["groups"].ok else {"available": False, "error": data["groups"].error},
-                    "operations": data["operations"].data if data["operations"].ok else None})
+    groups = [{k: v for k, v in grp.items() if k != "total_groups"} for grp in data["groups"].data] \
+        if data["groups"].ok else {"available": False, "error": data["groups"].error}
+    return jsonify({"queue": data["queue"], "kind": data["kind"], "groups": groups,
+                    "operations": data["operations"].data if data["operations"].ok else None,
+                    **data["listing"].as_dict()})
 
 
 @bp.get("/deadletters/jobs")
@@ -218,7 +233,7 @@ def jobs():
     Param("fingerprint", max_length=500), Param("queue", max_length=500), Param("kind", max_length=500),
     Param("failed_since", max_length=500, description="ISO 8601"),
     Param("failed_before", max_length=500, description="ISO 8601"),
-    Param("payload", max_length=500, description="JSON object the payload contains (viewers: not on a redacted key, 403)"),
+    Param("payload", max_length=500, json="text", description="JSON object the payload contains (viewers: not on a redacted key, 403)"),
     Param("before", description="the `next` cursor of the previous page"),
 ], description="Payloads are not included; open a job for it (redacted for viewers). Error text is redacted for viewers.",
    response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),
@@ -347,7 +362,8 @@ def start_operation() -> dict[str, Any]:
     try:
         # The check against the preview and the operation's insert are one transaction.
         op_id = m.start(conn, action, sel, actor=actor(), reason=reason, rate=rate,
-                        batch_size=settings.batch_size, purge_mode=purge_mode, preview=previewed)
+                        batch_size=settings.batch_size, purge_mode=purge_mode, preview=previewed,
+                        caps=Caps.from_config(_state().config))
     except m.PreviewMismatch as exc:
         abort(409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=settings.error_history)
@@ -372,6 +388,8 @@ def start():
     *PREVIEW_PARAMS,
 ], status=201, responses={"400": "bad selection, a reason too long, a bad rate or to_archive, or a purge without its preview's fields",
                           "409": "the selection no longer matches exactly the previewed jobs: preview again",
+                          "429": "caps.bulk_running operations in this database, or caps.bulk_per_actor of yours, are "
+                                 "queued or running already",
                           "422": "no reason (every purge, and a replay of more than one job, needs one)",
                           "201": "started"}, response=ref("Operation"))
 def api_start():
@@ -464,7 +482,7 @@ def _resume(op_id: int) -> dict[str, Any]:
     reason = reason_for("operation_resume")
     conn = get_conn()
     try:
-        op = m.resume(conn, op_id, actor=actor(), reason=reason)
+        op = m.resume(conn, op_id, actor=actor(), reason=reason, caps=Caps.from_config(_state().config))
     except m.OperationState as exc:
         abort(404 if "there is no" in str(exc) else 409, str(exc))
     bulk.run_in_thread(_state().dsn, op_id, history=_settings().error_history)
@@ -488,7 +506,7 @@ def resume(op_id: int):
          description="Rows already done are not touched again, and no job above the operation's `max_id` "
                      "(the confirmed preview's bound) is ever touched.",
          response=ref("Operation"),
-         responses={"422": "no reason", "404": "no such operation",
+         responses={"422": "no reason", "404": "no such operation", "429": "past caps.bulk_running or caps.bulk_per_actor",
                     "409": "it is not cancelled or failed (still running, or done)"})
 def api_resume(op_id: int):
     return jsonify(_resume(op_id))

@@ -11,6 +11,7 @@ from psycopg_pool import PoolTimeout
 from werkzeug.exceptions import HTTPException
 
 from console.actions import ReasonRequired
+from console.caps import CapReached
 from console.db import DatabaseError, _redact
 from console.web.database import DatabaseUnreachable, QueryTooSlow, replica_lost
 
@@ -54,6 +55,11 @@ def install(app: Flask) -> None:
     @app.errorhandler(ValueError)
     def bad_value(exc: ValueError):
         return respond(400, "Bad Request", str(exc) or "bad input")
+
+    @app.errorhandler(CapReached)
+    def cap_reached(exc: CapReached):
+        # 429: well-formed, allowed for this role, but one more than the cap (console.caps).
+        return respond(429, "Too many", str(exc))
 
     @app.errorhandler(ReasonRequired)
     def reason_required(exc: ReasonRequired):

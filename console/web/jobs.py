@@ -58,7 +58,7 @@ FILTER_PARAMS = [
     Param("kind", max_length=200, description="exact job kind"),
     Param("fingerprint", max_length=200, description="error group (the dead letters' fingerprint)"),
     Param("id", type="integer", minimum=0, maximum=2**63 - 1, description="one job id"),
-    Param("payload", max_length=2000, description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
+    Param("payload", max_length=2000, json="text", description='JSON object the payload must contain (`@>`), e.g. {"customer": 42}'),
     Param("since", description="ISO 8601 time or a span back from now (15m, 6h, 7d); failed: failure time, else enqueue time"),
     Param("until", description="ISO 8601 time or a span back from now"),
     Param("eligible", enum=("1", "0"), description="1: pending jobs due now (what workers claim next), in claim order; implies state=pending"),
@@ -151,7 +151,7 @@ def count_fragment():
 @requires("viewer")
 @api_doc("List jobs matching a filter (keyset pages)", params=[
     *FILTER_PARAMS,
-    Param("after", description="the `next` cursor of the previous page"),
+    Param("after", json="base64url", description="the `next` cursor of the previous page (a JSON array, base64url)"),
     Param("limit", type="integer", minimum=1, maximum=browse.MAX_PAGE,
           description=f"rows per page, 1-{browse.MAX_PAGE} (default web.page_size)"),
     Param("count", type="boolean", description="false: skip the count"),
@@ -193,14 +193,22 @@ def _export(fmt: str):
         with pool.connection(timeout=wait) as conn, time_limited(conn, ms):
             yield conn
 
-    # The first batch runs before the response starts, so a bad filter or a timeout is an
-    # error status, not a truncated file.
-    rows = browse.export_jobs(limited_conn, f, limit=limit, window=st.config.web.scan_window)
-    first = []
+    # A stream holds one of the process's threads for as long as the client reads: a user has
+    # at most caps.exports_per_user of them at once (console/web/inflight.py), given back when
+    # the stream ends (read to the end, failed, or closed when the client went away).
+    slot = st.in_flight.take("export", user.name, st.config.caps.exports_per_user, "caps.exports_per_user")
     try:
-        first = [next(rows)]
-    except StopIteration:
-        pass
+        # The first batch runs before the response starts, so a bad filter or a timeout is an
+        # error status, not a truncated file.
+        rows = browse.export_jobs(limited_conn, f, limit=limit, window=st.config.web.scan_window)
+        first = []
+        try:
+            first = [next(rows)]
+        except StopIteration:
+            pass
+    except BaseException:
+        slot.release()
+        raise
 
     def all_rows():
         yield from first
@@ -222,8 +230,10 @@ def _export(fmt: str):
                 yield ("," if i else "") + "\n" + json.dumps(row, default=_json_default, ensure_ascii=False)
             yield "\n]\n"
 
-        return Response(stream_with_context(generate_json()), mimetype="application/json",
-                        headers={"Content-Disposition": f'attachment; filename="{stamp}.json"'})
+        response = Response(stream_with_context(_releasing(generate_json(), slot)), mimetype="application/json",
+                            headers={"Content-Disposition": f'attachment; filename="{stamp}.json"'})
+        response.call_on_close(slot.release)
+        return response
 
     def generate_csv():
         buf = io.StringIO()
@@ -237,8 +247,19 @@ def _export(fmt: str):
                 buf.truncate()
         yield buf.getvalue()
 
-    return Response(stream_with_context(generate_csv()), mimetype="text/csv",
-                    headers={"Content-Disposition": f'attachment; filename="{stamp}.csv"'})
+    response = Response(stream_with_context(_releasing(generate_csv(), slot)), mimetype="text/csv",
+                        headers={"Content-Disposition": f'attachment; filename="{stamp}.csv"'})
+    response.call_on_close(slot.release)
+    return response
+
+
+def _releasing(chunks, slot):
+    """The stream, giving its in-flight slot back when it ends: read to the end, or closed by the
+    server when the client goes away (the response's call_on_close covers one never read)."""
+    try:
+        yield from chunks
+    finally:
+        slot.release()
 
 
 def _json_default(o):
@@ -280,7 +301,8 @@ def export(fmt: str):
 @api_doc("Export the filtered jobs as CSV or JSON (streamed, at most web.export_limit rows)",
          params=[Param("fmt", where="path", enum=("csv", "json")), *FILTER_PARAMS,
                  Param("limit", type="integer", minimum=1, description="at most this many rows (1 to web.export_limit)")],
-         media=("application/json", "text/csv"), response=arr(ref("Job")),
+         media=("application/json", "text/csv"),
+         responses={"429": "caps.exports_per_user exports of yours are streaming already"}, response=arr(ref("Job")),
          description="fmt is `csv` (a header row, then one row per job) or `json` (an array of jobs).")
 def api_export(fmt: str):
     return _export(fmt)
@@ -394,14 +416,17 @@ ENQUEUE_BODY["additionalProperties"] = False
 
 def enqueue_from(fields: Any, *, payload_is_text: bool) -> dict[str, Any]:
     """Both faces' enqueue: the fields checked, the job enqueued and audited as g.user."""
+    config = _state().config
     return browse.enqueue_job(get_conn(), fields, actor=g.user.name, payload_is_text=payload_is_text,
-                              default_max_attempts=_state().config.queue.max_attempts)
+                              default_max_attempts=config.queue.max_attempts,
+                              per_minute=config.caps.enqueue_per_minute)
 
 
 @bp.post("/api/v1/jobs")
 @requires("operator")
 @api_doc("Enqueue one job (audited with the reason)", body=ENQUEUE_BODY, status=201,
-         responses={"201": "enqueued, or an existing job's id (created: false)"},
+         responses={"201": "enqueued, or an existing job's id (created: false)",
+                    "429": "caps.enqueue_per_minute jobs enqueued by you within the last minute"},
          response=obj({"id": INT, "created": BOOL, "queue": STR, "kind": STR}),
          description="A JSON object. An idempotency key a job in the hot table has, or a uniqueness window still "
                      "held, answers with that job's id and `created: false` (nothing is inserted). A bad field is "

@@ -42,8 +42,22 @@ from psycopg.types.json import Jsonb
 from console import samples, signals
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
-from console.web import charts
-from console.web.api import ANY, BOOL, NUM, OBJ, STR, TIME, Param, api_doc, arr, obj, opt, panel
+from console.web import charts, listing
+from console.web.api import (
+    ANY,
+    BOOL,
+    INT,
+    NUM,
+    OBJ,
+    STR,
+    TIME,
+    Param,
+    api_doc,
+    arr,
+    obj,
+    opt,
+    panel,
+)
 from console.web.auth import requires
 from console.web.database import run_panel
 
@@ -54,6 +68,11 @@ WINDOWS: dict[str, timedelta] = {"1h": timedelta(hours=1), "6h": timedelta(hours
                                  "24h": timedelta(hours=24), "7d": timedelta(days=7)}
 DEFAULT_WINDOW = "1h"
 STALE_AFTER = timedelta(minutes=5)
+# What the overview lists of what a producer can make long (console/web/listing.py): the worst
+# queues and alerts, and the verdict's first reasons, each with the count of the rest and a
+# link to the page that has them all (search, paging).
+OVERVIEW_ROWS = 20
+VERDICT_REASONS = 10
 JOBS_TABLES = ("jobs", "skiplock.jobs")
 
 # (warn at, bad at) for the one figure no alert rule watches: failed / (completed + failed) over
@@ -283,7 +302,7 @@ def active_alerts(conn) -> list[dict[str, Any]] | None:
         ruleset = None
     from console.web.redact import notification_keys
 
-    return active(conn, ruleset, secret_keys=notification_keys())
+    return active(conn, ruleset, secret_keys=notification_keys(), links_for=OVERVIEW_ROWS)
 
 
 def firing_alerts(conn) -> list[dict[str, Any]] | None:
@@ -416,8 +435,11 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
     sources: list[str] = []
     advisor_text = None
 
+    seen: set[str] = set()  # a set, not a scan of `why`: one reason per queue can be thousands
+
     def add(text: str, lv: str, panel: str) -> None:
-        if all(w["text"] != text for w in why):
+        if text not in seen:
+            seen.add(text)
             why.append({"text": text, "level": lv, "panel": panel})
 
     if alerts == "load":
@@ -427,8 +449,19 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
         _, found = assess(latest, judge)
     said: set[int] = set()  # the alerts a finding already speaks for
     notes: dict[int, list[str]] = {}
+    # Alerts by (metric, queue label): each finding looks up its own, instead of every finding
+    # against every alert (5,000 late queues and their 5,000 alerts made that 25 million pairs).
+    by_series: dict[tuple[str | None, str | None], list[tuple[int, dict[str, Any]]]] = {}
+    for n, a in enumerate(alerts or []):
+        by_series.setdefault((a.get("metric"), (a.get("labels") or {}).get("queue")), []).append((n, a))
     for i, f in enumerate(found):
-        for a in alerts or []:
+        if f.metric is None:
+            continue
+        if f.queue is None:
+            candidates = [pair for (metric, _), pairs in by_series.items() if metric == f.metric for pair in pairs]
+        else:
+            candidates = by_series.get((f.metric, None), []) + by_series.get((f.metric, f.queue), [])
+        for _, a in sorted(candidates, key=lambda pair: pair[0]):  # in the alerts' own order
             if _covers(a, f):
                 said.add(a["id"])
                 notes.setdefault(i, []).append(_alert_note(a, now))
@@ -467,8 +500,15 @@ def verdict(conn, latest: Latest, alerts: list[dict[str, Any]] | None | str = "l
     state = max(states, key=_ORDER.index) if states else "unknown"
     if newest is None and state == "healthy":
         state = "unknown"  # nothing measured: "no alerts firing" means nothing
-    return {"state": state, "reasons": [w["text"] for w in why], "why": why, "advisor": advisor_text,
-            "source": "+".join(sources) or "none", "measured_at": newest}
+    more = 0
+    if len(why) > VERDICT_REASONS:
+        # One reason per queue and per alert: 5,000 late queues would be 5,000 lines. The first
+        # VERDICT_REASONS, stale measurements and the red ones first, and the count of the rest
+        # (the queues and alerts panels list them worst first).
+        why = sorted(why, key=lambda w: (w["panel"] != "measurements", w["level"] != "bad"))
+        more, why = len(why) - VERDICT_REASONS, why[:VERDICT_REASONS]
+    return {"state": state, "reasons": [w["text"] for w in why], "why": why, "why_more": more,
+            "advisor": advisor_text, "source": "+".join(sources) or "none", "measured_at": newest}
 
 
 # --- figures and charts ---------------------------------------------------------------------
@@ -666,7 +706,10 @@ def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[s
             "paused_by": p.get("paused_by"), "level": lv, "idle": idle,
             "idle_since": idle_since, "last_busy": last_busy,
         })
-    out.sort(key=lambda q: (["bad", "warn", "good", "unknown"].index(q["level"]), q["queue"]))
+    # Worst first: the level the rules give, then stuck leases, the longest wait, dead-letter
+    # growth (as the Queues page orders them); the overview shows the first OVERVIEW_ROWS.
+    out.sort(key=lambda q: (["bad", "warn", "good", "unknown"].index(q["level"]), -(q["stuck"] or 0),
+                            -(q["oldest_age_s"] or 0), -(q["dead_letter_growth"] or 0), q["queue"]))
     return out
 
 
@@ -692,8 +735,10 @@ def overview_data(window_name: str, window: timedelta, *, draw: bool, parts: tup
         out["figures"] = run_panel(figures_data, latest.data, window, draw=draw, judge=judge) if latest.ok else latest
     if "queues" in parts:
         out["queues"] = run_panel(queues_data, latest.data, judge=judge) if latest.ok else latest
+        out["queues_shown"] = listing.top(out["queues"].data if out["queues"].ok else [], OVERVIEW_ROWS)
     if "alerts" in parts:
         out["alerts"] = alerts
+        out["alerts_shown"] = listing.top(alerts.data if alerts.ok and alerts.data else [], OVERVIEW_ROWS)
     return out
 
 
@@ -730,12 +775,12 @@ def _page(template: str, parts: tuple[str, ...] = PARTS):
 @bp.get("/overview")
 @requires("viewer")
 def index():
-    from console.collectors.external import latest_sources
+    from console.web.external_panel import external_panel
 
     name, window = window_arg()
     data = overview_data(name, window, draw=True)
     state = tab_state(data["verdict"]) if "verdict" in data else ""
-    return render_template("overview/index.html", tab_state=state, external=run_panel(latest_sources), **data, **_links())
+    return render_template("overview/index.html", tab_state=state, external=external_panel(), **data, **_links())
 
 
 @bp.get("/overview/_verdict")
@@ -769,26 +814,32 @@ def _panel_json(p) -> Any:
                "as [time, value] pairs (value null = not measured). A panel whose query failed is "
                "{available: false, error}. `alerts` is null when the alerts package is not installed. "
                "Levels come from the alert rules in force; each of verdict.why names the panel that shows it "
-               "(a figure key, queue:<name>, alerts, advisor or measurements).",
+               "(a figure key, queue:<name>, alerts, advisor or measurements). What a producer can make long is "
+               f"bounded: the {OVERVIEW_ROWS} worst queues and the first {OVERVIEW_ROWS} alerts "
+               "(`queues_total` and `alerts_total` count them all: /api/v1/queues and /api/v1/alerts page through "
+               f"them), and the first {VERDICT_REASONS} reasons (`verdict.why_more` counts the rest).",
    response=obj({"window": {"enum": list(WINDOWS)},
                  "verdict": panel(obj({"state": {"enum": ["healthy", "degraded", "failing", "unknown"]},
                                        "reasons": arr(STR),
                                        "why": arr(obj({"text": STR, "level": {"enum": ["warn", "bad"]},
-                                                       "panel": STR}))})),
+                                                       "panel": STR})), "why_more": INT})),
                  "figures": panel(arr(obj({"key": STR, "metric": STR, "unit": STR, "value": opt(NUM), "level": STR,
                                            "series": arr(OBJ)}))),
                  "alerts": opt(panel(arr(OBJ))),
                  "queues": panel(arr(obj({"queue": STR, "level": STR, "idle": BOOL, "idle_since": opt(TIME)}))),
-                 "metrics": OBJ}))
+                 "alerts_total": INT, "queues_total": INT, "metrics": OBJ}))
 def api_index():
     name, window = window_arg()
     data = overview_data(name, window, draw=False)
+    alerts, queues = data["alerts"], data["queues"]
     return jsonify({
         "window": name,
         "verdict": _panel_json(data["verdict"]),
         "figures": _panel_json(data["figures"]),
-        "alerts": _panel_json(data["alerts"]),
-        "queues": _panel_json(data["queues"]),
+        "alerts": data["alerts_shown"].rows if alerts.ok and alerts.data is not None else _panel_json(alerts),
+        "alerts_total": data["alerts_shown"].total,
+        "queues": data["queues_shown"].rows if queues.ok else _panel_json(queues),
+        "queues_total": data["queues_shown"].total,
         "metrics": {f.key: {"metric": f.metric, "unit": f.unit, "help": METRICS[f.metric].help} for f in FIGURES},
     })
 

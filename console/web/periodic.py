@@ -16,7 +16,9 @@ from typing import Any
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
 from console.actions import clean_reason
+from console.caps import check_enqueues
 from console.queue import periodic
+from console.web import state
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
@@ -80,8 +82,10 @@ def _act(name: str, action: str) -> int | None:
     reason = clean_reason(request.form.get("reason"))  # console.actions' rule (400 when it says nothing)
     conn = get_conn()
     try:
-        if action == "run":
-            return periodic.run_now(conn, name, actor=g.user.name, reason=reason)
+        if action == "run":  # an enqueue from the console: counted with the others, in one transaction
+            with conn.transaction():
+                check_enqueues(conn, g.user.name, state().config.caps.enqueue_per_minute)
+                return periodic.run_now(conn, name, actor=g.user.name, reason=reason)
         periodic.set_paused(conn, name, action == "pause", actor=g.user.name, reason=reason)
     except periodic.PeriodicError as exc:
         abort(404, str(exc))
@@ -139,7 +143,7 @@ def api_resume(name: str):
 @bp.post("/api/v1/periodic/<name>/run")
 @requires("operator")
 @api_doc("Run a periodic schedule's job now, outside its slots (audited); answers the new job's id", params=[REASON],
-         responses={"404": "no such periodic schedule"}, status=201,
+         responses={"404": "no such periodic schedule", "429": "caps.enqueue_per_minute jobs enqueued by you within the last minute"}, status=201,
          response=obj({"ok": BOOL, "name": STR, "job_id": INT}))
 def api_run(name: str):
     job_id = _act(name, "run")

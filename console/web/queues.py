@@ -23,10 +23,13 @@ from console import browse, samples, signals
 from console.actions import MAX_REASON, ReasonRequired
 from console.maintenance import UnknownQueue, pause_queue, resume_queue
 from console.queue import limits
+from console.web import listing, state
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel
+from console.web.external_panel import external_panel
+from console.web.listing import LIST_FIELDS, LIST_PARAMS
 
 bp = Blueprint("queues", __name__)
 
@@ -76,16 +79,30 @@ def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, A
     return out
 
 
-def queues_data() -> dict[str, Any]:
+def worst_first(row: dict[str, Any]) -> tuple:
+    """The order of the queues list: stuck leases, then the oldest waiting job, then dead
+    letters, then backlog; an idle queue (all zero) last; the name breaks ties."""
+    return (-(row.get("stuck") or 0), -(row.get("age_seconds") or 0) if row.get("eligible") else 0,
+            -(row.get("failed") or 0), -(row.get("eligible") or 0), row["queue"])
+
+
+def queue_rows() -> tuple[list[dict[str, Any]], str, str | None]:
+    """Every queue (live figures, or the latest samples when the live query is too slow, plus
+    the idle ones the samples know), worst first, before drain estimates and limits."""
     live = run_panel(browse.queue_figures)
     rows, source, error = (live.data, "live", None) if live.ok else ([], "samples", live.error)
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
-    from console.web import state
-
     activity = run_panel(samples.queue_activity)
     rows = with_idle_queues(rows, activity.data if activity.ok else {}, window=signals.rate_window(state().config))
+    rows.sort(key=worst_first)
+    return rows, source, error
+
+
+def with_details(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
+    """Drain estimates, limits and the rules' colours for the rows that are shown (not for every
+    queue there is)."""
     points = run_panel(browse.backlog_points)
     now = datetime.now(UTC)
     for row in rows:
@@ -106,10 +123,20 @@ def queues_data() -> dict[str, Any]:
         lim = by_queue.get(row["queue"])
         row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
     _judge_rows(rows)
+    return rows
+
+
+def queues_data() -> dict[str, Any]:
+    """One page of the queues, worst first (`q` searches the names; `page`, `limit`), with the
+    count of those not shown; the tab title counts stuck and paused queues over all of them."""
+    rows, source, error = queue_rows()
+    shown = listing.page_of(rows, name=lambda r: r["queue"], default_limit=state().config.web.list_limit)
+    with_details(shown.rows, source)
     stuck = sum(r.get("stuck") or 0 for r in rows)
     paused = sum(1 for r in rows if r.get("paused"))
     state_bits = ([f"{stuck} stuck"] if stuck else []) + ([f"{paused} paused"] if paused else [])
-    return {"queues": rows, "source": source, "error": error, "tab_state": " · ".join(state_bits)}
+    return {"queues": shown.rows, "listing": shown, "source": source, "error": error,
+            "tab_state": " · ".join(state_bits)}
 
 
 def _judge_rows(rows: list[dict[str, Any]]) -> None:
@@ -140,18 +167,14 @@ def _judge_rows(rows: list[dict[str, Any]]) -> None:
 @bp.get("/queues")
 @requires("viewer")
 def index():
-    from console.collectors.external import latest_sources
-
-    return render_template("queues/index.html", external=run_panel(latest_sources), **queues_data())
+    return render_template("queues/index.html", external=external_panel(), **queues_data())
 
 
 @bp.get("/queues/_external")
 @requires("viewer")
 def external_fragment():
     """The [[external_queues]] panel alone (the Queues page and the overview poll it)."""
-    from console.collectors.external import latest_sources
-
-    return render_template("queues/_external.html", external=run_panel(latest_sources))
+    return render_template("queues/_external.html", external=external_panel())
 
 
 @bp.get("/queues/_table")
@@ -163,20 +186,25 @@ def table():
 @bp.get("/api/v1/queues")
 @requires("viewer")
 @api_doc("Per-queue figures: eligible, scheduled, running, stuck, failed, oldest eligible age, paused, drain estimate",
-         description="`source` is `live`, or `samples` when the live query timed out (then `error` says why).",
+         params=LIST_PARAMS,
+         description="Worst first (stuck leases, the longest wait, dead letters, backlog), one page of `limit` "
+                     "queues (default web.list_limit); `q` keeps the queues whose name contains it, `total` counts "
+                     "them, `more` says how many are not in this page and `next_page` is the page after it. "
+                     "`source` is `live`, or `samples` when the live query timed out (then `error` says why).",
          response=obj({"queues": arr(QUEUE_ROW), "source": {"enum": ["live", "samples"]}, "error": opt(STR),
-                       "tab_state": STR}))
+                       "tab_state": STR, **LIST_FIELDS}))
 def api_index():
-    return jsonify(queues_data())
+    data = queues_data()
+    return jsonify({**{k: v for k, v in data.items() if k != "listing"}, **data["listing"].as_dict()})
 
 
 def queue_data(name: str) -> dict[str, Any]:
-    data = queues_data()
-    row = next((r for r in data["queues"] if r["queue"] == name), None)
+    rows, source, error = queue_rows()
+    row = next((r for r in rows if r["queue"] == name), None)
     if row is None:
         abort(404, f"there is no queue {name!r} (no jobs and never paused)")
-    return {"queue": row, "source": data["source"], "error": data["error"],
-            "tab_state": "paused" if row.get("paused") else ""}
+    with_details([row], source)
+    return {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
 
 
 @bp.get("/queues/<name>")
@@ -229,8 +257,11 @@ def _set(name: str, action: str) -> None:
     reason = reason_for(action)
     create = action == "pause" and (request.form.get("create") or "").strip().lower() in _TRUE
     try:
-        (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason,
-                                                             create=create)
+        if action == "pause":
+            pause_queue(get_conn(), name, actor=actor(), reason=reason, create=create,
+                        cap=state().config.caps.paused_queues)
+        else:
+            resume_queue(get_conn(), name, actor=actor(), reason=reason, create=create)
     except UnknownQueue as exc:
         abort(404, str(exc).replace("pass --create", "send create=true"))
 
@@ -268,7 +299,8 @@ def resume(name: str):
                  Param("create", where="form", type="boolean",
                        description="true: pause a queue no job, sample or limit names yet (else 404, a typo)")],
          responses={"404": "no queue has that name (no jobs, samples or limits, never paused); the message names "
-                           "the nearest", "422": "no reason"},
+                           "the nearest", "422": "no reason",
+                    "429": "caps.paused_queues queues are paused already"},
          response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
