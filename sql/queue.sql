@@ -229,6 +229,10 @@ candidates AS (
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
       AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
+      -- A worker with sync and async handlers claims for each runtime's free slots apart
+      -- (console/queue/worker.py, "mixed"); NULL for every other worker.
+      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+      AND (%(skip_kinds)s::text[] IS NULL OR j.kind <> ALL(%(skip_kinds)s::text[]))
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
