@@ -12,7 +12,8 @@ same tables and calls these functions, but nothing here imports the console back
 - `aio`: its event loop for `async def` handlers;
 - `tasks`: the handler registry (`@skiplock.task`);
 - `limits`: fleet-wide concurrency and rate limits;
-- `periodic`: cron and interval schedules (`@skiplock.schedule`).
+- `periodic`: cron and interval schedules (`@skiplock.schedule`);
+- `schema`: `skiplock.migrate(conn)`, the schema from application code.
 
 `from console import queue as q` gives the protocol and enqueue functions under one name
 (`q.enqueue`, `q.claim`, ...), as when this package was one module; the worker, tasks, limits
