@@ -395,11 +395,13 @@ FROM skiplock.jobs AS j
 WHERE j.id = %(id)s;
 
 -- name: register_worker
-INSERT INTO skiplock.workers (id, host, pid, queues, concurrency)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- kinds: what this worker's tasks modules register (console "why isn't this job running?").
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, kinds)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(kinds)s)
 ON CONFLICT (id) DO UPDATE
 SET last_seen = now(),
-    stopped_at = NULL;
+    stopped_at = NULL,
+    kinds = excluded.kinds;
 
 -- name: flush_worker
 -- The worker process keeps its counters since start and writes them whole (a lost flush is

@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -54,13 +55,22 @@ class Boom(Exception):
 
 
 class Loop:
-    """One event loop per async stack, run step by step (each with a deadline)."""
+    """One event loop per async stack, run step by step (each with a deadline).
+
+    The loop runs in a thread of its own: in a test process that already ran a Playwright
+    (sync API) test, the main thread still counts as running an event loop, and
+    run_until_complete there would refuse to start."""
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="stack-loop", daemon=True)
+        self.thread.start()
 
     def run(self, awaitable: Any) -> Any:
-        return self.loop.run_until_complete(asyncio.wait_for(awaitable, DEADLINE))
+        async def bounded() -> Any:
+            return await asyncio.wait_for(awaitable, DEADLINE)
+
+        return asyncio.run_coroutine_threadsafe(bounded(), self.loop).result(DEADLINE + 5)
 
     @contextlib.contextmanager
     def enter(self, manager: Any) -> Iterator[Any]:
@@ -74,7 +84,9 @@ class Loop:
             self.run(manager.__aexit__(None, None, None))
 
     def close(self) -> None:
-        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.run(self.loop.shutdown_asyncgens())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(DEADLINE)
         self.loop.close()
 
 
@@ -349,6 +361,13 @@ class DjangoStack(Stack):
         configure_django()
         from django.db import connection, connections
 
+        # Django refuses sync ORM calls in a thread where an event loop runs; after a Playwright
+        # (sync API) test in the same process, the main thread counts as one although nothing
+        # async happens here. Say so only then, so a real async misuse still shows elsewhere.
+        self.unsafe_before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+        if asyncio.events._get_running_loop() is not None:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
         info = conninfo_to_dict(dsn)
         connections["default"].close()
         connections["default"].settings_dict.update(NAME=info["dbname"], HOST=info.get("host", ""),
@@ -360,6 +379,10 @@ class DjangoStack(Stack):
         from django.db import connections
 
         connections["default"].close()
+        if self.unsafe_before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = self.unsafe_before
 
     @contextlib.contextmanager
     def begin(self, *, commit=True):
@@ -595,6 +618,7 @@ def test_the_base_install_imports_none_of_the_optional_libraries(dsn):
     psycopg; and importing it never loads them."""
     script = """
 import sys
+import threading
 for name in ("asyncpg", "sqlalchemy", "django"):
     sys.modules[name] = None  # import raises ImportError
 import psycopg

@@ -15,7 +15,8 @@ import click
 # Each module registers its commands on main_group when imported:
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
-# prometheus: prometheus rules|dashboard · queues: queues set|show (limits) ·
+# periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
+# queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
     advisor,
@@ -23,12 +24,14 @@ from console.cli import (  # noqa: F401
     core,
     demo,
     maintenance,
+    periodic,
     prometheus,
     queues,
     scheduler,
     settings,
     users,
     web,
+    why,
 )
 from console.cli.common import main_group
 

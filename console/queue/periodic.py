@@ -488,13 +488,24 @@ def _check_actor(name: str, actor: str) -> None:
         raise ValueError("an actor is required")
 
 
+def _missing(conn: psycopg.Connection, name: str) -> PeriodicError:
+    """The error for a name no live schedule has, naming the nearest ones (a typo, most likely)."""
+    import difflib
+
+    names = [r["name"] for r in list_schedules(conn)]
+    near = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = (f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else
+            f"; schedules: {', '.join(names[:10])}" if names else "; no schedule is declared (docs/queue.md, periodic jobs)")
+    return PeriodicError(f"there is no periodic schedule {name!r}{hint}")
+
+
 def set_paused(conn: psycopg.Connection, name: str, paused: bool, *, actor: str, reason: str | None = None) -> None:
     """Pause (slots are counted as missed, not enqueued) or resume a schedule, audited."""
     _check_actor(name, actor)
     with conn.transaction():
         row = conn.execute(query("periodic", "set_paused"), {"name": name, "paused": paused, "actor": actor}).fetchone()
         if row is None:
-            raise PeriodicError(f"there is no periodic schedule {name!r}")
+            raise _missing(conn, name)
         audit.record(conn, actor=actor, action="periodic_pause" if paused else "periodic_resume",
                      target=f"periodic:{name}", selection={"periodic": name}, reason=reason, outcome="ok")
 
@@ -506,7 +517,7 @@ def run_now(conn: psycopg.Connection, name: str, *, actor: str, reason: str | No
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("periodic", "get"), {"name": name}).fetchone()
         if row is None:
-            raise PeriodicError(f"there is no periodic schedule {name!r}")
+            raise _missing(conn, name)
         entry = Entry(name=row["name"], kind=row["kind"], queue=row["queue"], payload=row["payload"], every=1)
         slot_row = cur.execute(query("periodic", "manual_slot"), {}).fetchone()
         assert slot_row is not None  # SELECT of now(): always one row

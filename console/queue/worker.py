@@ -432,7 +432,8 @@ class Worker:
             require_schema(self._conn)  # before the registry row: a clear message, not UndefinedTable
             self._conn.execute(
                 query("queue", "register_worker"),
-                {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues, "concurrency": self.slots},
+                {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+                 "concurrency": self.slots, "kinds": sorted(tasks.registered())},
             )
             self._cur = q.claim_cursor(self._conn)
         return self._conn

@@ -132,6 +132,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
     "console.web.fleet:bp",        # /databases, /api/v1/databases: one row per configured database
     "console.web.docs:bp",         # /docs/: the operator docs (runbooks), rendered from docs/*.md
+    "console.web.why:bp",          # /jobs/<id>/_why, /queues/<name>/_why (+ /api/v1/.../why): why it is not running
 )
 
 
