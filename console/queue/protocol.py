@@ -77,7 +77,8 @@ class Job:
     `payload` is the JSON value it was enqueued with; `attempts` counts this run (1 for the
     first); `locked_by` and `attempts` are the claim's fencing token; `lease_until` is pushed out
     by the worker's heartbeat while the handler runs. Make side effects idempotent with
-    `side_effect_key`, which is the same on every attempt."""
+    `side_effect_key`, which is the same on every attempt. `headers` travel with the job from
+    its enqueue (the producer's trace context when OpenTelemetry is configured), or None."""
 
     id: int
     queue: str
@@ -92,6 +93,7 @@ class Job:
     locked_at: datetime
     lease_until: datetime
     created_at: datetime
+    headers: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -68,7 +68,7 @@ from psycopg.types.json import Jsonb  # also handy for handlers: console.queue.w
 
 from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
 from console.histogram import Histogram
-from console.queue import limits, tasks
+from console.queue import limits, tasks, telemetry
 from console.queue import protocol as q
 from console.queue.aio import AsyncRuntime, Outcome, timed_out
 from console.sqlfiles import query
@@ -200,6 +200,7 @@ class Worker:
         # the tasks module has async handlers (decided in run(), once the module is imported).
         self.slots = concurrency
         self._async: AsyncRuntime | None = None
+        self._otel: telemetry.Telemetry | None = None  # set by run() when OpenTelemetry is on
         # Sync and async handlers in one process ("mixed"): each claim asks for the kinds of the
         # runtime it fills, so a batch of sync jobs never waits for threads while the loop idles
         # (nor the reverse). _async_kinds is what the async claim asks for and the sync one skips.
@@ -267,6 +268,9 @@ class Worker:
             started = time.monotonic()
         error: BaseException | None = None
         timeout = tasks.timeout_for(job.kind)
+        otel = telemetry.current()  # None unless the application called instrument()
+        if otel is not None:
+            return Worker._run_traced(otel, job, started, timeout)
         if timeout is not None:
             return Worker._run_bounded(job, started, timeout)
         try:
@@ -274,6 +278,25 @@ class Worker:
         except BaseException as exc:  # a handler's failure is the job's, never the worker's
             error = exc
         return Outcome(job, error, time.monotonic() - started)
+
+    @staticmethod
+    def _run_traced(otel: telemetry.Telemetry, job: q.Job, started: float, timeout: float | None) -> Outcome:
+        """A run inside its `process` span (current meanwhile, so the handler's spans nest under it)."""
+        token = otel.run_started(job)
+        outcome: Outcome | None = None
+        try:
+            if timeout is not None:
+                outcome = Worker._run_bounded(job, started, timeout)
+            else:
+                error: BaseException | None = None
+                try:
+                    tasks.handler_for(job.kind)(job)
+                except BaseException as exc:
+                    error = exc
+                outcome = Outcome(job, error, time.monotonic() - started)
+            return outcome
+        finally:
+            otel.run_ended(token, None if outcome is None else outcome.error)
 
     @staticmethod
     def _run_bounded(job: q.Job, started: float, timeout: float) -> Outcome:
@@ -468,6 +491,8 @@ class Worker:
             )
             failures.pop(0)
             self.counters.outcome(outcome.job.queue, status)
+            if self._otel is not None:
+                self._otel.outcome(outcome.job, "lost" if status is None else "retried" if status == "pending" else status)
             log.info("job %s (%s) attempt %s failed: %s -> %s", outcome.job.id, outcome.job.kind,
                      outcome.job.attempts, type(error).__name__, status or "claim lost")
 
@@ -484,6 +509,8 @@ class Worker:
         counters.claim_histogram.observe(claim_seconds)
         if not jobs:
             return
+        if self._otel is not None:  # before any handler starts: its span links to the claim's
+            self._otel.claimed(jobs, claim_seconds, self.id)
         now = time.monotonic()
         held = {job.id: (job, now) for job in jobs}
         with self._lock:
@@ -608,6 +635,14 @@ class Worker:
             claimed += more
         return completed or [], claimed
 
+    def _completions(self, done: list[q.Job], completed: list[int]) -> None:
+        """Count what `complete_many`/`complete_and_claim` did with `done`, and end their spans."""
+        self.counters.completions(done, completed)
+        if self._otel is not None:
+            kept = set(completed)
+            for job in done:
+                self._otel.outcome(job, "completed" if job.id in kept else "lost")
+
     def _report(self, outcomes: list[Outcome]) -> None:
         """The event loop's way back: the same results queue as the handler threads'."""
         self._results.put(outcomes)
@@ -615,13 +650,17 @@ class Worker:
 
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
+        self._otel = telemetry.current()  # the tasks modules, imported by now, may have turned it on
+        if self._otel is not None:
+            self._otel.watch(self.counters, lambda: len(self._in_flight))
         if tasks.any_async():
             self._async_kinds = sorted(kind for kind in tasks.registered() if tasks.is_async(kind))
             # With async handlers only, the threads serve just the kinds nobody registered
             # (they fail at once, UnknownTask): the loop's slots are the worker's.
             self._mixed = len(self._async_kinds) < len(tasks.registered())
             self.slots = self.async_concurrency + (self.concurrency if self._mixed else 0)
-            self._async = AsyncRuntime(self._report)
+            self._async = AsyncRuntime(self._report, hooks=None if self._otel is None else
+                                       (self._otel.run_started, self._otel.run_ended))
         if not self._declare_kinds():
             return 0  # stopped while the database was away
         if self._async is not None:
@@ -681,7 +720,7 @@ class Worker:
                         # Only when a unit is due: otherwise the completions ride along with the
                         # fast claim as without limits (one statement and one commit a round).
                         if done:
-                            self.counters.completions(done, q.complete_many(conn, done))
+                            self._completions(done, q.complete_many(conn, done))
                             done = []
                         # Limited units fill free slots only, never ahead.
                         claimed = self._limits.claim(conn, min(limit, open_slots), now=started)
@@ -697,7 +736,7 @@ class Worker:
                 elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)
                 if done and completed is not None:
-                    self.counters.completions(done, completed)
+                    self._completions(done, completed)
                     done = []
                 if time.monotonic() - last_flush >= self.flush_interval:
                     self._flush()
@@ -774,11 +813,14 @@ class Worker:
             left = [job for job, _ in self._in_flight.values()]
         try:
             conn = self._connection()
-            self.counters.completions(finished, q.complete_many(conn, finished))
+            self._completions(finished, q.complete_many(conn, finished))
             self._record_failures(conn, failures)
             if left:
                 released = q.release(conn, left)
                 log.info("released %d unfinished job(s) back to pending", len(released))
+                if self._otel is not None:  # a run still going ends its span here, as released
+                    for job in left:
+                        self._otel.outcome(job, "released")
             with self._lock:
                 self._in_flight.clear()  # released (or rescued): this worker holds nothing now
             self._flush(stopping=True)
