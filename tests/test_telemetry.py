@@ -54,6 +54,7 @@ def traced():
         telemetry.uninstrument()
         for kind in ("otel_sync", "otel_async"):
             tasks._registry.pop(kind, None)
+            tasks._concurrency.pop(kind, None)
             tasks._async.discard(kind)
 
 
