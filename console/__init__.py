@@ -23,6 +23,7 @@ from console.queue import (
     DoNotRetry,
     InvalidJob,
     Job,
+    JobTimeout,
     NewJob,
     enqueue,
     enqueue_async,
@@ -32,5 +33,5 @@ from console.queue import (
 from console.queue.periodic import schedule
 from console.queue.tasks import task
 
-__all__ = ["Cancelled", "DoNotRetry", "InvalidJob", "Job", "NewJob", "enqueue", "enqueue_async", "enqueue_many",
+__all__ = ["Cancelled", "DoNotRetry", "InvalidJob", "Job", "JobTimeout", "NewJob", "enqueue", "enqueue_async", "enqueue_many",
            "enqueue_many_async", "schedule", "task"]

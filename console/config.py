@@ -104,6 +104,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("queue", "error_history", int, 20, "Error entries kept on a job (oldest dropped first).", positive),
     # [worker]
     Setting("worker", "concurrency", int, 4, "Handler threads per worker process.", positive),
+    Setting("worker", "async_concurrency", int, 100, "Most jobs of `async def` handlers one worker process awaits at once, on its event loop beside the handler threads (only when the tasks module registers async handlers).", positive),
     Setting("worker", "batch_size", int, 10, "Most jobs claimed in one statement.", positive),
     Setting("worker", "lease", float, 60.0, "Seconds a claim is held before the reaper may rescue it; heartbeats extend it.", positive),
     Setting("worker", "poll_interval", float, 1.0, "Seconds between polls when no NOTIFY arrives.", positive),

@@ -6,6 +6,10 @@
     def send_email(job: skiplock.Job) -> None:
         ...
 
+    @skiplock.task("fetch_invoice", timeout=30)    # awaited on the worker's event loop
+    async def fetch_invoice(job: skiplock.Job) -> None:
+        ...
+
     with conn.transaction():                      # psycopg; SQLAlchemy and Django alike
         create_order(conn)
         skiplock.enqueue(conn, "send_email", {"order": 42})
@@ -20,7 +24,8 @@ modules are the implementation and may move.
 
 from console.queue.periodic import schedule
 from console.queue.producer import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
-from console.queue.protocol import Cancelled, DoNotRetry, InvalidJob, Job
+from console.queue.protocol import Cancelled, DoNotRetry, InvalidJob, Job, JobTimeout
+from console.queue.schema import migrate
 from console.queue.tasks import task
 
 __all__ = [
@@ -28,11 +33,14 @@ __all__ = [
     "DoNotRetry",
     "InvalidJob",
     "Job",
+    "JobTimeout",
     "NewJob",
     "enqueue",
     "enqueue_async",
     "enqueue_many",
     "enqueue_many_async",
+    "migrate",
     "schedule",
     "task",
 ]
+

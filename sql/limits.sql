@@ -78,7 +78,7 @@ claimed AS (
     CROSS JOIN clock
     WHERE j.id = c.id
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at
+              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers
 ),
 spent AS (
     UPDATE skiplock.queues AS q
@@ -131,7 +131,7 @@ SET status = 'running',
 FROM candidates AS c
 WHERE j.id = c.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at;
+          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers;
 
 -- name: limited
 -- What a worker claims through the limited path: limited queues (all of them; the worker

@@ -8,7 +8,7 @@
 -- The enqueue statements cast every parameter: asyncpg (console/queue/handles.py) lets the
 -- server infer each parameter's type, and a bare parameter in a SELECT list is text.
 WITH inserted AS (
-    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
     VALUES (
         %(queue)s::text,
         %(kind)s::text,
@@ -16,7 +16,8 @@ WITH inserted AS (
         %(priority)s::smallint,
         coalesce(%(run_at)s::timestamptz, now()),
         %(max_attempts)s::integer,
-        %(idempotency_key)s::text
+        %(idempotency_key)s::text,
+        %(headers)s::jsonb
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -40,7 +41,8 @@ WITH input AS (
     ) WITH ORDINALITY AS i (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, position)
 ),
 inserted AS (
-    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    -- One headers value for the whole batch: the enqueue_many call's trace context, or NULL.
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
     SELECT
         input.queue,
         input.kind,
@@ -48,7 +50,8 @@ inserted AS (
         input.priority,
         coalesce(input.run_at, now()),
         input.max_attempts,
-        input.idempotency_key
+        input.idempotency_key,
+        %(headers)s::jsonb
     FROM input
     ORDER BY input.position
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -76,7 +79,7 @@ FROM generate_series(1, %(n)s::integer);
 
 -- name: enqueue_copy
 -- The COPY behind enqueue_many's key-less batches; identity values given here are kept.
-COPY skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts) FROM STDIN;
+COPY skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, headers) FROM STDIN;
 
 -- name: notify_queues
 -- One doorbell per distinct queue (delivered when the caller's transaction commits).
@@ -104,7 +107,7 @@ claimed AS (
     RETURNING u.job_id
 ),
 inserted AS (
-    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
+    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
     OVERRIDING SYSTEM VALUE
     SELECT
         claimed.job_id,
@@ -114,7 +117,8 @@ inserted AS (
         %(priority)s::smallint,
         coalesce(%(run_at)s::timestamptz, now()),
         %(max_attempts)s::integer,
-        %(idempotency_key)s::text
+        %(idempotency_key)s::text,
+        %(headers)s::jsonb
     FROM claimed
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -203,7 +207,7 @@ SET status = 'running',
 FROM candidates AS c
 WHERE j.id = c.id
 RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at;
+          j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers;
 
 -- name: complete_and_claim
 -- The worker's steady state in one round trip and one commit: complete the jobs it finished
@@ -229,6 +233,10 @@ candidates AS (
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
       AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
+      -- A worker with sync and async handlers claims for each runtime's free slots apart
+      -- (console/queue/worker.py, "mixed"); NULL for every other worker.
+      AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]))
+      AND (%(skip_kinds)s::text[] IS NULL OR j.kind <> ALL(%(skip_kinds)s::text[]))
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -243,7 +251,7 @@ claimed AS (
     FROM candidates AS c
     WHERE j.id = c.id
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at
+              j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers
 )
 SELECT
     f.completed_ids,

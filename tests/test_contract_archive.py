@@ -65,7 +65,8 @@ def fill_every_column(conn, job_id: int) -> None:
             idempotency_key = coalesce(idempotency_key, 'fill-' || id),
             last_error = coalesce(last_error, 'RuntimeError: filled'),
             error_fingerprint = coalesce(error_fingerprint, 'RuntimeError: filled'),
-            cancel_requested_at = coalesce(cancel_requested_at, now() - interval '90 seconds')
+            cancel_requested_at = coalesce(cancel_requested_at, now() - interval '90 seconds'),
+            headers = coalesce(headers, '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')
         WHERE id = %s
         """,
         (job_id,),

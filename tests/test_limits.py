@@ -177,7 +177,8 @@ def test_fast_claim_still_walks_the_claim_index(conn):
     conn.execute("ANALYZE skiplock.queues")
     for name in ("claim", "complete_and_claim"):
         sql = query("queue", name)
-        params = {"worker": "w", "ids": [], "attempts": [], "queues": None, "limit": 10, "lease": 60.0}
+        params = {"worker": "w", "ids": [], "attempts": [], "queues": None, "limit": 10, "lease": 60.0,
+                  "kinds": None, "skip_kinds": None}  # complete_and_claim: any kind (not a mixed worker)
         with conn.transaction():
             conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params).fetchall())

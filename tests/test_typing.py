@@ -18,7 +18,7 @@ import skiplock
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_SURFACE = ["skiplock", "console/queue/producer.py", "console/queue/handles.py", "console/queue/protocol.py",
-                  "console/queue/tasks.py", "console/queue/periodic.py"]
+                  "console/queue/tasks.py", "console/queue/periodic.py", "console/queue/schema.py"]
 
 pytestmark = pytest.mark.slow
 

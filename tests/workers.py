@@ -50,9 +50,9 @@ class WorkerProcs:
         self.env = {**env, **FAST_SETTINGS}
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, *extra: str, env: dict[str, str] | None = None, tasks: str = "tests.sample_tasks") -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "console", "worker", "--tasks", "tests.sample_tasks", *extra],
+            [sys.executable, "-m", "console", "worker", "--tasks", tasks, *extra],
             env={**self.env, **(env or {})}, cwd=ROOT,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )

@@ -63,11 +63,14 @@ def migrate_cmd(obj, all_databases: bool) -> None:
 @click.option("--tasks", "task_modules", required=True, help="Module(s) that register handlers, comma-separated (e.g. myapp.tasks).")
 @click.option("--queues", default=None, help="Queues to work, comma-separated (default: all).")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Handler threads [config: worker.concurrency].")
+@click.option("--async-concurrency", type=click.IntRange(min=1), default=None,
+              help="Most async handlers awaited at once on the event loop [config: worker.async_concurrency].")
 @click.option("--lease", type=click.FloatRange(min=0.1), default=None, help="Lease in seconds [config: worker.lease].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Most jobs per claim [config: worker.batch_size].")
 @friendly_errors
 @click.pass_obj
-def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | None, lease: float | None, batch_size: int | None) -> None:
+def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | None, async_concurrency: int | None,
+               lease: float | None, batch_size: int | None) -> None:
     """Run a worker process until SIGTERM/Ctrl-C (graceful) or a second signal (immediate)."""
     from console.queue.worker import Worker
 
@@ -80,6 +83,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         obj.dsn,
         queues=queues.split(",") if queues else None,
         concurrency=concurrency or cfg.worker.concurrency,
+        async_concurrency=async_concurrency or cfg.worker.async_concurrency,
         batch_size=batch_size or cfg.worker.batch_size,
         lease=lease or cfg.worker.lease,
         poll_interval=cfg.worker.poll_interval,

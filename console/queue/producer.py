@@ -37,7 +37,7 @@ from typing import Any
 
 from console.jsonbounds import MAX_DEPTH as MAX_PAYLOAD_DEPTH
 from console.jsonbounds import too_deep
-from console.queue import handles
+from console.queue import handles, telemetry
 from console.queue.handles import AsyncHandle, CopyStep, JsonText, Step, Steps, SyncHandle
 from console.queue.protocol import DEFAULT_MAX_ATTEMPTS, InvalidJob
 
@@ -148,7 +148,7 @@ def _batch(jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[NewJob]:
 
 
 def _enqueue_steps(kind: Any, payload: Any, queue: Any, priority: Any, run_at: Any, idempotency_key: Any,
-                   max_attempts: Any, unique_for: Any) -> Steps[int]:
+                   max_attempts: Any, unique_for: Any, headers: JsonText | None = None) -> Steps[int]:
     _check(kind, queue, priority, max_attempts, run_at, idempotency_key)
     window = None if unique_for is None else _window_seconds(unique_for, idempotency_key)
     params = {
@@ -159,6 +159,7 @@ def _enqueue_steps(kind: Any, payload: Any, queue: Any, priority: Any, run_at: A
         "run_at": run_at,
         "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
         "idempotency_key": idempotency_key,
+        "headers": headers,
     }
     if window is None:
         return (yield from _insert_one(params))
@@ -196,7 +197,7 @@ def _insert_unique(params: dict[str, Any], window: float) -> Steps[int]:
     raise RuntimeError(f"could not claim the uniqueness window of ({params['kind']!r}, {params['idempotency_key']!r})")  # pragma: no cover
 
 
-def _insert_steps(items: list[NewJob]) -> Steps[list[int]]:
+def _insert_steps(items: list[NewJob], headers: JsonText | None = None) -> Steps[list[int]]:
     """One INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING: the keyed (and small)
     path, and every handle's path when the handle cannot COPY."""
     keys = [item.idempotency_key for item in items]
@@ -209,6 +210,7 @@ def _insert_steps(items: list[NewJob]) -> Steps[list[int]]:
         "run_ats": [i.run_at for i in items],
         "max_attempts": [i.max_attempts or DEFAULT_MAX_ATTEMPTS for i in items],
         "keys": keys,
+        "headers": headers,
     }
     rows = yield Step("enqueue_many", params)
     if not present_keys:
@@ -229,7 +231,7 @@ def _copy_field(value: str) -> str:
     return value.translate(_COPY_ESCAPES)
 
 
-def _copy_steps(items: list[NewJob]) -> Steps[list[int]]:
+def _copy_steps(items: list[NewJob], headers: JsonText | None = None) -> Steps[list[int]]:
     """Key-less batch by COPY, in the caller's transaction (the adapter's `atomic()` gives an
     autocommit connection a transaction of its own, so the three statements commit together).
 
@@ -243,13 +245,14 @@ def _copy_steps(items: list[NewJob]) -> Steps[list[int]]:
     ((ids, now),) = yield Step("reserve_ids", {"n": len(items)})
     ids = sorted(ids)
     default_run_at = now.isoformat()
+    header_field = "\\N" if headers is None else _copy_field(headers)
     lines = []
     for job_id, item, payload in zip(ids, items, payloads, strict=True):
         queue = names.get(item.queue) or names.setdefault(item.queue, _copy_field(item.queue))
         kind = names.get(item.kind) or names.setdefault(item.kind, _copy_field(item.kind))
         run_at = default_run_at if item.run_at is None else item.run_at.isoformat()
         lines.append(f"{job_id}\t{queue}\t{kind}\t{payload}\t{item.priority}\t{run_at}\t"
-                     f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\n")
+                     f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\t{header_field}\n")
     yield CopyStep("enqueue_copy", "".join(lines))
     yield Step("notify_queues", {"queues": sorted({i.queue for i in items})})
     return [int(i) for i in ids]
@@ -257,6 +260,15 @@ def _copy_steps(items: list[NewJob]) -> Steps[list[int]]:
 
 def _by_copy(adapter: handles.SyncAdapter | handles.AsyncAdapter, items: list[NewJob]) -> bool:
     return adapter.copies and len(items) >= COPY_THRESHOLD and all(i.idempotency_key is None for i in items)
+
+
+def _producing_batch(items: list[NewJob]) -> Any:
+    """One producer span for an enqueue_many call (telemetry.producing): its queue and kind when
+    the batch has one of each."""
+    queues = {i.queue for i in items}
+    kinds = {i.kind for i in items}
+    return telemetry.producing(next(iter(queues)) if len(queues) == 1 else None,
+                               next(iter(kinds)) if len(kinds) == 1 else None, len(items))
 
 
 # --- the API --------------------------------------------------------------------------------
@@ -295,8 +307,11 @@ def enqueue(
     `TypeError` for a handle it cannot use (an async one: use `enqueue_async`).
     """
     adapter = handles.sync_adapter(handle, "enqueue")
-    return handles.run(adapter, _enqueue_steps(kind, payload, queue, priority, run_at, idempotency_key,
-                                               max_attempts, unique_for))
+    with telemetry.producing(queue, kind) as sending:
+        job_id = handles.run(adapter, _enqueue_steps(kind, payload, queue, priority, run_at, idempotency_key,
+                                                     max_attempts, unique_for, sending.headers))
+        sending.sent([job_id])
+    return job_id
 
 
 async def enqueue_async(
@@ -319,8 +334,12 @@ async def enqueue_async(
     that transaction commits.
     """
     adapter = handles.async_adapter(handle, "enqueue_async")
-    return await handles.run_async(adapter, _enqueue_steps(kind, payload, queue, priority, run_at,
-                                                           idempotency_key, max_attempts, unique_for))
+    with telemetry.producing(queue, kind) as sending:
+        job_id = await handles.run_async(adapter, _enqueue_steps(kind, payload, queue, priority, run_at,
+                                                                 idempotency_key, max_attempts, unique_for,
+                                                                 sending.headers))
+        sending.sent([job_id])
+    return job_id
 
 
 def enqueue_many(handle: SyncHandle, jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[int]:
@@ -340,10 +359,14 @@ def enqueue_many(handle: SyncHandle, jobs: Iterable[NewJob | Mapping[str, Any]])
     items = _batch(jobs)
     if not items:
         return []
-    if _by_copy(adapter, items):
-        with adapter.atomic():
-            return handles.run(adapter, _copy_steps(items))
-    return handles.run(adapter, _insert_steps(items))
+    with _producing_batch(items) as sending:
+        if _by_copy(adapter, items):
+            with adapter.atomic():
+                ids = handles.run(adapter, _copy_steps(items, sending.headers))
+        else:
+            ids = handles.run(adapter, _insert_steps(items, sending.headers))
+        sending.sent(ids)
+    return ids
 
 
 async def enqueue_many_async(handle: AsyncHandle, jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[int]:
@@ -352,7 +375,11 @@ async def enqueue_many_async(handle: AsyncHandle, jobs: Iterable[NewJob | Mappin
     items = _batch(jobs)
     if not items:
         return []
-    if _by_copy(adapter, items):
-        async with adapter.atomic():
-            return await handles.run_async(adapter, _copy_steps(items))
-    return await handles.run_async(adapter, _insert_steps(items))
+    with _producing_batch(items) as sending:
+        if _by_copy(adapter, items):
+            async with adapter.atomic():
+                ids = await handles.run_async(adapter, _copy_steps(items, sending.headers))
+        else:
+            ids = await handles.run_async(adapter, _insert_steps(items, sending.headers))
+        sending.sent(ids)
+    return ids

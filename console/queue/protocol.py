@@ -64,6 +64,12 @@ class Cancelled(DoNotRetry):
     error class `Cancelled` (no retry; an operator may replay it)."""
 
 
+class JobTimeout(TimeoutError):
+    """What a run that outlived its task's `timeout` is recorded as: a failed attempt, retried
+    with backoff like any other (`@task("kind", timeout=...)`). The handler's own exception,
+    if it raised one, is its `__cause__`."""
+
+
 @dataclass
 class Job:
     """A claimed job, as a handler receives it: `handler(job)`.
@@ -71,7 +77,8 @@ class Job:
     `payload` is the JSON value it was enqueued with; `attempts` counts this run (1 for the
     first); `locked_by` and `attempts` are the claim's fencing token; `lease_until` is pushed out
     by the worker's heartbeat while the handler runs. Make side effects idempotent with
-    `side_effect_key`, which is the same on every attempt."""
+    `side_effect_key`, which is the same on every attempt. `headers` travel with the job from
+    its enqueue (the producer's trace context when OpenTelemetry is configured), or None."""
 
     id: int
     queue: str
@@ -86,6 +93,7 @@ class Job:
     locked_at: datetime
     lease_until: datetime
     created_at: datetime
+    headers: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -96,7 +104,8 @@ class Job:
         return event
 
     def cancel_requested(self) -> bool:
-        """True once an operator asked this run to stop (console "Request cancel").
+        """True once an operator asked this run to stop (console "Request cancel"), or once a
+        sync handler outlived its task's `timeout` (an async one is cancelled instead).
 
         Cheap: it reads a flag the worker's heartbeat sets (no query). The heartbeat runs every
         lease/3 seconds for jobs running longer than that, so a request is seen within about
@@ -211,6 +220,8 @@ def complete_and_claim(
     limit: int = 1,
     lease: float = DEFAULT_LEASE,
     cursor: psycopg.Cursor | None = None,
+    kinds: Sequence[str] | None = None,
+    skip_kinds: Sequence[str] | None = None,
 ) -> tuple[list[int], list[Job]]:
     """Complete `done` (fenced) and claim up to `limit` more, in one statement and one commit.
 
@@ -220,6 +231,9 @@ def complete_and_claim(
     `cursor`: a cursor of `conn` (tuple rows) to run it on, kept by the caller from call to
     call: the worker's hot path. A new cursor per call sets up its adapters again, which cost
     several microseconds per job of a no-op drain (docs/benchmarks.md, "Worker CPU per job").
+
+    `kinds` / `skip_kinds`: claim only jobs of these kinds / of other kinds (a worker with both
+    sync and async handlers fills each runtime's free slots apart).
     """
     params = {
         "worker": worker,
@@ -228,6 +242,8 @@ def complete_and_claim(
         "queues": list(queues) if queues else None,
         "limit": limit,
         "lease": float(lease),
+        "kinds": list(kinds) if kinds is not None else None,
+        "skip_kinds": list(skip_kinds) if skip_kinds is not None else None,
     }
     sql_text = query("queue", "complete_and_claim")
     with _own_transaction(conn, "complete_and_claim"), (conn.cursor() if cursor is None else contextlib.nullcontext(cursor)) as cur:

@@ -10,11 +10,22 @@ the whole fleet (console.queue.limits; each worker writes its kinds' limits when
 `@console.task("kind", inline=True)` runs the handler on the worker's claim thread instead of a
 handler thread: no hand-off between threads, but while it runs the worker claims nothing, so
 mark only handlers that finish in about a millisecond and never block (no network, no sleep).
+
+An `async def` handler is awaited on the worker's event loop (console.queue.aio) instead of a
+handler thread: hundreds of them wait on I/O at once in one process. Sync and async handlers
+may share a tasks module; each job goes to the runtime its kind's handler was written for.
+
+`@console.task("kind", timeout=30)` bounds one run: an async handler is cancelled at the
+deadline (`asyncio.CancelledError` at the await it is in), a sync one is asked to stop
+(`job.cancel_requested()` turns true, `job.cancel_event` is set: a thread cannot be stopped
+from outside); either way what it raises then is recorded as `JobTimeout`, a failed attempt
+that is retried with backoff like any other.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -24,34 +35,50 @@ F = TypeVar("F", bound=Callable[..., Any])  # the decorated handler, returned wi
 _registry: dict[str, Handler] = {}
 _concurrency: dict[str, int | None] = {}
 _inline: set[str] = set()
+_async: set[str] = set()
+_timeouts: dict[str, float] = {}
 
 
 class UnknownTask(LookupError):
     """A job's kind has no handler in this worker."""
 
 
-def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> Callable[[F], F]:
+def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
+         timeout: float | None = None) -> Callable[[F], F]:
     """Bind `kind` to the decorated function, returned unchanged; workers call it as `func(job)`
-    with a `Job`. Returning completes the job; raising fails the attempt (retried with backoff);
-    raising `DoNotRetry` sends it straight to the dead letters.
+    with a `Job` (an `async def` function is awaited on the worker's event loop). Returning
+    completes the job; raising fails the attempt (retried with backoff); raising `DoNotRetry`
+    sends it straight to the dead letters.
 
     `concurrency` caps its running jobs fleet-wide; `inline` runs it on the worker's claim
-    thread (short, non-blocking handlers only). A kind registered twice to different functions
-    raises ValueError."""
+    thread (short, non-blocking sync handlers only); `timeout` (seconds) bounds one run: an
+    async handler is cancelled at the deadline, a sync one sees `job.cancel_requested()`, and
+    the attempt fails with `JobTimeout` (retried). A kind registered twice to different
+    functions raises ValueError."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("a task kind must be a non-empty string")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
         raise ValueError(f"task {kind!r}: concurrency must be a positive whole number (got {concurrency!r})")
     if not isinstance(inline, bool):
         raise ValueError(f"task {kind!r}: inline must be True or False (got {inline!r})")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
+        raise ValueError(f"task {kind!r}: timeout must be a positive number of seconds (got {timeout!r})")
 
     def register(func: F) -> F:
         existing = _registry.get(kind)
         if existing is not None and existing is not func and getattr(existing, "__qualname__", None) != func.__qualname__:
             raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
+        is_coroutine = inspect.iscoroutinefunction(func)
+        if inline and is_coroutine:
+            raise ValueError(f"task {kind!r}: an async handler cannot be inline (it runs on the worker's event loop)")
         _registry[kind] = func
         _concurrency[kind] = concurrency
         (_inline.add if inline else _inline.discard)(kind)
+        (_async.add if is_coroutine else _async.discard)(kind)
+        if timeout is None:
+            _timeouts.pop(kind, None)
+        else:
+            _timeouts[kind] = float(timeout)
         return func
 
     return register
@@ -67,6 +94,21 @@ def handler_for(kind: str) -> Handler:
 def is_inline(kind: str) -> bool:
     """True when the kind's handler was registered with inline=True."""
     return kind in _inline
+
+
+def is_async(kind: str) -> bool:
+    """True when the kind's handler is an `async def` function (run on the worker's loop)."""
+    return kind in _async
+
+
+def any_async() -> bool:
+    """True when some registered handler is async: the worker then starts its event loop."""
+    return bool(_async)
+
+
+def timeout_for(kind: str) -> float | None:
+    """The kind's declared timeout in seconds (None: none)."""
+    return _timeouts.get(kind) if _timeouts else None
 
 
 def registered() -> dict[str, Handler]:

@@ -16,6 +16,11 @@ One process runs:
   prefetched job waits milliseconds, not a good part of its lease; the heartbeat extends the
   leases of everything the worker holds, waiting or running). Limited queues and kinds never
   prefetch: they are claimed only into free handler slots;
+- when the tasks module registers `async def` handlers, an event loop thread
+  (console.queue.aio) that awaits their jobs, up to `async_concurrency` at once, beside the
+  handler threads: the main loop hands it each claimed job of an async kind and it reports the
+  outcomes back like a handler thread, so leases, heartbeats, fenced completion, retries,
+  limits, counters and shutdown are the same code for both;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
   main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
 - a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
@@ -57,15 +62,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import psycopg
 from psycopg.types.json import Jsonb  # also handy for handlers: console.queue.worker.Jsonb
 
 from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
 from console.histogram import Histogram
-from console.queue import limits, tasks
+from console.queue import limits, tasks, telemetry
 from console.queue import protocol as q
+from console.queue.aio import AsyncRuntime, Outcome, timed_out
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
@@ -89,18 +94,12 @@ class Group:
     def __init__(self, jobs: list[q.Job]) -> None:
         self.jobs = deque(jobs)
         self.current_since: float | None = None  # when the job running now started
-# How _dispatch sends a job: run here, in a group of fast jobs, or alone to a handler thread.
-_INLINE, _FAST, _SLOW = 0, 1, 2
+# How _dispatch sends a job: run here, in a group of fast jobs, alone to a handler thread, or to
+# the event loop.
+_INLINE, _FAST, _SLOW, _ASYNC = 0, 1, 2, 3
 # How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
 # meanwhile the fast claim already leaves a newly limited queue alone, in the database).
 LIMITS_REFRESH = 2.0
-
-
-@dataclass(slots=True)
-class Outcome:
-    job: q.Job
-    error: BaseException | None
-    seconds: float
 
 
 class Counters:
@@ -178,6 +177,7 @@ class Worker:
         *,
         queues: Sequence[str] | None = None,
         concurrency: int = 4,
+        async_concurrency: int = 100,
         batch_size: int = 10,
         lease: float = q.DEFAULT_LEASE,
         poll_interval: float = 1.0,
@@ -190,11 +190,23 @@ class Worker:
         name: str | None = None,
         secret_keys: Iterable[str] = q.DEFAULT_KEYS,
     ):
-        if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
-            raise ValueError("concurrency, batch_size, lease and poll_interval must be positive")
+        if concurrency < 1 or async_concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, async_concurrency, batch_size, lease and poll_interval must be positive")
         self.dsn = dsn
         self.queues = [x for x in (queues or []) if x] or None
         self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
+        # Jobs this worker holds at most: its handler threads, and its event loop's slots when
+        # the tasks module has async handlers (decided in run(), once the module is imported).
+        self.slots = concurrency
+        self._async: AsyncRuntime | None = None
+        self._otel: telemetry.Telemetry | None = None  # set by run() when OpenTelemetry is on
+        # Sync and async handlers in one process ("mixed"): each claim asks for the kinds of the
+        # runtime it fills, so a batch of sync jobs never waits for threads while the loop idles
+        # (nor the reverse). _async_kinds is what the async claim asks for and the sync one skips.
+        self._mixed = False
+        self._async_kinds: list[str] = []
+        self._async_held = 0  # jobs of async kinds held now (running on the loop)
         self.batch_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
@@ -255,10 +267,59 @@ class Worker:
         if started is None:
             started = time.monotonic()
         error: BaseException | None = None
+        timeout = tasks.timeout_for(job.kind)
+        otel = telemetry.current()  # None unless the application called instrument()
+        if otel is not None:
+            return Worker._run_traced(otel, job, started, timeout)
+        if timeout is not None:
+            return Worker._run_bounded(job, started, timeout)
         try:
             tasks.handler_for(job.kind)(job)
         except BaseException as exc:  # a handler's failure is the job's, never the worker's
             error = exc
+        return Outcome(job, error, time.monotonic() - started)
+
+    @staticmethod
+    def _run_traced(otel: telemetry.Telemetry, job: q.Job, started: float, timeout: float | None) -> Outcome:
+        """A run inside its `process` span (current meanwhile, so the handler's spans nest under it)."""
+        token = otel.run_started(job)
+        outcome: Outcome | None = None
+        try:
+            if timeout is not None:
+                outcome = Worker._run_bounded(job, started, timeout)
+            else:
+                error: BaseException | None = None
+                try:
+                    tasks.handler_for(job.kind)(job)
+                except BaseException as exc:
+                    error = exc
+                outcome = Outcome(job, error, time.monotonic() - started)
+            return outcome
+        finally:
+            otel.run_ended(token, None if outcome is None else outcome.error)
+
+    @staticmethod
+    def _run_bounded(job: q.Job, started: float, timeout: float) -> Outcome:
+        """A sync handler with a timeout: a thread cannot be stopped from outside, so at the
+        deadline the job's cancel event is set (`job.cancel_requested()` turns true) and what
+        the handler raises from then on is recorded as JobTimeout; returning completes it.
+        A timer thread per run: only kinds that declare a timeout pay for it."""
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            job.cancel_event.set()
+
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        error: BaseException | None = None
+        try:
+            tasks.handler_for(job.kind)(job)
+        except BaseException as exc:
+            error = timed_out(job, timeout, exc) if expired.is_set() else exc
+        finally:
+            timer.cancel()
         return Outcome(job, error, time.monotonic() - started)
 
     def _handler_loop(self) -> None:
@@ -321,6 +382,8 @@ class Worker:
                 if conn is None or conn.closed:
                     conn = connect(self.dsn, application_name="skiplock-worker-heartbeat")
                 q.heartbeat(conn, due, lease=self.lease)
+                if self._async is not None:  # a request raises CancelledError in an async handler
+                    self._async.cancel_requested(due)
             except (psycopg.Error, DatabaseError) as exc:
                 log.warning("heartbeat failed (%s); will retry", exc.__class__.__name__)
                 if conn is not None:
@@ -393,7 +456,7 @@ class Worker:
             self._conn.execute(
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-                 "concurrency": self.concurrency, "kinds": sorted(tasks.registered())},
+                 "concurrency": self.slots, "kinds": sorted(tasks.registered())},
             )
             self._cur = q.claim_cursor(self._conn)
         return self._conn
@@ -418,14 +481,18 @@ class Worker:
             error = outcome.error
             status = q.fail(
                 conn, outcome.job, error,
-                # A job an operator asked to stop is not retried, whatever the handler raised.
-                retry=not (isinstance(error, q.DoNotRetry) or outcome.job.cancel_requested()),
+                # A job an operator asked to stop is not retried, whatever the handler raised;
+                # one that timed out is (a sync handler's timeout also sets its cancel event).
+                retry=not (isinstance(error, q.DoNotRetry)
+                           or (outcome.job.cancel_requested() and not isinstance(error, q.JobTimeout))),
                 backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
                 error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
                 secret_keys=self.secret_keys,
             )
             failures.pop(0)
             self.counters.outcome(outcome.job.queue, status)
+            if self._otel is not None:
+                self._otel.outcome(outcome.job, "lost" if status is None else "retried" if status == "pending" else status)
             log.info("job %s (%s) attempt %s failed: %s -> %s", outcome.job.id, outcome.job.kind,
                      outcome.job.attempts, type(error).__name__, status or "claim lost")
 
@@ -442,6 +509,8 @@ class Worker:
         counters.claim_histogram.observe(claim_seconds)
         if not jobs:
             return
+        if self._otel is not None:  # before any handler starts: its span links to the claim's
+            self._otel.claimed(jobs, claim_seconds, self.id)
         now = time.monotonic()
         held = {job.id: (job, now) for job in jobs}
         with self._lock:
@@ -454,21 +523,29 @@ class Worker:
         counters.pickup_histogram.observe_many(pickups)
         fast: list[q.Job] = []
         inline: list[q.Job] = []
+        awaited: list[q.Job] = []
         slow = False
-        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW, decided once per batch
+        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW / _ASYNC, decided once per batch
         for job in jobs:
             kind = job.kind
             mode = modes.get(kind)
             if mode is None:
-                mode = modes[kind] = _INLINE if tasks.is_inline(kind) else \
+                mode = modes[kind] = _INLINE if tasks.is_inline(kind) else _ASYNC if tasks.is_async(kind) else \
                     _FAST if self._runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
             if mode is _FAST:
                 fast.append(job)
             elif mode is _INLINE:
                 inline.append(job)
+            elif mode is _ASYNC:
+                awaited.append(job)
             else:
                 slow = True
                 self._work.put(Group([job]))
+        if awaited:
+            self._async_held += len(awaited)
+            slow = True  # no prefetch: an awaited job may wait on I/O for a good part of its lease
+            assert self._async is not None  # an async kind is registered, so run() started it
+            self._async.submit(awaited)
         if fast:
             group = Group(fast)
             if len(fast) > 1:
@@ -516,6 +593,8 @@ class Worker:
             with self._lock:
                 for outcome in outcomes:
                     self._in_flight.pop(outcome.job.id, None)
+            if self._async is not None:
+                self._async_held -= sum(1 for outcome in outcomes if tasks.is_async(outcome.job.kind))
             runtime = self._runtime
             self.counters.runtime_histogram.observe_many([outcome.seconds for outcome in outcomes])
             for outcome in outcomes:
@@ -532,10 +611,60 @@ class Worker:
                 else:
                     failures.append(outcome)
 
+    def _free_async(self) -> int:
+        return self.async_concurrency - self._async_held
+
+    def _claim_mixed(self, conn: psycopg.Connection, done: list[q.Job], limit: int,
+                     free: int) -> tuple[list[int], list[q.Job]]:
+        """The fast claim of a worker with both runtimes: async kinds into the loop's free
+        slots, the other kinds into the threads' (and a batch ahead for fast sync jobs), each
+        one statement; the finished jobs complete with the first."""
+        free_async = self._free_async()
+        free_sync = free - free_async + (self.batch_size if self._ahead else 0)
+        completed: list[int] | None = None
+        claimed: list[q.Job] = []
+        for room, kinds, skip in ((free_async, self._async_kinds, None), (free_sync, None, self._async_kinds)):
+            n = min(limit - len(claimed), room)
+            if n <= 0 and (completed is not None or not done):
+                continue
+            ids, more = q.complete_and_claim(conn, self.id, done if completed is None else [], queues=self.queues,
+                                             limit=max(n, 0), lease=self.lease, cursor=self._cur,
+                                             kinds=kinds, skip_kinds=skip)
+            if completed is None:
+                completed = ids
+            claimed += more
+        return completed or [], claimed
+
+    def _completions(self, done: list[q.Job], completed: list[int]) -> None:
+        """Count what `complete_many`/`complete_and_claim` did with `done`, and end their spans."""
+        self.counters.completions(done, completed)
+        if self._otel is not None:
+            kept = set(completed)
+            for job in done:
+                self._otel.outcome(job, "completed" if job.id in kept else "lost")
+
+    def _report(self, outcomes: list[Outcome]) -> None:
+        """The event loop's way back: the same results queue as the handler threads'."""
+        self._results.put(outcomes)
+        self._wake.set()
+
     def run(self) -> int:
         """Run until stopped; returns the process exit code (0 after a graceful stop)."""
+        self._otel = telemetry.current()  # the tasks modules, imported by now, may have turned it on
+        if self._otel is not None:
+            self._otel.watch(self.counters, lambda: len(self._in_flight))
+        if tasks.any_async():
+            self._async_kinds = sorted(kind for kind in tasks.registered() if tasks.is_async(kind))
+            # With async handlers only, the threads serve just the kinds nobody registered
+            # (they fail at once, UnknownTask): the loop's slots are the worker's.
+            self._mixed = len(self._async_kinds) < len(tasks.registered())
+            self.slots = self.async_concurrency + (self.concurrency if self._mixed else 0)
+            self._async = AsyncRuntime(self._report, hooks=None if self._otel is None else
+                                       (self._otel.run_started, self._otel.run_ended))
         if not self._declare_kinds():
             return 0  # stopped while the database was away
+        if self._async is not None:
+            self._async.start()
         threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
         threads += [
             threading.Thread(target=self._listen_loop, name="listener", daemon=True),
@@ -545,7 +674,8 @@ class Worker:
             threads.append(threading.Thread(target=self._vacuum_loop, name="vacuum", daemon=True))
         for thread in threads:
             thread.start()
-        log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)
+        log.info("worker %s started: queues=%s concurrency=%d%s lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency,
+                 f" async_concurrency={self.async_concurrency}" if self._async else "", self.lease)
 
         done: list[q.Job] = []
         done_since = 0.0  # when the oldest finished-but-not-yet-completed job finished
@@ -555,7 +685,7 @@ class Worker:
         # Claim in real batches: wait for `target` free slots before claiming again, unless the
         # worker is idle or a finished job has waited BATCH_WAIT for its completion. Refilling
         # each slot as it frees would cost one round trip per job (and fragment every batch).
-        target = min(self.batch_size, self.concurrency)
+        target = min(self.batch_size, self.slots)
         while True:
             self._wake.clear()
             self._split_long_groups()
@@ -567,12 +697,12 @@ class Worker:
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
-                free = self.concurrency - len(self._in_flight)  # handler slots
+                free = self.slots - len(self._in_flight)  # handler threads and loop slots
                 room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
                 overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
                 if stopping or room <= 0:
                     limit = 0
-                elif room >= (min(self.batch_size, self.concurrency + self.batch_size) if self._ahead else target) \
+                elif room >= (min(self.batch_size, self.slots + self.batch_size) if self._ahead else target) \
                         or not self._in_flight or overdue:
                     limit = min(self.batch_size, room)
                 else:
@@ -582,25 +712,31 @@ class Worker:
                 if limit > 0:
                     self._refresh_limits(conn)
                     started = time.monotonic()
-                    if self._limits.units and free > 0 and self._limits.due(started):
+                    # A worker with both runtimes gives limited units only what both have room
+                    # for: their claims take any kind.
+                    open_slots = min(free - self._free_async(), self._free_async()) if self._mixed else free
+                    if self._limits.units and open_slots > 0 and self._limits.due(started):
                         # Limited first, each under its lock; completing first frees our slots.
                         # Only when a unit is due: otherwise the completions ride along with the
                         # fast claim as without limits (one statement and one commit a round).
                         if done:
-                            self.counters.completions(done, q.complete_many(conn, done))
+                            self._completions(done, q.complete_many(conn, done))
                             done = []
                         # Limited units fill free slots only, never ahead.
-                        claimed = self._limits.claim(conn, min(limit, free), now=started)
+                        claimed = self._limits.claim(conn, min(limit, open_slots), now=started)
                     if len(claimed) < limit:
-                        completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
-                                                               limit=limit - len(claimed), lease=self.lease,
-                                                               cursor=self._cur)
+                        if self._mixed:
+                            completed, more = self._claim_mixed(conn, done, limit - len(claimed), free)
+                        else:
+                            completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
+                                                                   limit=limit - len(claimed), lease=self.lease,
+                                                                   cursor=self._cur)
                         claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
                 elif done and (stopping or overdue):
                     completed = q.complete_many(conn, done)
                 if done and completed is not None:
-                    self.counters.completions(done, completed)
+                    self._completions(done, completed)
                     done = []
                 if time.monotonic() - last_flush >= self.flush_interval:
                     self._flush()
@@ -677,11 +813,14 @@ class Worker:
             left = [job for job, _ in self._in_flight.values()]
         try:
             conn = self._connection()
-            self.counters.completions(finished, q.complete_many(conn, finished))
+            self._completions(finished, q.complete_many(conn, finished))
             self._record_failures(conn, failures)
             if left:
                 released = q.release(conn, left)
                 log.info("released %d unfinished job(s) back to pending", len(released))
+                if self._otel is not None:  # a run still going ends its span here, as released
+                    for job in left:
+                        self._otel.outcome(job, "released")
             with self._lock:
                 self._in_flight.clear()  # released (or rescued): this worker holds nothing now
             self._flush(stopping=True)
@@ -690,6 +829,8 @@ class Worker:
         finally:
             if self._conn is not None:
                 self._conn.close()
+        if self._async is not None:  # released above: let what still runs unwind, unreported
+            self._async.stop()
         log.info("worker %s stopped: %d completed, %d failed, %d retried", self.id,
                  self.counters.completed, self.counters.failed, self.counters.retried)
         return 0
