@@ -2,7 +2,7 @@
 tests/sample_tasks.py (`--tasks tests.sample_tasks,tests.sample_async_tasks`: one module of each
 kind in one process is the mixed case).
 
-Each run notes what happened to it in public.async_runs (RUNS_TABLE): which job and attempt,
+Each run notes what happened to it in public.async_runs (tests/async_runs.py): which job and attempt,
 which process and thread, and the event ("start", "end", "cancelled"), so a test checks real
 side effects, not the worker's own account.
 """
@@ -17,16 +17,6 @@ import psycopg
 
 import skiplock
 
-RUNS_TABLE = """
-CREATE TABLE IF NOT EXISTS public.async_runs (
-    job_id     bigint      NOT NULL,
-    attempt    integer     NOT NULL,
-    worker_pid integer     NOT NULL,
-    thread     text        NOT NULL,
-    event      text        NOT NULL,
-    at         timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
 NOTE = "INSERT INTO public.async_runs (job_id, attempt, worker_pid, thread, event) VALUES (%s, %s, %s, %s, %s)"
 
 

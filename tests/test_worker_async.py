@@ -14,12 +14,13 @@ import time
 import pytest
 
 from console import queue as q
-from tests.sample_async_tasks import RUNS_TABLE
+from tests.async_runs import RUNS_TABLE
 from tests.workers import WorkerProcs, wait_for
 
 pytestmark = pytest.mark.slow
 
 MIXED = "tests.sample_tasks,tests.sample_async_tasks"
+
 
 
 @pytest.fixture
