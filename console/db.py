@@ -175,6 +175,11 @@ KNOWN_GAPS: dict[int, str] = {
        "no schema change, so no 007 file was ever committed (`git log --all -- "
        "'sql/migrations/007*'` is empty). 008 and 009 are applied in deployed databases and keep "
        "their numbers.",
+    # Temporary, for the branch `changed` alone: 020 belongs to another branch's migration, and
+    # this branch's error groups took 021 so the two merge without renumbering. Delete this entry
+    # when that 020 file is merged: until then check_numbering refuses the tree ("a known gap").
+    20: "Reserved for a migration of a parallel branch (error groups took 021); remove this entry "
+        "once sql/migrations/020_*.sql is merged.",
 }
 
 
