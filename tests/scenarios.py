@@ -105,6 +105,7 @@ COVERED: dict[str, tuple[str, ...]] = {
 # The converse: conditions that must fire nothing and read healthy.
 QUIET = ("test_scenarios_queue.py::test_healthy_busy_traffic_fires_nothing",
          "test_scenarios_queue.py::test_a_slow_but_steady_queue_fires_nothing",
+         "test_scenarios_queue.py::test_a_known_error_group_failing_now_and_then_fires_nothing",
          "test_scenarios_database.py::test_a_long_transaction_that_holds_no_horizon_fires_nothing")
 
 # Time to fire measured by this run: rule -> [(scenario, seconds after the condition held,

@@ -340,6 +340,27 @@ def test_new_and_regressed_error_groups(dsn, conn, tmp_path, workers):
         assert not [a for a in console.alerts() if a["labels"].get("fingerprint") == IGNORED]
 
 
+def test_a_known_error_group_failing_now_and_then_fires_nothing(dsn, conn, tmp_path):
+    """The converse: a group whose dead letters are an hour old (within error_group_quiet, and
+    from before the console watched: only the dead-letter set knows it) fails again every few
+    seconds, under dead_letter_growth's threshold. It is neither new nor regressed: nothing
+    fires, and the verdict reads healthy."""
+    add_failed(conn, 3, queue="billing", kind="invoice", fingerprint=RETURNING, age=timedelta(hours=1))
+    with scenario_console(dsn, tmp_path, name="known error group") as console:
+        console.tick()  # the collector starts watching
+        sent = [0]
+
+        def now_and_then():
+            sent[0] += 1
+            if sent[0] % 6 == 1:  # one every 6 s: at most 4 in the 20 s window, under the scaled > 720/h
+                fail_now(conn, "billing", "invoice", f"InvoiceError: tax service answered {500 + sent[0]}")
+
+        console.expect_quiet(10 * INTERVAL, every=now_and_then)
+        groups = {g["fingerprint"]: g for g in console.api("/api/v1/deadletters")["groups"]}
+        assert groups[RETURNING]["count"] >= 5 and groups[RETURNING]["state"] is None
+        assert errorgroups.get(conn, RETURNING)["change"] is None  # remembered, and no change
+
+
 # --- retries -----------------------------------------------------------------------------------
 
 def test_a_retry_storm(dsn, conn, tmp_path, workers):
