@@ -36,6 +36,7 @@ _METRICS = [
     Metric("stuck_lease_age_seconds", "How long ago the oldest stuck lease expired (0 when none).", "seconds", ("queue", "system", "external")),
     Metric("dead_letters", "Jobs in the failed state (the dead-letter set).", "jobs", ("queue", "system", "external")),
     Metric("dead_letter_growth", "Dead letters added per hour over [scheduler] rate_window (default 15 min): jobs that became failed within the window and still are.", "jobs/h", ("queue", "system", "external")),
+    Metric("error_group_new", "Dead letters of an error group that is new (change=new: its fingerprint was never seen before) or regressed (change=regressed: back after [scheduler] error_group_quiet without a dead letter), counted since that change and still dead letters; reported for [scheduler] error_group_new_for after it, never for an ignored group. fingerprint: the group's fingerprint, secret keys' values hidden.", "jobs", ("fingerprint", "change")),
     Metric("workers_live", "Worker processes seen within three flush intervals.", "workers"),
     Metric("workers_in_flight", "Jobs being worked right now, from worker registry rows.", "jobs"),
     Metric("queue_depth_estimated", "1 when the pending backlog exceeded the exact-count cap and pending depths were scaled to the planner's estimate (per external source: system and external set).", "bool", ("system", "external")),

@@ -118,6 +118,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "reap_batch_size", int, 1000, "Most jobs the reaper rescues in one transaction.", positive),
     Setting("scheduler", "archive_interval", float, 300.0, "Seconds between archiver runs (completed jobs out of the hot table).", positive),
     Setting("scheduler", "rate_window", duration, timedelta(minutes=15), "Window the rates and \"idle\" are computed over (dead letters per hour, retry rate, per-queue throughput for idle), e.g. 15m: never one collection interval, so one dead letter does not read as 360 per hour.", positive_duration),
+    Setting("scheduler", "error_group_quiet", duration, timedelta(hours=24), "An error group that fails again after this long without a dead letter counts as regressed (the new_error_group alert fires for it), e.g. 24h.", positive_duration),
+    Setting("scheduler", "error_group_new_for", duration, timedelta(hours=1), "How long a new or regressed error group is reported as such (the error_group_new series), e.g. 1h; its alert resolves after it.", positive_duration),
     Setting("scheduler", "retention_interval", float, 300.0, "Seconds between sample retention and rollup runs.", positive),
     Setting("scheduler", "election_interval", float, 5.0, "Seconds between leader elections: a standby takes over within this long after the leader dies.", positive),
     Setting("scheduler", "misfire_grace", float, 30.0, "Seconds a job may start late (e.g. after a pause) before that run is skipped.", positive),

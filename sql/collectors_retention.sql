@@ -107,3 +107,16 @@ WHERE w.id = ANY(ARRAY(
     ORDER BY o.last_seen
     LIMIT %(batch)s
 ));
+
+-- name: delete_error_groups_batch
+-- Error groups (skiplock.error_groups) not seen since %(cutoff)s and not ignored, oldest first:
+-- one that fails again after that is new again.
+DELETE FROM skiplock.error_groups AS g
+WHERE g.fingerprint IN (
+    SELECT o.fingerprint
+    FROM skiplock.error_groups AS o
+    WHERE o.last_seen < %(cutoff)s::timestamptz
+      AND o.ignored_at IS NULL
+    ORDER BY o.last_seen
+    LIMIT %(batch)s
+);

@@ -57,6 +57,7 @@ SCALED: dict[str, dict[str, Any]] = {
     "queue_age": {"threshold": 6, "clear": 3, "for": "3s"},
     "stuck_leases": {"for": "2s"},
     "dead_letter_growth": {"threshold": 720, "for": "3s"},     # 4 in the 20 s window
+    "new_error_group": {},  # fires at once on one dead letter; the scenario shortens error_group_new_for
     "retry_rate": {"for": "3s"},
     "claim_latency_p95": {"threshold": 0.15, "for": "3s"},
     "workers_zero": {"for": "2s"},
@@ -84,6 +85,7 @@ COVERED: dict[str, tuple[str, ...]] = {
     "stuck_leases": ("test_scenarios_queue.py::test_stuck_leases_after_a_kill_9",),
     "dead_letter_growth": ("test_scenarios_queue.py::test_a_dead_letter_stream",
                            "test_scenarios_queue.py::test_a_poison_kind"),
+    "new_error_group": ("test_scenarios_queue.py::test_new_and_regressed_error_groups",),
     "retry_rate": ("test_scenarios_queue.py::test_a_retry_storm",),
     "claim_latency_p95": ("test_scenarios_database.py::test_claims_wait_on_a_table_lock",),
     "workers_zero": ("test_scenarios_queue.py::test_the_worker_fleet_gone",),
@@ -103,6 +105,7 @@ COVERED: dict[str, tuple[str, ...]] = {
 # The converse: conditions that must fire nothing and read healthy.
 QUIET = ("test_scenarios_queue.py::test_healthy_busy_traffic_fires_nothing",
          "test_scenarios_queue.py::test_a_slow_but_steady_queue_fires_nothing",
+         "test_scenarios_queue.py::test_a_known_error_group_failing_now_and_then_fires_nothing",
          "test_scenarios_database.py::test_a_long_transaction_that_holds_no_horizon_fires_nothing")
 
 # Time to fire measured by this run: rule -> [(scenario, seconds after the condition held,

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from console import errorgroups, samples
 from console import maintenance as m
 from console import queue as q
-from console import samples
 from console import users as users_mod
 from console.actions import ACTIONS, bulk_action, cli_actor, markdown_table, require_reason
 from console.alerts import evaluate as ev
@@ -197,7 +197,18 @@ def carol(disabled: bool = False, token: bool = False, session: bool = False):
     return setup
 
 
+def error_group(ignored: bool):
+    def setup(conn):
+        add_failed(conn, 2, fingerprint="SMTPError: timeout")
+        if ignored:
+            errorgroups.ignore(conn, "SMTPError: timeout", actor="seed", reason="seed")
+        return {}
+
+    return setup
+
+
 JOBS = "SELECT status, count(*) FROM skiplock.jobs GROUP BY status ORDER BY status"
+GROUPS = "SELECT fingerprint, ignored_by FROM skiplock.error_groups ORDER BY fingerprint"
 SESSIONS = "SELECT user_name, revoked_at IS NULL FROM skiplock.web_sessions ORDER BY id"
 USERS = "SELECT name, role, disabled, (SELECT count(*) FROM skiplock.api_tokens WHERE revoked_at IS NULL) FROM skiplock.users ORDER BY name"
 
@@ -233,6 +244,17 @@ SCENARIOS: dict[str, Scenario] = {
         "cli": lambda c: Call(cli=["operations", "--cancel", str(c["op"])]),
         "ui": lambda c: Call(web=post("/deadletters/operations/{op}/cancel"), ok=303),
         "api": lambda c: Call(web=post("/api/v1/deadletters/operations/{op}/cancel")),
+    }),
+    "error_group_ignore": Scenario(error_group(False), GROUPS, {
+        "cli": lambda c: Call(cli=["groups", "ignore", "SMTPError: timeout"], rows=1),
+        "ui": lambda c: Call(web=post("/deadletters/groups/ignore", fingerprint="SMTPError: timeout"), ok=303, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/deadletters/groups/ignore", fingerprint="SMTPError: timeout"), rows=1),
+    }),
+    "error_group_unignore": Scenario(error_group(True), GROUPS, {
+        "cli": lambda c: Call(cli=["groups", "unignore", "SMTPError: timeout"], rows=1),
+        "ui": lambda c: Call(web=post("/deadletters/groups/unignore", fingerprint="SMTPError: timeout"), ok=303, rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/deadletters/groups/unignore", fingerprint="SMTPError: timeout"),
+                              rows=1),
     }),
     "pause": Scenario(a_queue(False), "SELECT name, paused FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["pause", "mail"], rows=1),

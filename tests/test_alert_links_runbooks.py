@@ -27,6 +27,7 @@ LABELS: dict[str, dict[str, str]] = {
     "queue_age": {"queue": "search"},
     "stuck_leases": {"queue": "work"},
     "dead_letter_growth": {"queue": "billing"},
+    "new_error_group": {"fingerprint": "DoNotRetry: order <n> cannot be shipped", "change": "new"},
     "claim_latency_p95": {"queue": "all"},
     "periodic_late": {"name": "nightly-report"},
     "autovacuum_behind": {"table": "jobs"},

@@ -1,11 +1,12 @@
 """From a page to the offending jobs in two clicks, in real Chromium. For each kind of alert
-(queue age, dead letters, stuck leases, xmin horizon holder, lock waits, an advisor-backed
-alert, a late periodic job): the database holds the offending work, the default rule fires
+(queue age, dead letters, a new error group, stuck leases, xmin horizon holder, lock waits, an
+advisor-backed alert, a late periodic job): the database holds the offending work, the default rule fires
 through the evaluator, its webhook is delivered to a real local receiver, and the test follows
 the payload's own links: the alert page (`console_url`), then at most one more click on "look
 here" — and the page that opens lists the offending job ids (or names the holder's pid and
 application, the blocking session and the one it blocks, the failing check with its evidence,
-the late entry), and not the innocent ones."""
+the late entry), and not the innocent ones. A new error group's page is also where an operator
+ignores it: one click, and the group says so."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from console.alerts.rules import parse_destination
 from console.queue import periodic
 from tests.alert_links_data import deliver, fire_default
 from tests.alert_receiver import Receiver
+from tests.collector_helpers import cycle
 from tests.oncall_data import make_dead_letters
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -95,6 +97,36 @@ def test_dead_letter_payload_link_lists_the_groups_then_one_click_to_the_jobs(si
     rows = signed_in.locator("tr[data-job]")
     expect(rows).to_have_count(3)
     assert {int(rows.nth(i).get_attribute("data-job")) for i in range(3)} == set(dead["card"])
+
+
+def test_new_error_group_alert_leads_to_the_groups_jobs_where_an_operator_ignores_it(page_as, live_server, conn, dsn):
+    smtp = make_dead_letters(conn, smtp=2, card=0)["smtp"]  # failed before the console watched: history
+    conn.execute("UPDATE skiplock.jobs SET finished_at = finished_at - interval '5 minutes' WHERE id = ANY(%s)", (smtp,))
+    cycle(dsn)  # the errorgroups collector starts watching
+    dead = make_dead_letters(conn, smtp=0, card=3, queue_card="billing")
+    cycle(dsn)  # the card group is new now
+    (fingerprint,) = conn.execute("SELECT DISTINCT error_fingerprint FROM skiplock.jobs WHERE id = ANY(%s)",
+                                  (dead["card"],)).fetchone()
+    document = page_payload(conn, live_server, "new_error_group", {"fingerprint": fingerprint, "change": "new"}, 3)
+    assert document["alert"]["error_group"]["queues"] == ["billing"]
+    page = page_as("operator")
+    page.set_default_timeout(15_000)
+    follow(page, document)  # the group's dead letters, with what the console remembers of it
+    assert "/deadletters/jobs?" in page.url
+    rows = page.locator("tr[data-job]")
+    expect(rows).to_have_count(3)
+    assert {int(rows.nth(i).get_attribute("data-job")) for i in range(3)} == set(dead["card"])
+    assert not set(smtp) & {int(rows.nth(i).get_attribute("data-job")) for i in range(3)}
+    panel = page.locator("#error-group")
+    expect(panel).to_have_attribute("data-group-state", "new")
+    form = panel.locator("form[data-ignore-group]")
+    form.locator("input[name=reason]").fill("INC-9: the card issuer is down, known")
+    form.locator("button", has_text="Ignore").click()
+    expect(panel).to_have_attribute("data-group-state", "ignored")  # back on the same page
+    assert "/deadletters/jobs?" in page.url
+    assert conn.execute("SELECT ignored_by, ignore_reason FROM skiplock.error_groups WHERE fingerprint = %s",
+                        (fingerprint,)).fetchone() == ("operator", "INC-9: the card issuer is down, known")
+    assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE action = 'error_group_ignore'").fetchone()[0] == 1
 
 
 def test_stuck_lease_alert_leads_to_the_running_jobs_with_expired_leases(signed_in: Page, live_server, conn):

@@ -1,7 +1,7 @@
 """Scenarios of the queue's own trouble (tests/scenarios.py says what each one checks): a
 stalled queue, a burst, a paused queue with work, a limited queue at its limit, stuck leases
-after a kill -9, a dead-letter stream at 1.5x and 5x the threshold, a poison kind, a retry
-storm, the worker fleet gone, a periodic job that keeps failing, the scheduler gone; and the
+after a kill -9, a dead-letter stream at 1.5x and 5x the threshold, a poison kind, new and
+regressed error groups, a retry storm, the worker fleet gone, a periodic job that keeps failing, the scheduler gone; and the
 converse, healthy busy traffic and a slow but steady queue, which fire nothing.
 
 Real worker processes (tests/workers.py) run the jobs; the queue API makes the conditions a
@@ -14,13 +14,16 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
 
+from console import errorgroups
 from console import queue as q
 from console.maintenance import pause_queue, resume_queue
 from console.queue import limits
+from tests.maintenance_data import add_failed
 from tests.scenarios import INTERVAL, RATE_WINDOW, SCALED, scenario_console
 from tests.workers import WorkerProcs, stop_processes, wait_for
 
@@ -243,8 +246,10 @@ def test_a_dead_letter_stream(dsn, conn, tmp_path, times):
 
 def test_one_dead_letter_is_not_a_stream(dsn, conn, tmp_path):
     """One dead letter is 180 per hour over a 20 s window, under the threshold of 720: nothing
-    fires, and the overview does not say "360 jobs/h" (the one-interval rate did)."""
-    with scenario_console(dsn, tmp_path, name="one dead letter") as console:
+    fires, and the overview does not say "360 jobs/h" (the one-interval rate did). Its error is
+    a new error group, which new_error_group rightly fires on (its own scenario,
+    test_new_and_regressed_error_groups): switched off here, where the rate is the question."""
+    with scenario_console(dsn, tmp_path, name="one dead letter", overrides={"new_error_group": {"enabled": False}}) as console:
         job_id = q.enqueue(conn, "charge_card", queue="payments", max_attempts=1)
         q.fail(conn, claim_this(conn, job_id, "payments"), q.DoNotRetry("CardDeclined: once"), retry=False)
         console.expect_quiet(4 * INTERVAL, verdict="healthy")
@@ -272,6 +277,88 @@ def test_a_poison_kind(dsn, conn, tmp_path, workers):
                                       scenario="poison kind")
         assert fired.value >= threshold
         console.expect_resolved(fired, budget=RATE_WINDOW + 2 * INTERVAL + 5)
+
+
+# --- what changed: new and regressed error groups ------------------------------------------------
+
+NEW_FOR = 8.0  # [scheduler] error_group_new_for of this scenario: how long a group counts as new or back
+RETURNING = "DoNotRetry: InvoiceError: tax service answered <n>"
+IGNORED = "DoNotRetry: LedgerError: duplicate entry <n>"
+
+
+def fail_now(conn, queue: str, kind: str, message: str) -> int:
+    """One job of `kind` that fails for good now, as a worker would fail it."""
+    job_id = q.enqueue(conn, kind, {"n": 1}, queue=queue, max_attempts=1)
+    q.fail(conn, claim_this(conn, job_id, queue), q.DoNotRetry(message), retry=False)
+    return job_id
+
+
+def test_new_and_regressed_error_groups(dsn, conn, tmp_path, workers):
+    """A poison kind that fails for the first time (a real worker runs it) fires new_error_group;
+    a group last seen two days ago that fails again fires it as regressed; a group an operator
+    ignores does not, though it is back too; and the poison, which keeps failing steadily, does
+    not fire again once its time as new is over (the alert resolves and stays resolved)."""
+    add_failed(conn, 2, queue="billing", kind="invoice", fingerprint=RETURNING, age=timedelta(days=2))
+    add_failed(conn, 2, queue="billing", kind="ledger", fingerprint=IGNORED, age=timedelta(days=2))
+    errorgroups.ignore(conn, IGNORED, actor="alice", reason="INC-7: the partner retries these itself")
+    workers.start("--queues", "shipping")
+    live_workers(conn)
+    with scenario_console(dsn, tmp_path, name="error groups",
+                          settings={"scheduler.error_group_new_for": f"{NEW_FOR:g}s"}) as console:
+        console.tick()  # the collector starts watching: what failed before is history
+        poison_sent: list[float] = []
+
+        def poison():
+            q.enqueue(conn, "doomed", {"order": 7000 + len(poison_sent)}, queue="shipping")
+            poison_sent.append(time.monotonic())
+
+        poison()
+        new = console.expect_firing("new_error_group", since=poison_sent[0] + 0.5, labels={"change": "new"},
+                                    mention="of a new error group", offender="cannot be shipped",
+                                    scenario="a poison kind: a new error group")
+        assert new.labels["fingerprint"] == "DoNotRetry: order <n> cannot be shipped" and new.value == 1
+
+        # Two old groups come back; the ignored one says nothing.
+        back = time.monotonic()
+        fail_now(conn, "billing", "invoice", "InvoiceError: tax service answered 503")
+        fail_now(conn, "billing", "ledger", "LedgerError: duplicate entry 88")
+        regressed = console.expect_firing("new_error_group", since=back, labels={"change": "regressed"},
+                                          mention="of a regressed error group", offender="tax service answered 503",
+                                          scenario="an old group back after two days")
+        assert regressed.labels["fingerprint"] == RETURNING
+        groups = {g["fingerprint"]: g for g in console.api("/api/v1/deadletters")["groups"]}
+        assert groups[RETURNING]["state"] == "regressed" and groups[IGNORED]["state"] == "ignored"
+        assert not [a for a in console.alerts() if a["labels"].get("fingerprint") == IGNORED]
+
+        # The poison keeps failing, steadily: its alert ends with its time as new and never comes back.
+        console.expect_resolved(new, budget=NEW_FOR + 4 * INTERVAL + 5, every=poison)
+        console.run(lambda: len(poison_sent) >= 20, budget=30, every=poison, what="the poison to keep failing")
+        assert [a["labels"]["change"] for a in console.alerts() if a["rule"] == "new_error_group"] in ([], ["regressed"])
+        fired = conn.execute("SELECT count(*) FROM skiplock.alert_events WHERE alert_id = %s AND kind = 'firing'",
+                             (new.id,)).fetchone()[0]
+        assert fired == 1, "the poison's group fired again while it kept failing"
+        assert not [a for a in console.alerts() if a["labels"].get("fingerprint") == IGNORED]
+
+
+def test_a_known_error_group_failing_now_and_then_fires_nothing(dsn, conn, tmp_path):
+    """The converse: a group whose dead letters are an hour old (within error_group_quiet, and
+    from before the console watched: only the dead-letter set knows it) fails again every few
+    seconds, under dead_letter_growth's threshold. It is neither new nor regressed: nothing
+    fires, and the verdict reads healthy."""
+    add_failed(conn, 3, queue="billing", kind="invoice", fingerprint=RETURNING, age=timedelta(hours=1))
+    with scenario_console(dsn, tmp_path, name="known error group") as console:
+        console.tick()  # the collector starts watching
+        sent = [0]
+
+        def now_and_then():
+            sent[0] += 1
+            if sent[0] % 6 == 1:  # one every 6 s: at most 4 in the 20 s window, under the scaled > 720/h
+                fail_now(conn, "billing", "invoice", f"InvoiceError: tax service answered {500 + sent[0]}")
+
+        console.expect_quiet(10 * INTERVAL, every=now_and_then)
+        groups = {g["fingerprint"]: g for g in console.api("/api/v1/deadletters")["groups"]}
+        assert groups[RETURNING]["count"] >= 5 and groups[RETURNING]["state"] is None
+        assert errorgroups.get(conn, RETURNING)["change"] is None  # remembered, and no change
 
 
 # --- retries -----------------------------------------------------------------------------------

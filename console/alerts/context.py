@@ -28,7 +28,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from console.alerts import links
-from console.redaction import DEFAULT_KEYS
+from console.db import time_limited
+from console.redaction import DEFAULT_KEYS, redact_text
 from console.sqlfiles import query
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,42 @@ def new_error_groups(conn: psycopg.Connection, queue: str, fired: datetime, *,
             if g["first_seen"] and g["first_seen"] >= since]
 
 
+def error_group(conn: psycopg.Connection, metric: str | None, labels: Mapping[str, str] | None, *,
+                timeout_ms: int, secret_keys: frozenset[str] = DEFAULT_KEYS) -> dict[str, Any] | None:
+    """What the console remembers of the error group a new_error_group alert is about (metric
+    `error_group_new`, label `fingerprint`): when it was first and last seen, how long it was
+    quiet before it came back, its kinds, queues and an example, with the values of
+    `secret_keys` hidden (the alert page and every webhook show it). None for another metric, a
+    group the console does not remember, or a read that failed or timed out (logged; a lost
+    connection raises)."""
+    fingerprint = (labels or {}).get("fingerprint")
+    if metric != "error_group_new" or not fingerprint:
+        return None
+    try:
+        with time_limited(conn, timeout_ms) as cur:
+            row = cur.execute(query("error_groups", "get"), {"fingerprint": fingerprint}).fetchone()
+    except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:
+        log.warning("error group of an alert not read: %s", exc.__class__.__name__)
+        return None
+    except psycopg.OperationalError:
+        raise
+    except psycopg.Error as exc:
+        log.warning("error group of an alert not read: %s (%s)", exc.__class__.__name__, exc.sqlstate)
+        return None
+    if row is None:
+        return None
+
+    def iso(value: datetime | None) -> str | None:
+        return value.isoformat() if value else None
+
+    return {"fingerprint": redact_text(row["fingerprint"], secret_keys), "change": row["change"],
+            "first_seen": iso(row["first_seen"]), "last_seen": iso(row["last_seen"]),
+            "change_at": iso(row["change_at"]), "previous_seen": iso(row["previous_seen"]),
+            "kinds": list(row["kinds"]), "queues": list(row["queues"]),
+            "example": redact_text(row["example"], secret_keys) if row["example"] else None,
+            "example_job": row["example_job"], "ignored": row["ignored_at"] is not None}
+
+
 def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str, str] | None, fired: datetime, *,
               console_url: str = "", timeout_ms: int, secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[links.Link]:
     """Where to look first for an alert of `metric` with `labels` that fired at `fired`:
@@ -117,4 +154,4 @@ def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str,
     return links.with_new_groups(found, queue, fresh, console_url, secret_keys)
 
 
-__all__ = ["CHANGES_BEFORE", "Window", "changes", "look_here", "new_error_groups", "series", "window"]
+__all__ = ["CHANGES_BEFORE", "Window", "changes", "error_group", "look_here", "new_error_groups", "series", "window"]

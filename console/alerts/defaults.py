@@ -24,6 +24,11 @@ _DEFAULTS = [
     # them: a `for` of 5 minutes on top, not the 10 a one-interval rate needed (and never met).
     dict(name="dead_letter_growth", metric="dead_letter_growth", op=">", threshold=50, for_="5m", severity="warning",
          summary="Queue {queue} gains {value} dead letters per hour"),
+    # A failure mode nobody has seen (or not for [scheduler] error_group_quiet): worth a look
+    # even at one dead letter. Raise the threshold to fire only above that many since it appeared;
+    # ignore a group (dead-letters page, API, CLI) to never hear of it again.
+    dict(name="new_error_group", metric="error_group_new", op=">", threshold=0, for_="0s", severity="warning",
+         summary="{value} dead letter(s) of a {change} error group: {fingerprint}"),
     dict(name="retry_rate", metric="retry_rate", op=">", threshold=0.2, for_="5m", severity="warning",
          summary="{value} of finished attempts were retried (over {threshold})"),
     dict(name="claim_latency_p95", metric="claim_latency_seconds", labels={"quantile": "p95", "source": "workers"}, op=">",

@@ -136,13 +136,15 @@ def _iso(value: datetime | None) -> str | None:
 
 def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None, event_id: int,
                        value: float | None, at: datetime, settings: AlertSettings,
-                       links: list[Link] | None = None) -> dict[str, Any]:
+                       links: list[Link] | None = None, error_group: dict[str, Any] | None = None) -> dict[str, Any]:
     """The versioned notification document (payload version 1; see docs/alerts.md).
 
     The JSON webhook posts it as is; Slack and PagerDuty transports format it. It is written to
     the outbox once, so every retry sends the same body and the same idempotency key. `links`
     is the alert's look-here list (`context.look_here`, which the evaluator reads with the
-    database); without it, the rule's metric alone decides (`links.look_here`)."""
+    database); without it, the rule's metric alone decides (`links.look_here`). `error_group`
+    (`context.error_group`, a new_error_group alert's group with its secrets hidden) goes in
+    `alert.error_group` when given."""
     labels = dict(alert["labels"])
     # A docs runbook opens the console's copy (console/web/docs.py) or runbook_base_url's.
     runbook = runbook_url(rule.runbook if rule else None, runbook_base_url=settings.runbook_base_url,
@@ -157,7 +159,7 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
                                alert.get("last_over_value")) if rule else f"{alert['rule']} (rule removed)"
     # Which database the alert is about: added here, not stored (samples live in their database).
     labels = {**labels, "database": settings.database}
-    return {
+    document = {
         "version": PAYLOAD_VERSION,
         "event": kind,
         # Alert ids are per database: a database other than the first has its name in the key
@@ -185,6 +187,9 @@ def build_notification(*, kind: str, alert: Mapping[str, Any], rule: Rule | None
         },
         "console_url": console_url,
     }
+    if error_group is not None:  # added in payload version 1 (receivers ignore it)
+        document["alert"]["error_group"] = error_group
+    return document
 
 
 class _Evaluation:
@@ -236,8 +241,11 @@ class _Evaluation:
                                   console_url=self.settings.console_url,
                                   timeout_ms=self.settings.statement_timeout_ms,
                                   secret_keys=self.settings.secret_keys) if rule else []
+        group = context.error_group(self.conn, rule.metric, alert["labels"],
+                                    timeout_ms=self.settings.statement_timeout_ms,
+                                    secret_keys=self.settings.secret_keys) if rule else None
         document = build_notification(kind=kind, alert=alert, rule=rule, event_id=event_id, value=value,
-                                      at=self.now, settings=self.settings, links=links)
+                                      at=self.now, settings=self.settings, links=links, error_group=group)
         sent = outbox.enqueue(self.conn, alert_id=alert["id"], event_id=event_id,
                               destinations=[d.name for d in targets], notification=document)
         if kind != "resolved":

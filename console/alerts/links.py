@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode, urljoin
 
-from console.redaction import DEFAULT_KEYS, redact_text
+from console.redaction import DEFAULT_KEYS, REDACTED, redact_text
 
 ANY_QUEUE = ("", "all")  # label values that mean "every queue" (e.g. claim latency's queue="all")
 
@@ -125,6 +125,20 @@ def _dead_letters(labels: Mapping[str, str]) -> Pairs:
     where = f" of queue {queue}" if queue else ""
     return [(f"Error groups{where}", _path("/deadletters", "groups", queue=queue)),
             (f"Dead letters{where}, latest first", _path("/deadletters/jobs", queue=queue))]
+
+
+def _error_group(labels: Mapping[str, str]) -> Pairs:
+    """A new or regressed error group (`error_group_new{fingerprint, change}`): its dead letters
+    first (the page shows the group's first occurrence, kinds, queues and an example, and the
+    ignore button), then every group. The collector hides secret values in the label; a label
+    that still shows a secret key's value, or shows one hidden, is left out of the filter."""
+    fingerprint = labels.get("fingerprint") or ""
+    filterable = bool(fingerprint) and REDACTED not in fingerprint and redact_text(fingerprint, DEFAULT_KEYS) == fingerprint
+    shown = " ".join(redact_text(fingerprint, DEFAULT_KEYS).split())[:80]
+    what = "returning" if labels.get("change") == "regressed" else "new"
+    return [(f"Dead letters of the {what} error group {shown}".rstrip(),
+             _path("/deadletters/jobs", fingerprint=fingerprint if filterable else None)),
+            ("Error groups: first seen, kinds, queues (ignore one there)", _path("/deadletters", "groups"))]
 
 
 def _retries(labels: Mapping[str, str]) -> Pairs:
@@ -237,6 +251,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "stuck_lease_age_seconds": _stuck,
     "dead_letters": _dead_letters,
     "dead_letter_growth": _dead_letters,
+    "error_group_new": _error_group,
     "workers_live": _workers,
     "workers_in_flight": _in_flight,
     "queue_depth_estimated": _queues,

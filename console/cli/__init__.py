@@ -15,7 +15,7 @@ import click
 # Each module registers its commands on main_group when imported:
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
-# periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
+# groups: groups list|ignore|unignore · periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
 # queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
@@ -23,6 +23,7 @@ from console.cli import (  # noqa: F401
     alerts,
     core,
     demo,
+    groups,
     maintenance,
     periodic,
     prometheus,

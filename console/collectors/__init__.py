@@ -26,6 +26,7 @@ from psycopg.types.json import Jsonb
 from console import samples as samples_store
 from console.collectors import (
     database,
+    errorgroups,
     external,
     periodic,
     queue,
@@ -42,6 +43,7 @@ log = logging.getLogger("skiplock.collectors")
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("queue", queue.collect, "Depth by state, oldest eligible job, stuck leases, dead letters."),
+    Collector("errorgroups", errorgroups.collect, "Error groups that are new or came back after a quiet period (skiplock.error_groups)."),
     Collector("workers", workers.collect, "Live workers, throughput, retries, claim and pickup latency from worker counters."),
     Collector("statements", statements.collect, "Claim latency and buffers per call (pg_stat_statements), probe claim."),
     Collector("tables", tables.collect, "Jobs tables: tuples, sizes, autovacuum threshold, vacuum progress, wraparound."),

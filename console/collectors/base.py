@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 from console import signals
 from console.config import database_names, external_queues
 from console.db import connect
+from console.redaction import DEFAULT_KEYS, key_set
 from console.samples import Sample
 from console.sqlfiles import query
 
@@ -56,6 +57,13 @@ class Options:
     # Seconds the windowed signals are computed over (dead letters per hour, retry rate,
     # per-queue throughput): `[scheduler] rate_window`.
     rate_window: float = 900.0
+    # Error groups (console.collectors.errorgroups): a group back after `error_group_quiet`
+    # seconds without a dead letter is regressed; a new or regressed one is reported for
+    # `error_group_new_for` seconds. `secret_keys`: the values its label hides (web.redact_keys
+    # and the defaults), as every alert link and webhook does.
+    error_group_quiet: float = 86400.0
+    error_group_new_for: float = 3600.0
+    secret_keys: frozenset[str] = DEFAULT_KEYS
     exclude_apps: tuple[str, ...] = CONSOLE_APPS
     tables: tuple[tuple[str, str], ...] = WATCHED_TABLES
     # [[external_queues]] entries (console.config.ExternalQueue) the external collector reads.
@@ -77,6 +85,9 @@ class Options:
             probe_queues=s.probe_queues,
             live_worker_within=signals.live_worker_within(config),
             rate_window=s.rate_window.total_seconds(),
+            error_group_quiet=s.error_group_quiet.total_seconds(),
+            error_group_new_for=s.error_group_new_for.total_seconds(),
+            secret_keys=DEFAULT_KEYS | key_set(config.web.redact_keys),
             external=tuple(sources_of(config, database)),
         )
 

@@ -11,7 +11,8 @@ stop after `max_batches` per run; the next run continues. Worker registry rows (
 whose last heartbeat or stop is older than `worker_grace` ([worker] registry_grace) go the same
 way: a killed worker never marks itself stopped, so its row would otherwise stay for ever. A
 worker that comes back after that long registers again when it restarts; a hung one that
-resumes without restarting keeps working but is not listed until then.
+resumes without restarting keeps working but is not listed until then. Error groups
+(skiplock.error_groups) not seen for the hourly rollups' retention go too, unless ignored.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class RetentionSettings:
 class RetentionResult:
     minute_windows: int = 0
     hour_windows: int = 0
-    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0, "workers": 0})
+    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0, "workers": 0,
+                                                                           "error_groups": 0})
 
 
 def _floor(ts: datetime, unit: str) -> datetime:
@@ -127,4 +129,6 @@ def run(conn: psycopg.Connection, settings: RetentionSettings | None = None) -> 
     # Registry rows of workers that stopped, or were killed and never said so, longer ago than
     # the grace: the Workers page and the collectors stop carrying them.
     result.deleted["workers"] = _delete(conn, "delete_workers_batch", {"cutoff": now - settings.worker_grace}, settings)
+    # Error groups not seen for as long as the hourly rollups are kept (an ignored one stays).
+    result.deleted["error_groups"] = _delete(conn, "delete_error_groups_batch", {"cutoff": now - settings.hour}, settings)
     return result

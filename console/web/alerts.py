@@ -60,7 +60,7 @@ from console.web.api import (
 from console.web.auth import requires
 from console.web.database import current_database, get_conn, run_panel, timeout_ms
 from console.web.listing import LIST_FIELDS, LIST_PARAMS
-from console.web.redact import audit_row_for, notification_keys
+from console.web.redact import audit_row_for, notification_keys, text_for
 
 log = logging.getLogger(__name__)
 bp = Blueprint("alerts", __name__)
@@ -223,6 +223,12 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
     # The same list as the alert's webhook payloads (a new error group first, when there is one).
     links = as_dicts(context.look_here(conn, rule.metric, labels, win.fired, timeout_ms=timeout_ms(),
                                        secret_keys=notification_keys())) if rule else []
+    # A new_error_group alert's group: first and last seen, kinds, queues, an example (its
+    # secrets hidden as in the webhook, then redacted for viewers like every error text).
+    group = context.error_group(conn, rule.metric, labels, timeout_ms=timeout_ms(),
+                                secret_keys=notification_keys()) if rule else None
+    if group is not None:
+        group = {**group, "example": text_for(group["example"], g.user)}
     series = run_panel(context.series, rule.metric, labels, win, op=rule.op) if rule and rule.metric in METRICS else None
     changes = run_panel(context.changes, win.fired)
     unit = METRICS[rule.metric].unit if rule and rule.metric in METRICS else ""
@@ -235,6 +241,7 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
                   # The queue whose "why isn't it moving?" answer the page loads (console/web/why.py).
                   "why_queue": why_queue(rule.metric, labels) if rule else None},
         "window": win.as_dict(),
+        "error_group": group,
         "series": None if series is None else _panel_out(series, lambda pts: {
             "unit": unit, "threshold": rule.threshold, "points": [{"at": at.isoformat(), "value": v} for at, v in pts]}),
         "changes": _panel_out(changes, lambda rows: [audit_row_for(r, g.user) for r in rows]),
@@ -271,6 +278,10 @@ def alert_page(alert_id: int):
 
     data = _alert_data(get_conn(), alert_id)
     times = {k: datetime.fromisoformat(v) for k, v in data["window"].items()}
+    if data["error_group"]:
+        data["error_group"] = {**data["error_group"], **{
+            k: datetime.fromisoformat(v) for k, v in data["error_group"].items()
+            if k in ("first_seen", "last_seen", "change_at", "previous_seen") and v}}
     return render_template("alerts/alert.html", chart=_alert_chart(data), **{**data, "window": times})
 
 
@@ -282,6 +293,8 @@ def alert_page(alert_id: int):
                      "`series` is the rule's metric over [fired - 30 min, resolved or now] with the threshold; "
                      "`changes` the audit rows of the 30 minutes before it fired.",
          response=obj({"alert": ref("Alert"), "window": obj({"since": TIME, "fired": TIME, "until": TIME}),
+                       "error_group": {**opt(OBJ), "description": "a new_error_group alert's error group: "
+                                       "first_seen, last_seen, change_at, previous_seen, kinds, queues, example"},
                        "series": opt(panel(obj({"unit": STR, "threshold": NUM, "points": arr(obj({
                            "at": TIME, "value": opt(NUM)}))}))),
                        "changes": panel(arr(OBJ)),

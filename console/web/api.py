@@ -95,6 +95,13 @@ COMPONENTS: dict[str, dict[str, Any]] = {
     "Delivery": obj({"id": INT, "at": TIME, "destination": STR, "attempt": INT, "outcome": STR,
                      "http_status": opt(INT), "error": opt(STR), "duration_ms": opt(NUM), "alert_id": opt(INT),
                      "event": STR}),
+    "ErrorGroup": obj({
+        "fingerprint": STR, "state": {**opt({**STR, "enum": ["new", "regressed", "ignored"]}),
+                                      "description": "new or regressed: what the new_error_group alert is about"},
+        "first_seen": TIME, "last_seen": TIME, "kinds": arr(STR), "queues": arr(STR), "example": opt(STR),
+        "example_job": opt(INT), "change": opt(STR), "change_at": opt(TIME), "previous_seen": opt(TIME),
+        "ignored_at": opt(TIME), "ignored_by": opt(STR), "ignore_reason": opt(STR),
+    }, optional=("example_job", "change", "change_at", "previous_seen")),
     "Silence": obj({"id": INT, "rule": opt(STR), "labels": OBJ, "starts_at": TIME, "ends_at": TIME,
                     "reason": STR, "created_by": STR, "expired_by": opt(STR)}),
 }

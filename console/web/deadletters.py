@@ -10,7 +10,13 @@ GET  /deadletters/operations/<id>            its page; /_progress is the polled 
 POST /deadletters/operations/<id>/cancel     stop it between two batches (operator)
 POST /deadletters/operations/<id>/resume     reopen a cancelled/failed one, run it on from its cursor (operator, reason)
 POST /deadletters/jobs/<id>/<replay|purge>   one job, one click (operator)
+POST /deadletters/groups/<ignore|unignore>   an error group never alerts / alerts again (operator, reason)
 and the same under /api/v1/deadletters.
+
+Each error group carries what the console remembers of it (console/errorgroups.py): `state`
+new, regressed (what the new_error_group alert is about), ignored, or none; the jobs of one
+group show that memory above them (first seen, kinds, queues, an example, who ignores it and
+why) with the ignore button.
 
 Reasons follow console.actions.ACTIONS: a purge (of any number of jobs) and a replay of more
 than one job need one (422 without), a one-job replay and a cancel may leave it empty.
@@ -33,12 +39,12 @@ console.web.redact, and may not filter the dead letters on a redacted payload ke
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
-from console import browse, jsonbounds
+from console import browse, errorgroups, jsonbounds
 from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
 from console.caps import Caps
@@ -133,12 +139,49 @@ def op_for(op: dict[str, Any]) -> dict[str, Any]:
             "what": what, "outcome": outcome}
 
 
+def _new_for() -> timedelta:
+    return _state().config.scheduler.error_group_new_for
+
+
+def memory_for(group: dict[str, Any] | None, now: datetime) -> dict[str, Any] | None:
+    """What the console remembers of an error group (console.errorgroups), as the user may see
+    it: the fingerprint and example redacted like error text; the ignore's reason as written."""
+    if group is None:
+        return None
+    return {
+        "fingerprint": fingerprint_for(group["fingerprint"], g.user),
+        "state": errorgroups.state_of(group, now, _new_for()),
+        "first_seen": group["first_seen"], "last_seen": group["last_seen"],
+        "kinds": group["kinds"], "queues": group["queues"], "example": text_for(group.get("example"), g.user),
+        "example_job": group.get("example_job"), "change": group.get("change"), "change_at": group.get("change_at"),
+        "previous_seen": group.get("previous_seen"), "ignored_at": group.get("ignored_at"),
+        "ignored_by": group.get("ignored_by"), "ignore_reason": group.get("ignore_reason"),
+    }
+
+
+def _with_memory(conn, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The groups (as stored) with `state`, `ignored_by`, `ignore_reason` from the memory."""
+    now = conn.execute("SELECT now()").fetchone()[0]
+    found = errorgroups.remembered(conn, [r["fingerprint"] for r in rows])
+    out = []
+    for row in rows:
+        memory = found.get(row["fingerprint"])
+        out.append({**row, "state": errorgroups.state_of(memory, now, _new_for()),
+                    "ignored_by": memory["ignored_by"] if memory else None,
+                    "ignore_reason": memory["ignore_reason"] if memory else None})
+    return out
+
+
+def _groups(conn, **kwargs) -> list[dict[str, Any]]:
+    return _with_memory(conn, m.groups(conn, **kwargs))
+
+
 def groups_data() -> dict[str, Any]:
     """One page of the error groups, largest first (`page`, `limit`; default web.list_limit),
     with the count of all of them: a producer can write a thousand different messages."""
     queue, kind = _text_arg("queue"), _text_arg("kind")
     _query, page, limit = listing.args(_state().config.web.list_limit)
-    groups = run_panel(m.groups, queue=queue, kind=kind, limit=limit, offset=(page - 1) * limit)
+    groups = run_panel(_groups, queue=queue, kind=kind, limit=limit, offset=(page - 1) * limit)
     shown = listing.Page(rows=[], total=0, page=page, limit=limit)
     if groups.ok:
         groups.data = [group_for(grp, g.user) for grp in groups.data]
@@ -185,13 +228,21 @@ def jobs_data() -> dict[str, Any]:
         abort(403, complaint)
     rows = [dead_row_for(r) for r in run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())]
     total = run_panel(count_matching, sel)
+    group = run_panel(_memory, sel.fingerprint) if sel.fingerprint else None
     nxt = None
     if len(rows) == PAGE:
         last = rows[-1]
         nxt = f"{last['finished_at'].isoformat()}~{last['id']}"
     return {"selection": sel.to_dict(), "description": sel.describe(), "jobs": rows, "next": nxt,
             "total": total.data if total.ok else None, "total_error": total.error,
+            "group": group.data if group is not None and group.ok else None,
+            "group_fingerprint": sel.fingerprint,
             "args": {k: v for k, v in sel.to_dict().items() if k != "all"}}
+
+
+def _memory(conn, fingerprint: str) -> dict[str, Any] | None:
+    now = conn.execute("SELECT now()").fetchone()[0]
+    return memory_for(errorgroups.get(conn, fingerprint), now)
 
 
 @bp.get("/deadletters")
@@ -210,7 +261,9 @@ def index():
          response=obj({"queue": opt(STR), "kind": opt(STR),
                        "groups": panel(arr(obj({"fingerprint": STR, "count": INT, "first_seen": TIME,
                                                 "last_seen": TIME, "queues": arr(STR), "kinds": arr(STR),
-                                                "queue_count": INT, "kind_count": INT, "example": opt(STR)}))),
+                                                "queue_count": INT, "kind_count": INT, "example": opt(STR),
+                                                "state": opt({**STR, "enum": ["new", "regressed", "ignored"]}),
+                                                "ignored_by": opt(STR), "ignore_reason": opt(STR)}))),
                        "operations": opt(arr(ref("Operation"))), **LIST_FIELDS}))
 def api_index():
     data = groups_data()
@@ -229,7 +282,7 @@ def jobs():
 
 @bp.get("/api/v1/deadletters/jobs")
 @requires("viewer")
-@api_doc("Dead letters matching a filter, newest failure first (100 per page)", params=[
+@api_doc("Dead letters matching a filter, newest failure first (100 per page); with a fingerprint, what the console remembers of that error group", params=[
     Param("fingerprint", max_length=500), Param("queue", max_length=500), Param("kind", max_length=500),
     Param("failed_since", max_length=500, description="ISO 8601"),
     Param("failed_before", max_length=500, description="ISO 8601"),
@@ -237,7 +290,8 @@ def jobs():
     Param("before", description="the `next` cursor of the previous page"),
 ], description="Payloads are not included; open a job for it (redacted for viewers). Error text is redacted for viewers.",
    response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),
-                 "total": opt(INT), "total_error": opt(STR), "args": OBJ}))
+                 "total": opt(INT), "total_error": opt(STR), "group": opt(ref("ErrorGroup")),
+                 "group_fingerprint": opt(STR), "args": OBJ}))
 def api_jobs():
     data = jobs_data()
     data["jobs"] = [{k: v for k, v in row.items() if k != "payload"} for row in data["jobs"]]
@@ -547,3 +601,52 @@ def one(job_id: int, action: str):
                     "422": "a purge without a reason"})
 def api_one(job_id: int, action: str):
     return jsonify({"ok": True, "action": action, **_one(job_id, action)})
+
+
+# --- ignoring an error group -----------------------------------------------------------------
+
+def _group_action(action: str) -> dict[str, Any]:
+    """Ignore or unignore the form's (or JSON body's) `fingerprint`, with its reason."""
+    if action not in ("ignore", "unignore"):
+        abort(404, f"no action {action!r} on an error group; actions: ignore, unignore")
+    body = request.get_json(silent=True) if request.is_json else None
+    data = body if isinstance(body, dict) else request.form
+    fingerprint = data.get("fingerprint")
+    if not isinstance(fingerprint, str) or not fingerprint.strip():
+        abort(400, "fingerprint: required (the error group, as the dead-letters page lists it)")
+    reason = reason_for(f"error_group_{action}", data if isinstance(body, dict) else None)
+    conn = get_conn()
+    try:
+        change = errorgroups.ignore if action == "ignore" else errorgroups.unignore
+        row = change(conn, fingerprint, actor=actor(), reason=reason)
+    except errorgroups.GroupNotFound as exc:
+        abort(404, str(exc))
+    except errorgroups.GroupState as exc:
+        abort(409, str(exc))
+    return memory_for(row, conn.execute("SELECT now()").fetchone()[0]) or {}
+
+
+@bp.post("/deadletters/groups/<action>")
+@requires("operator")
+def group_action(action: str):
+    _group_action(action)
+    back = request.form.get("next") or ""
+    if not back.startswith(("/deadletters", "/alerts/")) or back.startswith("//"):
+        back = url_for("deadletters.index") + "#groups"
+    return redirect(back, 303)
+
+
+@bp.post("/api/v1/deadletters/groups/<action>")
+@requires("operator")
+@api_doc("Ignore an error group (it never alerts: the new_error_group alert skips it) or stop ignoring it (audited)",
+         params=[Param("action", where="path", enum=("ignore", "unignore")),
+                 Param("fingerprint", where="form", required=True, max_length=errorgroups.MAX_FINGERPRINT,
+                       description="the error group (`fingerprint` of /api/v1/deadletters)"),
+                 Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         description="The fingerprint and reason may also come as a JSON body.",
+         response=ref("ErrorGroup"),
+         responses={"400": "no fingerprint, or a reason too long", "404": "no dead letter or remembered group has it",
+                    "409": "already ignored (ignore), or not ignored (unignore)", "422": "no reason"})
+def api_group_action(action: str):
+    return jsonify(_group_action(action))
