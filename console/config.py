@@ -408,13 +408,17 @@ EXTERNAL_SYSTEMS: dict[str, str] = {
     "procrastinate": "Procrastinate (procrastinate_jobs; queues are queue_name)",
     "graphile-worker": "graphile-worker (graphile_worker._private_jobs; queues are task identifiers)",
     "pg-boss": "pg-boss (pgboss.job; queues are job names)",
+    "bullmq": "BullMQ 6 on PostgreSQL (bullmq.job; queues are BullMQ queue names)",
 }
 NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database"}
+_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database", "actions"}
 _TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "completed", "enqueued_at", "lease_until",
-               "claim_query_like"}
+               "failed_at", "claim_query_like"}
+# Systems whose jobs the console can act on through the library's own functions and statements
+# (console.external.actions); a declared table has no state machine Skiplock knows.
+ACTION_SYSTEMS = ("pgqueuer", "procrastinate", "graphile-worker", "pg-boss", "bullmq")
 _LIBRARY_KEYS = {"table", "claim_query_like"}
 
 
@@ -434,11 +438,16 @@ class ExternalQueue:
     completed: str = ""  # finished rows that stay in the table (the advisor's ext-completed-rows)
     enqueued_at: str = ""
     lease_until: str = ""
+    failed_at: str = ""  # timestamp column: when a failed row failed (its dead-letter growth)
     claim_query_like: str = ""
     stuck_after: timedelta = timedelta(minutes=5)
     # The [[databases]] entry whose scheduler collects this source and whose pages show it
     # ("" = the first). Its samples live in that database, like the database's own.
     database: str = ""
+    # Opt-in to operator actions (replay, purge, cancel, pause) on this source, written into the
+    # library's tables through its own functions; off by default: every read is READ ONLY and
+    # no face offers an action (console.external.actions refuses before connecting).
+    actions: bool = False
 
     @property
     def where(self) -> str:
@@ -505,6 +514,13 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
         values["schema"] = _ident(where, "schema", raw["schema"])
     if "table" in raw:
         values["table"] = _ident(where, "table", raw["table"], dotted=True)
+    if "actions" in raw:
+        if not isinstance(raw["actions"], bool):
+            raise ConfigError(f"{where}: actions must be true or false (got {raw['actions']!r})")
+        if raw["actions"] and system not in ACTION_SYSTEMS:
+            raise ConfigError(f"{where}: actions = true, but system {system!r} offers no actions (Skiplock does not "
+                              f"know a declared table's state machine; actions exist for {', '.join(ACTION_SYSTEMS)})")
+        values["actions"] = raw["actions"]
     if "stuck_after" in raw:
         try:
             values["stuck_after"] = duration(raw["stuck_after"])
@@ -515,7 +531,7 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
             raise ConfigError(f"{where}: table is required for system 'table' (e.g. table = \"public.app_jobs\")")
         if "pending" not in raw:
             raise ConfigError(f"{where}: pending is required for system 'table' (the predicate of waiting rows)")
-        for key in ("queue_column", "enqueued_at", "lease_until"):
+        for key in ("queue_column", "enqueued_at", "lease_until", "failed_at"):
             if key in raw:
                 values[key] = _ident(where, key, raw[key])
         for key in ("pending", "running", "failed", "completed"):
