@@ -9,6 +9,10 @@
 -- %(key_queues)s/%(key_ids)s, %(key_names)s/%(key_ids)s), {queue}, {failed}, {pending},
 -- {failed_at}, {error}, {attempts} from its Shape. Values are bound.
 --
+-- A library function is called once per job of a MATERIALIZED CTE that already holds exactly
+-- the jobs to change: never from a join the planner could evaluate before its filter (a
+-- LATERAL call beside a semi-join on the keys called BullMQ's remove() for every failed job).
+--
 -- An action's batch is one transaction: `lock_*` takes the row locks of the batch's jobs that
 -- are still what the action needs (FOR UPDATE: wait for a worker or another operation, never
 -- skip), then the library's statement changes exactly those; the libraries' workers claim with
@@ -142,13 +146,14 @@ SELECT (SELECT count(*) FROM removed) AS n;
 -- name: procrastinate_replay
 -- Its own function, as its shell's `retry` calls it: failed -> todo, scheduled now (its trigger
 -- records the 'retried' event and NOTIFYs the workers).
-SELECT count(*) AS n
-FROM {table} AS j
-CROSS JOIN LATERAL (
-    SELECT {schema}.procrastinate_retry_job_v2(j.id, now(), NULL, NULL, NULL)
-) AS r
-WHERE ({key_match})
-  AND j.status = 'failed';
+WITH target AS MATERIALIZED (
+    SELECT j.id
+    FROM {table} AS j
+    WHERE ({key_match})
+      AND j.status = 'failed'
+)
+SELECT count({schema}.procrastinate_retry_job_v2(t.id, now(), NULL, NULL, NULL)) AS n
+FROM target AS t;
 
 -- name: procrastinate_purge
 -- What its delete_old_jobs deletes (a failed job, its events by ON DELETE CASCADE), chosen by id.
@@ -164,13 +169,14 @@ FROM removed;
 -- name: procrastinate_cancel
 -- Its own function, as JobManager.cancel_job_by_id calls it (abort false, keep the job): a todo
 -- job becomes cancelled.
-SELECT count(c.id) AS n
-FROM {table} AS j
-CROSS JOIN LATERAL (
-    SELECT {schema}.procrastinate_cancel_job_v1(j.id, false, false) AS id
-) AS c
-WHERE ({key_match})
-  AND j.status = 'todo';
+WITH target AS MATERIALIZED (
+    SELECT j.id
+    FROM {table} AS j
+    WHERE ({key_match})
+      AND j.status = 'todo'
+)
+SELECT count({schema}.procrastinate_cancel_job_v1(t.id, false, false)) AS n
+FROM target AS t;
 
 -- --- graphile-worker (0.18.0: website/docs/admin-functions.md, sql/000016.sql) ----------------
 
@@ -243,33 +249,36 @@ FROM cancelled;
 
 -- name: bullmq_replay
 -- Its own function, as Job.retry('failed') calls it (attempts reset): failed -> waiting.
-SELECT count(*) FILTER (WHERE r.code = 1) AS n
-FROM {table} AS j
-CROSS JOIN LATERAL (
-    SELECT {schema}.reprocess_job(j.queue, j.id, 'failed', false, true, true) AS code
-) AS r
-WHERE ({key_match})
-  AND j.state = 'failed';
+WITH target AS MATERIALIZED (
+    SELECT j.queue, j.id
+    FROM {table} AS j
+    WHERE ({key_match})
+      AND j.state = 'failed'
+)
+SELECT count(*) FILTER (WHERE {schema}.reprocess_job(t.queue, t.id, 'failed', false, true, true) = 1) AS n
+FROM target AS t;
 
 -- name: bullmq_purge
 -- Its own function, as Job.remove() calls it (it refuses a locked job and returns 0).
-SELECT coalesce(sum(r.n), 0)::bigint AS n
-FROM {table} AS j
-CROSS JOIN LATERAL (
-    SELECT {schema}.remove(j.queue, j.id, false) AS n
-) AS r
-WHERE ({key_match})
-  AND j.state = 'failed';
+WITH target AS MATERIALIZED (
+    SELECT j.queue, j.id
+    FROM {table} AS j
+    WHERE ({key_match})
+      AND j.state = 'failed'
+)
+SELECT coalesce(sum({schema}.remove(t.queue, t.id, false)), 0)::bigint AS n
+FROM target AS t;
 
 -- name: bullmq_cancel
 -- Job.remove() of a job that still waits (waiting or delayed).
-SELECT coalesce(sum(r.n), 0)::bigint AS n
-FROM {table} AS j
-CROSS JOIN LATERAL (
-    SELECT {schema}.remove(j.queue, j.id, false) AS n
-) AS r
-WHERE ({key_match})
-  AND j.state IN ('waiting', 'delayed');
+WITH target AS MATERIALIZED (
+    SELECT j.queue, j.id
+    FROM {table} AS j
+    WHERE ({key_match})
+      AND j.state IN ('waiting', 'delayed')
+)
+SELECT coalesce(sum({schema}.remove(t.queue, t.id, false)), 0)::bigint AS n
+FROM target AS t;
 
 -- name: bullmq_pause
 -- Queue.pause(): its function sets the queue's `paused` flag (workers stop taking its jobs).
