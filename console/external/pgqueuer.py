@@ -31,7 +31,7 @@ from psycopg import sql
 from console.external import Adapter, Completions, Shape, SourceError
 from console.sqlfiles import query
 
-REQUIRED_COLUMNS = ["id", "priority", "created", "updated", "heartbeat", "execute_after", "status", "entrypoint", "attempts"]
+REQUIRED_COLUMNS = ["id", "priority", "created", "updated", "heartbeat", "execute_after", "status", "entrypoint"]
 REQUIRED_STATUSES = {"queued", "picked", "failed"}
 
 
@@ -94,3 +94,4 @@ class PgQueuerAdapter(Adapter):
         if missing:
             raise SourceError(f"unknown PGQueuer schema version: status {', '.join(sorted(missing))} missing from "
                               f"{schema}.{table}_status (Skiplock reads {self.schema_version}; run `pgq upgrade`)")
+        self._require_columns(cur, ["attempts"])  # its retries count here (1.x); the dead-letter list shows it
