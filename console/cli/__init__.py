@@ -14,6 +14,7 @@ import click
 
 # Each module registers its commands on main_group when imported:
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
+# external: the external group (dead letters of [[external_queues]], their replay, purge, ...) ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
 # prometheus: prometheus rules|dashboard · queues: queues set|show (limits) ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
@@ -22,6 +23,7 @@ from console.cli import (  # noqa: F401
     alerts,
     core,
     demo,
+    external,
     maintenance,
     prometheus,
     queues,

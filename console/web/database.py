@@ -97,6 +97,13 @@ PRIMARY_READS: dict[str, str] = {
     "alerts.api_rules": "the alert configuration edited there",
     "alerts.destinations_page": "the alert configuration edited there",
     "alerts.api_destinations": "the alert configuration edited there",
+    "external.index": "reads the watched queue's own tables live (READ ONLY), and binds its previews and actions",
+    "external.deadletters_fragment": "reads the watched queue's own tables live (READ ONLY)",
+    "external.api_sources": "no query (the config's [[external_queues]])",
+    "external.api_source": "reads the watched queue's own tables live (READ ONLY), and binds its previews and actions",
+    "external.operation": "external-queue operations in progress, and the cancel/resume they bind",
+    "external.progress_fragment": "external-queue operations in progress, and the cancel/resume they bind",
+    "external.api_operation": "external-queue operations in progress, and the cancel/resume they bind",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.
