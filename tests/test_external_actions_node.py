@@ -416,3 +416,30 @@ def test_bullmq_cancel_of_a_waiting_job(node_home, bullmq_flaky):
         out = xa.cancel_jobs(c, c, adapter, [f"flaky:{late}"], actor=ACTOR)
     assert out.changed == 1
     assert bullmq_states(node_home, dsn, [f"flaky:{late}"])["jobs"] == {late: None}
+
+
+# --- the pause and resume forms, with and without htmx (tests/test_security_forms_without_htmx.py) --
+
+@pytest.fixture
+def bullmq_web(node_home, dsn, tmp_path, monkeypatch):
+    """BullMQ migrated into the web test's own database, watched as 'bq' with actions on."""
+    config = tmp_path / "skiplock.toml"
+    config.write_text('[[external_queues]]\nname = "bq"\nsystem = "bullmq"\nactions = true\n')
+    monkeypatch.setenv("SKIPLOCK_CONFIG", str(config))
+    node(node_home, "bull.js", "migrate", url(dsn))
+    node(node_home, "bull.js", "produce", url(dsn), "1")
+    return dsn
+
+
+@pytest.mark.parametrize("htmx", [False, True], ids=["without-htmx", "with-htmx"])
+def test_bullmq_pause_and_resume_forms_with_and_without_htmx(node_home, bullmq_web, client_as, htmx):
+    from tests.test_security_forms_without_htmx import _usable
+    from tests.web_fixtures import CSRF
+
+    client = client_as("operator")
+    headers = {"HX-Request": "true", "X-CSRF-Token": CSRF} if htmx else {}
+    for action, paused in (("pause", True), ("resume", False)):
+        response = client.post(f"/external/bq/queues/flaky/{action}", data={"csrf_token": CSRF, "reason": REASON},
+                               headers=headers)
+        assert _usable(response, client, htmx) is None, (action, response.status_code, response.get_data(as_text=True))
+        assert bullmq_states(node_home, bullmq_web, [])["paused"] is paused  # BullMQ's own Queue.isPaused
