@@ -25,7 +25,7 @@ from tests.scenarios import SCALED, scenario_console
 from tests.test_external_actions import RUNS
 from tests.test_external_libraries import BIN, kill, run_async, scalar, start, url, wait_for_line
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.scenario]
 SOURCE = '\n[[external_queues]]\nname = "legacy"\nsystem = "pgqueuer"\nactions = true\nstuck_after = "2s"\n'
 
 
