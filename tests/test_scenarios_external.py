@@ -29,6 +29,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.scenario]
 SOURCE = '\n[[external_queues]]\nname = "legacy"\nsystem = "pgqueuer"\nactions = true\nstuck_after = "2s"\n'
 
 
+def advisor_signals(console):
+    """The advisor's ext-queue-signals result for 'legacy', as its stored run computes it."""
+    from console.advisor.external import run_sources
+
+    return next(r for r in run_sources(console.conn, console.config)
+                if r.id == "ext-queue-signals" and r.external == "legacy")
+
+
 @pytest.fixture
 def pgqueuer(dsn, tmp_path):
     import subprocess
@@ -69,6 +77,9 @@ def test_dead_letter_growth_of_an_external_queue(dsn, tmp_path, pgqueuer):
         assert fired.labels == labels
         link = console.api(f"/api/v1/alerts/{fired.id}")["alert"]["look_here"][0]["path"]
         assert link == "/external/legacy?queue=flaky#external-dead-letters"
+        check = advisor_signals(console)  # the advisor judges the same queue by the same rule
+        assert (check.status, check.data["breaches"]) == ("warn", [{"rule": "dead_letter_growth", "status": "warn"}])
+        assert any(e.startswith("queue flaky: dead letters per hour") for e in check.evidence), check.evidence
         pgqueuer.unlink()  # the cause is fixed: the console replays them the library's way
         adapter = adapter_for(ExternalQueue(name="legacy", system="pgqueuer", actions=True))
         with connect(dsn) as c:
@@ -92,3 +103,5 @@ def test_an_external_queue_nobody_consumes(dsn, tmp_path, pgqueuer):
                                       scenario="external stalled queue")
         assert console.api(f"/api/v1/alerts/{fired.id}")["alert"]["look_here"][0]["path"] == \
             "/external/legacy?queue=nobody-listens#external-source"
+        check = advisor_signals(console)
+        assert check.status == "fail" and {"rule": "queue_age", "status": "fail"} in check.data["breaches"], check
