@@ -409,6 +409,7 @@ EXTERNAL_SYSTEMS: dict[str, str] = {
     "graphile-worker": "graphile-worker (graphile_worker._private_jobs; queues are task identifiers)",
     "pg-boss": "pg-boss (pgboss.job; queues are job names)",
     "bullmq": "BullMQ 6 on PostgreSQL (bullmq.job; queues are BullMQ queue names)",
+    "pgmq": "pgmq (one entry per pgmq queue: its table pgmq.q_<queue>)",
 }
 NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
@@ -418,8 +419,10 @@ _TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "complet
                "failed_at", "claim_query_like"}
 # Systems whose jobs the console can act on through the library's own functions and statements
 # (console.external.actions); a declared table has no state machine Skiplock knows.
-ACTION_SYSTEMS = ("pgqueuer", "procrastinate", "graphile-worker", "pg-boss", "bullmq")
+ACTION_SYSTEMS = ("pgqueuer", "procrastinate", "graphile-worker", "pg-boss", "bullmq", "pgmq")
 _LIBRARY_KEYS = {"table", "claim_query_like"}
+_PGMQ_KEYS = {"queue", "claim_query_like"}  # pgmq keeps each queue in a table of its own
+_PGMQ_QUEUE = re.compile(r"[A-Za-z0-9_]{1,47}")  # its validate_queue_name: 47 characters at most
 
 
 @dataclass(frozen=True)
@@ -439,6 +442,7 @@ class ExternalQueue:
     enqueued_at: str = ""
     lease_until: str = ""
     failed_at: str = ""  # timestamp column: when a failed row failed (its dead-letter growth)
+    queue: str = ""  # pgmq: the queue's name (its table is pgmq.q_<queue>)
     claim_query_like: str = ""
     stuck_after: timedelta = timedelta(minutes=5)
     # The [[databases]] entry whose scheduler collects this source and whose pages show it
@@ -500,7 +504,7 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
         raise ConfigError(f"{where}: system {system!r} is not supported yet (supported: {', '.join(EXTERNAL_SYSTEMS)})")
     if system not in EXTERNAL_SYSTEMS:
         raise ConfigError(f"{where}: unknown system {system!r} (supported: {', '.join(EXTERNAL_SYSTEMS)})")
-    allowed = _COMMON_KEYS | (_TABLE_KEYS if system == "table" else _LIBRARY_KEYS)
+    allowed = _COMMON_KEYS | (_TABLE_KEYS if system == "table" else _PGMQ_KEYS if system == "pgmq" else _LIBRARY_KEYS)
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for system {system!r} (allowed: {', '.join(sorted(allowed))})")
@@ -526,6 +530,14 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
             values["stuck_after"] = duration(raw["stuck_after"])
         except ValueError:
             raise ConfigError(f"{where}: stuck_after = {raw['stuck_after']!r} is not a duration (e.g. 90s, 5m)") from None
+    if system == "pgmq":
+        queue = raw.get("queue")
+        if not isinstance(queue, str) or not _PGMQ_QUEUE.fullmatch(queue):
+            raise ConfigError(f"{where}: queue is required for system 'pgmq': the pgmq queue's name, 1-47 letters, digits "
+                              f"or _ (got {queue!r}); one entry per pgmq queue")
+        values["queue"] = queue
+        if raw.get("schema", "pgmq") != "pgmq":
+            raise ConfigError(f"{where}: pgmq keeps every queue in the schema pgmq (its functions name it), not {raw['schema']!r}")
     if system == "table":
         if "table" not in raw:
             raise ConfigError(f"{where}: table is required for system 'table' (e.g. table = \"public.app_jobs\")")

@@ -296,6 +296,17 @@ WHERE m.field = 'paused'
   AND m.value = '1'
 ORDER BY m.queue;
 
+-- --- pgmq (pgmq.sql 1.13.0, from the PyPI package pgmq 1.1.4) --------------------------------
+
+-- name: pgmq_cancel
+-- Its own archive(queue, msg_ids): a message that still waits leaves the queue for its archive
+-- table (a message a consumer read and still hides is not waiting: left alone).
+SELECT count(*) AS n
+FROM pgmq.archive(
+    {qname}::text,
+    ARRAY(SELECT j.msg_id FROM {table} AS j WHERE ({key_match}) AND ({pending}))
+);
+
 -- --- Skiplock's own record of the operations (skiplock.external_operations) -------------------
 
 -- name: op_insert

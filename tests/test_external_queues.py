@@ -45,7 +45,7 @@ def config_with(tmp_path, body: str):
 
 @pytest.mark.parametrize("body, complaint", [
     ('name = "x"\nsystem = "kafka"', "'x': unknown system 'kafka'"),
-    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss, bullmq)"),
+    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss, bullmq, pgmq)"),
     ('name = "x"\nsystem = "pgqueuer"\nactions = "yes"', "'x': actions must be true or false (got 'yes')"),
     ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true"\nactions = true',
      "'x': actions = true, but system 'table' offers no actions"),

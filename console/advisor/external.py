@@ -63,17 +63,19 @@ def _qualified(adapter: Adapter) -> str:
 
 def claim_skip_locked(probe: Probe, adapter: Adapter) -> Outcome:
     _, table = adapter.queue_table
-    if adapter.system == "procrastinate":
-        # Its claim is a function: read the function's own body.
-        schema, _ = adapter.queue_table
-        bodies = _rows(probe, "function_source", schema=schema, pattern="procrastinate_fetch_job%")
+    if adapter.claim_function is not None:
+        # Its claim is a function (Procrastinate's fetch, pgmq's read): read the function's own
+        # body, which pg_stat_statements does not show.
+        schema, pattern = adapter.claim_function
+        bodies = [b for b in _rows(probe, "function_source", schema=schema, pattern=pattern)
+                  if "for update" in b["source"].lower()]
         if not bodies:
-            return Outcome(UNKNOWN, "not available: no procrastinate_fetch_job function in the schema")
+            return Outcome(UNKNOWN, f"not available: no claim function {pattern} in the schema {schema}")
         lacking = [b["name"] for b in bodies if "skip locked" not in b["source"].lower()]
         evidence = [f"function {b['name']}: {'SKIP LOCKED' if b['name'] not in lacking else 'no SKIP LOCKED'}" for b in bodies]
         if lacking:
             return Outcome(FAIL, f"the claim function(s) {', '.join(lacking)} lock rows without SKIP LOCKED", evidence)
-        return Outcome(OK, "Procrastinate's claim function skips locked rows", evidence)
+        return Outcome(OK, f"{adapter.system}'s claim function skips locked rows", evidence)
     if not probe.has_pg_stat_statements:
         return Outcome(UNKNOWN, "not available: pg_stat_statements is not installed in this database",
                        remedy="Add pg_stat_statements to shared_preload_libraries and CREATE EXTENSION pg_stat_statements.")

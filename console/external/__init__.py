@@ -102,6 +102,9 @@ class Adapter:
     withheld: dict[str, str] = {}
     no_actions = "Skiplock does not know this system's state machine, so it offers no action"
     statement_prefix = ""
+    # (schema, LIKE pattern) of the function whose body holds the claim (the advisor reads it
+    # there: pg_stat_statements sees only the call), or None.
+    claim_function: tuple[str, str] | None = None
     # Functions of the library that resolve its tables through search_path (Procrastinate's):
     # the action's transaction sets search_path to the source's schema first.
     needs_search_path = False
@@ -208,12 +211,13 @@ def _registry() -> dict[str, type[Adapter]]:
     from console.external.bullmq import BullMQAdapter
     from console.external.graphile_worker import GraphileWorkerAdapter
     from console.external.pgboss import PgBossAdapter
+    from console.external.pgmq import PgmqAdapter
     from console.external.pgqueuer import PgQueuerAdapter
     from console.external.procrastinate import ProcrastinateAdapter
     from console.external.table import TableAdapter
 
     return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter, PgBossAdapter,
-                                      BullMQAdapter)}
+                                      BullMQAdapter, PgmqAdapter)}
 
 
 def adapter_for(entry: ExternalQueue) -> Adapter:

@@ -41,6 +41,11 @@ class ProcrastinateAdapter(Adapter):
     schema_version = "Procrastinate 3.x (read from 3.10.0)"
     statement_prefix = "procrastinate"
     needs_search_path = True  # its functions name procrastinate_jobs without a schema
+
+    @property
+    def claim_function(self) -> tuple[str, str]:
+        schema, _ = self.queue_table
+        return schema, "procrastinate_fetch_job%"
     offered = {
         "replay": "procrastinate_retry_job_v2(id, now()): failed back to todo, event 'retried' (its shell's `retry`)",
         "purge": "the failed job deleted with its events (what its remove_old_jobs deletes, chosen by id)",
