@@ -132,8 +132,16 @@ def test_bad_input_is_a_message_not_a_500(dsn, held, client_as):
         ("/api/v1/external/legacy/queues/flaky/pause", {"reason": REASON}, 403, "PGQueuer has no queue pause"),
         ("/api/v1/external/legacy/jobs/cancel", {}, 400, "name at least one waiting job"),
         ("/api/v1/external/operations/987654/cancel", {}, 404, "no external-queue operation 987654"),
+        # PostgreSQL refuses NUL in text and bigint stops at 2**63 - 1: both are refused before a query.
+        ("/api/v1/external/legacy/preview", {"action": "replay", "queue": "fl\x00aky"}, 400, "queue must be a non-empty"),
+        (f"/api/v1/external/operations/{2**63}/cancel", {}, 404, f"no external-queue operation {2**63}"),
     ]:
         response = post(operator, path, **fields)
         assert response.status_code == status, (path, response.get_data(as_text=True))
         assert words in response.get_json()["error"], (path, response.get_json())
+    for page, words in [("/external/legacy?queue=fl%00aky", "NUL character"),
+                        ("/external/legacy?before=2026-01-01T00:00:00~1%002", "not a cursor"),
+                        (f"/api/v1/external/operations/{2**63}", f"no external-queue operation {2**63}")]:
+        response = operator.get(page)
+        assert response.status_code in (400, 404) and words in response.get_data(as_text=True), (page, response.status_code)
     assert scalar(dsn, "SELECT count(*) FROM pgqueuer WHERE status = 'failed'") == 6

@@ -101,8 +101,9 @@ class Selection:
     all: bool = False
 
     def __post_init__(self) -> None:
-        if self.queue is not None and (not isinstance(self.queue, str) or not self.queue.strip() or len(self.queue) > 500):
-            raise InvalidSelection(f"queue must be a non-empty name of at most 500 characters (got {self.queue!r})")
+        if self.queue is not None and (not isinstance(self.queue, str) or not self.queue.strip() or len(self.queue) > 500
+                                       or "\x00" in self.queue):
+            raise InvalidSelection(f"queue must be a non-empty name of at most 500 characters (got {self.queue!r:.80})")
         if self.queue is not None:
             object.__setattr__(self, "queue", self.queue.strip())
         if self.keys is not None:
@@ -317,7 +318,7 @@ def preview(src: psycopg.Connection, adapter: Adapter, selection: Selection | Ma
                 **sel.params(adapter), "limit": max(1, min(sample, 1000)), "before_at": None, "before_key": None,
             }).fetchall()
     too_many = found["total"] > MAX_ITEMS
-    return Preview(adapter.name, adapter.system, min(found["total"], MAX_ITEMS + 1) if too_many else found["total"], rows,
+    return Preview(adapter.name, adapter.system, found["total"], rows,
                    sel.to_dict(), sel.describe(), found["digest"], found["previewed_at"],
                    selection_hash(adapter.name, sel), too_many)
 
@@ -701,7 +702,7 @@ def set_paused(console: psycopg.Connection, src: psycopg.Connection, adapter: Ad
     action = "pause" if paused else "resume"
     require_action(adapter, action)
     reason = clean_reason(reason)
-    if not isinstance(queue, str) or not queue.strip() or len(queue) > 500:
+    if not isinstance(queue, str) or not queue.strip() or len(queue) > 500 or "\x00" in queue:
         raise InvalidSelection("queue: name one queue (at most 500 characters)")
 
     def work(cur: psycopg.Cursor) -> int:

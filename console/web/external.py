@@ -130,8 +130,8 @@ def op_for(op: dict[str, Any]) -> dict[str, Any]:
 
 def _text_arg(name: str) -> str | None:
     value = request.args.get(name, "").strip()
-    if len(value) > 500:
-        abort(400, f"{name}: longer than 500 characters")
+    if len(value) > 500 or "\x00" in value:
+        abort(400, f"{name}: longer than 500 characters, or holding a NUL character")
     return value or None
 
 
@@ -140,7 +140,7 @@ def _before() -> tuple[datetime | None, str] | None:
     if not raw:
         return None
     stamp, sep, key = raw.partition("~")
-    if not sep or not key:
+    if not sep or not key or len(key) > 1100 or "\x00" in key:
         abort(400, f"before: {raw[:80]!r} is not a cursor from a previous page")
     try:
         at = datetime.fromisoformat(stamp) if stamp else None
@@ -338,6 +338,8 @@ def api_start(name: str):
 
 
 def _op(op_id: int) -> dict[str, Any]:
+    if op_id > 2**63 - 1:
+        abort(404, f"there is no external-queue operation {op_id}")
     try:
         op = xa.progress(get_conn(), op_id)
     except OperationState as exc:
