@@ -1,4 +1,4 @@
--- 019: operator actions on queues Skiplock did not create ([[external_queues]] entries with
+-- 020: operator actions on queues Skiplock did not create ([[external_queues]] entries with
 -- `actions = true`; console.external.actions). An operation replays or purges exactly the dead
 -- letters its preview showed: their keys are kept as its items, in order, and it works through
 -- them in batches from its cursor (a resume goes on from there, never beyond the items).
