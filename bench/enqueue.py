@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from console import queue as q  # noqa: E402
 from console.db import connect, migrate  # noqa: E402
 from console.pgcluster import RELAXED_DURABILITY, PrivateCluster  # noqa: E402
+from console.queue import handles, producer  # noqa: E402
 
 
 def one(dsn: str, fn, n: int) -> float:
@@ -50,7 +51,7 @@ def run(dsn: str, n: int, rounds: int) -> None:
     with connect(dsn) as conn:
         migrate(conn)
         print(f"PostgreSQL {conn.info.server_version}; {os.cpu_count()} CPUs; load average {os.getloadavg()}", flush=True)
-    paths = [("INSERT ... unnest (keyed/small path)", lambda c, j: q._enqueue_insert(c, [x for x in j])),
+    paths = [("INSERT ... unnest (keyed/small path)", lambda c, j: handles.run(handles.sync_adapter(c), producer._insert_steps(list(j)))),
              ("COPY (enqueue_many, key-less)", q.enqueue_many)]
     rates: dict[str, list[float]] = {name: [] for name, _ in paths}
     for r in range(rounds):

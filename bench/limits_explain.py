@@ -14,7 +14,7 @@ once each, inside a transaction it rolls back:
   (also with --queues default, a worker serving named queues);
 
 and prints the buffers each touched (shared hit + read), its time and the index it used.
-The limited path's indexes (`console.limits.keep_claim_indexes`, which the scheduler runs while
+The limited path's indexes (`console.queue.limits.keep_claim_indexes`, which the scheduler runs while
 something is limited) are built after the limits are set; `--without-indexes` leaves them out:
 the path as it was before them, and as it is until the scheduler has built them.
 
@@ -45,10 +45,10 @@ sys.path.insert(0, str(ROOT))
 
 from psycopg import sql  # noqa: E402
 
-from console import limits  # noqa: E402
 from console import queue as q  # noqa: E402
 from console.db import connect, migrate  # noqa: E402
 from console.pgcluster import RELAXED_DURABILITY, PrivateCluster  # noqa: E402
+from console.queue import limits  # noqa: E402
 from console.sqlfiles import query  # noqa: E402
 
 INDEXES = tuple(limits.CLAIM_INDEXES)

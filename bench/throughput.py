@@ -22,12 +22,12 @@ process for every contender:
 - bare:     a bare psycopg loop running exactly Skiplock's complete-and-claim SQL (the ceiling
             for Python on this database);
 - bare-prelimits: the same loop running the statement as it was before queue limits (without
-            the two look-ups that leave limited queues and kinds to console.limits): what the
+            the two look-ups that leave limited queues and kinds to console.queue.limits): what the
             limits cost a queue that has none.
 
 `--with-limits` gives another queue a concurrency and a rate and another kind a concurrency
 before the grid, so the benchmarked (unlimited) queue shares the database and the workers with
-limited ones: the workers then also run their limited path (console.limits), with the indexes
+limited ones: the workers then also run their limited path (console.queue.limits), with the indexes
 the scheduler keeps while something is limited (so enqueues in that run pay for them too).
 
 jobs/s is the rise in completed rows (counted in the database) over a fixed window after a
@@ -159,7 +159,7 @@ def remaining_pgqueuer(conn) -> int:
 def add_limits(dsn: str) -> None:
     """Limits on a queue and a kind the benchmark's jobs do not use ('default' queue, 'noop'),
     and the limited path's indexes, as the scheduler's leader builds them within 30 s."""
-    from console import limits
+    from console.queue import limits
 
     with connect(dsn) as conn:
         limits.set_limits(conn, "limited", concurrency=2, rate="50/s", actor="bench", reason="bench/throughput.py --with-limits")

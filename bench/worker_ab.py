@@ -61,7 +61,7 @@ if mode == "bare":
         cur.execute(tp.CLAIM_SQL, {**params, "limit": 0})
         cpu, wall = time.process_time() - c0, time.time() - t0
 else:
-    from console.worker import Worker
+    from console.queue.worker import Worker
     __import__("noop_inline_tasks" if mode == "inline" else "noop_tasks")
     worker = Worker(dsn, concurrency=10, batch_size=10, poll_interval=0.2, flush_interval=1)
 

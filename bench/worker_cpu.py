@@ -31,7 +31,7 @@ def main() -> None:
     sys.path[:0] = [str(args.tree), str(BENCH)]
 
     # console first, from --tree: bench/throughput.py puts this checkout first on the path
-    from console.worker import Worker  # noqa: I001
+    from console.queue.worker import Worker  # noqa: I001
     from console.db import connect
     from console.pgcluster import PrivateCluster
     import noop_tasks  # noqa: F401  (registers the no-op handler)

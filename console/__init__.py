@@ -1,6 +1,7 @@
 """Skiplock: a PostgreSQL job queue done right, and the console that keeps it healthy.
 
-Application code needs only this much:
+The documented import name is `skiplock` (the same API; another distribution on the package
+index also installs a top-level `console`). Code written against `console` keeps working:
 
     import console
 
@@ -17,8 +18,19 @@ Application code needs only this much:
         ...
 """
 
-from console.periodic import schedule
-from console.queue import Cancelled, DoNotRetry, Job, NewJob, enqueue, enqueue_many
-from console.tasks import task
+from console.queue import (
+    Cancelled,
+    DoNotRetry,
+    InvalidJob,
+    Job,
+    NewJob,
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+)
+from console.queue.periodic import schedule
+from console.queue.tasks import task
 
-__all__ = ["Cancelled", "DoNotRetry", "Job", "NewJob", "enqueue", "enqueue_many", "schedule", "task"]
+__all__ = ["Cancelled", "DoNotRetry", "InvalidJob", "Job", "NewJob", "enqueue", "enqueue_async", "enqueue_many",
+           "enqueue_many_async", "schedule", "task"]

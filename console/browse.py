@@ -87,9 +87,15 @@ class JobFilter:
     eligible: bool | None = None  # pending and due now (run_at <= now()): what a worker claims next
     lease: str | None = None  # "expired": running past the lease, not yet rescued by the reaper
     retrying: bool | None = None  # pending after a failed attempt, waiting for the next one (a retry storm's jobs)
+    archived: bool | None = None  # the archive (skiplock.jobs_archive) instead of the jobs table
 
     FIELDS = ("state", "queue", "kind", "fingerprint", "id", "payload", "since", "until", "eligible", "lease",
-              "retrying")
+              "retrying", "archived")
+
+    @property
+    def plan(self) -> str | None:
+        """Which listing plan (_PLANS) serves this filter: the archive's, or the state's."""
+        return "archived" if self.archived else self.state
 
     @classmethod
     def parse(cls, args: Mapping[str, str]) -> JobFilter:
@@ -147,8 +153,14 @@ class JobFilter:
                 raise InvalidFilter(f"retrying: only pending jobs wait for a retry (state is {state!r}); "
                                     "use state=pending or leave state empty")
             state = "pending"
+        # The archive holds finished jobs only (completed, or dead letters purged into it), and
+        # is read by finish time (jobs_archive_finished_idx), newest first.
+        archived = _flag(text("archived"), "archived")
+        if archived and (state in ("pending", "running") or eligible or lease or retrying):
+            raise InvalidFilter("archived: the archive holds finished jobs only (completed or failed); "
+                                "leave state empty or choose completed or failed")
         return cls(state, text("queue"), text("kind"), text("fingerprint"), job_id, payload, since, until,
-                   eligible or None, lease, retrying or None)
+                   eligible or None, lease, retrying or None, archived or None)
 
     def as_args(self) -> dict[str, str]:
         """Back to query-string arguments (for links that keep the filter)."""
@@ -188,6 +200,7 @@ class _Plan:
     keyset: str
     cursor_fields: tuple[str, ...]
     time_column: str
+    table: str = "skiplock.jobs"
 
 
 _PLANS: dict[str | None, _Plan] = {
@@ -202,6 +215,10 @@ _PLANS: dict[str | None, _Plan] = {
                     ("finished_at", "id"), "j.finished_at"),
     "completed": _Plan("j.status = 'completed'", "j.id DESC",
                        "(%(c0)s::bigint IS NULL OR j.id < %(c0)s)", ("id",), "j.created_at"),
+    # The archive by finish time (jobs_archive_finished_idx); a state is a row filter there.
+    "archived": _Plan("(%(state)s::text IS NULL OR j.status = %(state)s)", "j.finished_at DESC, j.id DESC",
+                      "(%(c0)s::timestamptz IS NULL OR (j.finished_at, j.id) < (%(c0)s, %(c1)s::bigint))",
+                      ("finished_at", "id"), "j.finished_at", "skiplock.jobs_archive"),
     None: _Plan("true", "j.id DESC", "(%(c0)s::bigint IS NULL OR j.id < %(c0)s)", ("id",), "j.created_at"),
 }
 
@@ -216,6 +233,7 @@ def _compose(name: str, plan: _Plan, *, first_page: bool = False) -> sql.Compose
     filters on its rows. Every fragment is a constant of this module, never user input."""
     indexed_time = plan.time_column == "j.finished_at"  # failed: the time range is an index range
     window = sql.SQL(query("browse", "jobs_window")).format(
+        table=sql.SQL(plan.table),
         state=sql.SQL(plan.state_sql),
         keyset=sql.SQL("true" if first_page else plan.keyset),
         order=sql.SQL(plan.order),
@@ -275,12 +293,13 @@ def _id_at(conn: psycopg.Connection, when: datetime, lo: int, hi: int) -> int:
 
 def _params(conn: psycopg.Connection, f: JobFilter) -> dict[str, Any]:
     params: dict[str, Any] = {
-        "queue": f.queue, "kind": f.kind, "fingerprint": f.fingerprint, "id": f.id,
+        "state": f.state, "queue": f.queue, "kind": f.kind, "fingerprint": f.fingerprint, "id": f.id,
         "payload": Jsonb(f.payload) if f.payload is not None else None,
         "since": f.since, "until": f.until, "min_id": None, "max_id": None,
         "eligible": bool(f.eligible), "expired": f.lease == "expired", "retrying": bool(f.retrying),
     }
-    if _PLANS[f.state].time_column == "j.created_at" and f.state in (None, "completed") and (f.since or f.until) and f.id is None:
+    if not f.archived and _PLANS[f.state].time_column == "j.created_at" and f.state in (None, "completed") \
+            and (f.since or f.until) and f.id is None:
         with conn.cursor(row_factory=dict_row) as cur:
             bounds = cur.execute(query("browse", "id_range")).fetchone()
         if bounds["lo"] is not None:
@@ -297,7 +316,7 @@ DEFAULT_WINDOW = 50_000
 def has_row_filters(f: JobFilter) -> bool:
     """Filters with no index of their own: they are applied to a bounded window of rows."""
     return any(v is not None for v in (f.queue, f.kind, f.fingerprint, f.payload)) or (
-        (f.since or f.until) is not None and f.state in ("pending", "running"))
+        (f.since or f.until) is not None and f.state in ("pending", "running")) or (f.archived and f.state is not None)
 
 
 @dataclass
@@ -320,18 +339,18 @@ def list_jobs(conn: psycopg.Connection, f: JobFilter, *, after: str | None = Non
     looked at and `next_cursor` continues after them ("search further")."""
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidFilter(f"limit: must be between 1 and {MAX_PAGE}")
-    plan = _PLANS[f.state]
+    plan = _PLANS[f.plan]
     window = max(window, limit + 1)
-    params = {**_params(conn, f), **decode_cursor(after, f.state), "limit": limit + 1, "window": window}
+    params = {**_params(conn, f), **decode_cursor(after, f.plan), "limit": limit + 1, "window": window}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(_compose("jobs_page", plan, first_page=after is None), params, prepare=False).fetchall()
     if len(rows) > limit:
         rows = rows[:limit]
-        return Page(rows, encode_cursor(rows[-1], f.state), f)
+        return Page(rows, encode_cursor(rows[-1], f.plan), f)
     if has_row_filters(f):
         end = _window_end(conn, plan, params, after is None)
         if end is not None:
-            return Page(rows, encode_cursor(end, f.state), f, searched=window)
+            return Page(rows, encode_cursor(end, f.plan), f, searched=window)
     return Page(rows, None, f)
 
 
@@ -349,9 +368,9 @@ class Count:
 def count_jobs(conn: psycopg.Connection, f: JobFilter, *, cap: int = 10_000, window: int = DEFAULT_WINDOW) -> Count:
     """How many jobs match, counting at most cap + 1 rows ('10,000+' beyond), among at most
     `window` jobs of the state's index when a filter has no index."""
-    plan = _PLANS[f.state]
+    plan = _PLANS[f.plan]
     window = max(window, cap + 1)
-    params = {**_params(conn, f), **decode_cursor(None, f.state), "cap": cap + 1, "window": window}
+    params = {**_params(conn, f), **decode_cursor(None, f.plan), "cap": cap + 1, "window": window}
     with conn.cursor(row_factory=dict_row) as cur:
         n = cur.execute(_compose("jobs_count", plan, first_page=True), params, prepare=False).fetchone()["n"]
     partial = n <= cap and has_row_filters(f) and _window_end(conn, plan, params, True) is not None
@@ -365,10 +384,10 @@ def export_jobs(conn_factory, f: JobFilter, *, limit: int, batch: int = 1000, wi
     With filters that have no index, each batch looks at a window of `window` jobs and the
     export stops after `max_scanned` jobs were looked at. `conn_factory()` returns a context
     manager giving a time-limited connection."""
-    plan = _PLANS[f.state]
+    plan = _PLANS[f.plan]
     sent = 0
     scanned = 0
-    cursor: dict[str, Any] = decode_cursor(None, f.state)
+    cursor: dict[str, Any] = decode_cursor(None, f.plan)
     first = True
     base: dict[str, Any] | None = None
     row_filters = has_row_filters(f)
@@ -409,6 +428,62 @@ def get_job(conn: psycopg.Connection, job_id: int, *, archive: bool = True) -> d
         found = archived_job(conn, job_id)
         row = {**found, "archived": True} if found else None
     return row
+
+
+SEARCH_WINDOW = 50_000  # newest jobs (and latest archived ones) a payload search looks at
+
+
+def payload_values(text: str) -> list[Any]:
+    """What a searched text may be in a payload: the string itself, and the number it spells."""
+    values: list[Any] = [text]
+    try:
+        number = json.loads(text)
+    except ValueError:
+        return values
+    if isinstance(number, int | float) and not isinstance(number, bool) and number == number:
+        values.append(number)
+    return values
+
+
+def search_payload(conn: psycopg.Connection, text: str, *, window: int = SEARCH_WINDOW,
+                   limit: int = 20) -> list[dict[str, Any]]:
+    """Jobs (and archived jobs, `archived` true) whose payload holds `text` as a value at any
+    depth, among the newest `window` of each (sql/browse.sql `search_payload`), newest first."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("browse", "search_payload"), {
+            "values": Jsonb(payload_values(text)), "window": window, "limit": limit}).fetchall()
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality as jsonpath's `==` has it: 42 == 42.0, but "42" != 42 and true != 1."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    return type(a) is type(b) and a == b
+
+
+def containing(payload: Any, values: list[Any]) -> Any:
+    """The smallest JSON value that `payload` contains (`@>`) and that holds one of `values`: the
+    path to the first match, as the jobs filter's `payload` takes it ({"customer": {"id": 4411}}).
+    None when no value is there (a redacted payload no longer shows it)."""
+    def walk(node: Any) -> tuple[bool, Any]:
+        if isinstance(node, dict):
+            for key, child in node.items():
+                found, shape = walk(child)
+                if found:
+                    return True, {key: shape}
+        elif isinstance(node, list):
+            for child in node:
+                found, shape = walk(child)
+                if found:
+                    return True, [shape]
+        elif any(_same_json(node, v) for v in values):
+            return True, node
+        return False, None
+
+    found, shape = walk(payload)
+    return shape if found and isinstance(shape, dict) else None
 
 
 def job_actions_audit(conn: psycopg.Connection, job_id: int) -> list[dict[str, Any]]:

@@ -228,7 +228,7 @@ RECORD_TABLES: dict[str, str] = {
     "databases": "console.databases (the databases one console watches)",
     "webhooks": "console.alerts.rules (webhook destinations)",
     "alerts.rules": "console.alerts.rules (alert rules)",
-    "periodic": "console.periodic (periodic jobs)",
+    "periodic": "console.queue.periodic (periodic jobs)",
     "external_queues": "console.config.external_queues (queues Skiplock did not create; console.external reads them)",
 }
 

@@ -22,13 +22,13 @@ config so a run more than that late is skipped):
 - archive: completed jobs out of the hot table and archive retention (`console.maintenance`);
 - bulk_resume: bulk replays/purges whose runner died are resumed (`console.maintenance.bulk`);
 - claim_indexes: the limited path's indexes built while a queue or kind is limited, dropped
-  when none is (`console.limits.keep_claim_indexes`);
+  when none is (`console.queue.limits.keep_claim_indexes`);
 - retention: sample rollups and deletion (`console.collectors.retention`);
 - advisor: the advisor's checks run and stored for its page (`console.advisor.report.refresh`),
   once per collection cycle: the page and its API only read the stored run;
 - alerts_deliver: the webhook outbox and the dead man's switch (`console.alerts.scheduling`);
 - periodic: declare the periodic (cron) schedules, enqueue their due slots exactly once, record
-  finished runs' outcomes and prune old runs (`console.periodic`). It wakes at each schedule's
+  finished runs' outcomes and prune old runs (`console.queue.periodic`). It wakes at each schedule's
   next slot and at least every `periodic_interval` seconds (`PeriodicTrigger`). The schedules
   are read and validated when the process starts (`[[periodic]]` and the `[scheduler] tasks`
   modules' `@console.schedule`s): a bad one stops start-up with a message naming it.
@@ -71,11 +71,12 @@ from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 from psycopg.rows import dict_row
 
-from console import collectors, periodic
+from console import collectors
 from console.collectors import CollectionReport, Options, collector_connection
 from console.collectors import retention as sample_retention
 from console.collectors.restarts import RESTART_WINDOW_S
 from console.db import DatabaseError, connect, error_text, require_schema
+from console.queue import periodic
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.scheduler")
@@ -378,7 +379,7 @@ class Scheduler:
         bulk.resume_abandoned(self.dsn, stop=self._stop, history=self.config.queue.error_history)
 
     def _claim_indexes(self, conn: psycopg.Connection) -> None:
-        from console import limits
+        from console.queue import limits
 
         for name, what in limits.keep_claim_indexes(conn).items():
             log.info("limited path: index %s %s (database %s)", name, what, self.database)

@@ -1,80 +1,11 @@
-"""The handler registry: `@console.task("send_email")` binds a job kind to a function.
+"""Moved to `console.queue.tasks` (the engine's package); this name stays for code written before.
 
-A handler is called as `handler(job)` with a `console.queue.Job` (id, attempt, payload,
-side_effect_key, ...). Returning normally completes the job; raising fails the attempt
-(retried with backoff); raising `console.DoNotRetry` sends it straight to the dead letters.
-
-`@console.task("kind", concurrency=N)` also caps how many jobs of that kind run at once across
-the whole fleet (console.limits; each worker writes its kinds' limits when it starts).
-
-`@console.task("kind", inline=True)` runs the handler on the worker's claim thread instead of a
-handler thread: no hand-off between threads, but while it runs the worker claims nothing, so
-mark only handlers that finish in about a millisecond and never block (no network, no sleep).
+`import console.tasks` gives that very module (not a copy), so its names, its state and a test's
+monkeypatch are the same under both names.
 """
 
-from __future__ import annotations
+import sys
 
-import importlib
-from collections.abc import Callable
-from typing import Any
+from console.queue import tasks
 
-Handler = Callable[[Any], Any]
-
-_registry: dict[str, Handler] = {}
-_concurrency: dict[str, int | None] = {}
-_inline: set[str] = set()
-
-
-class UnknownTask(LookupError):
-    """A job's kind has no handler in this worker."""
-
-
-def task(kind: str, *, concurrency: int | None = None, inline: bool = False) -> Callable[[Handler], Handler]:
-    """Bind `kind` to the decorated function; `concurrency` caps its running jobs fleet-wide;
-    `inline` runs it on the worker's claim thread (short, non-blocking handlers only)."""
-    if not isinstance(kind, str) or not kind:
-        raise ValueError("a task kind must be a non-empty string")
-    if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):
-        raise ValueError(f"task {kind!r}: concurrency must be a positive whole number (got {concurrency!r})")
-    if not isinstance(inline, bool):
-        raise ValueError(f"task {kind!r}: inline must be True or False (got {inline!r})")
-
-    def register(func: Handler) -> Handler:
-        existing = _registry.get(kind)
-        if existing is not None and existing is not func and getattr(existing, "__qualname__", None) != func.__qualname__:
-            raise ValueError(f"task kind {kind!r} is already registered to {existing.__module__}.{existing.__qualname__}")
-        _registry[kind] = func
-        _concurrency[kind] = concurrency
-        (_inline.add if inline else _inline.discard)(kind)
-        return func
-
-    return register
-
-
-def handler_for(kind: str) -> Handler:
-    try:
-        return _registry[kind]
-    except KeyError:
-        raise UnknownTask(f"no handler registered for kind {kind!r} in this worker (known: {', '.join(sorted(_registry)) or 'none'})") from None
-
-
-def is_inline(kind: str) -> bool:
-    """True when the kind's handler was registered with inline=True."""
-    return kind in _inline
-
-
-def registered() -> dict[str, Handler]:
-    return dict(_registry)
-
-
-def concurrency_limits() -> dict[str, int | None]:
-    """Every registered kind with its declared concurrency (None: no limit)."""
-    return {kind: _concurrency.get(kind) for kind in _registry}
-
-
-def load_modules(names: str | list[str]) -> list[str]:
-    """Import the user's task modules ("myapp.tasks,myapp.more") so their decorators run."""
-    modules = [n.strip() for n in (names.split(",") if isinstance(names, str) else names) if n.strip()]
-    for name in modules:
-        importlib.import_module(name)
-    return modules
+sys.modules[__name__] = tasks

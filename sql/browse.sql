@@ -7,9 +7,10 @@
 -- The state's own index, in its order, from the page cursor on, at most %(window)s rows: every
 -- listing reads through this, so a filter with no index of its own (queue, kind, payload,
 -- error group) looks at a bounded number of jobs and says so, instead of scanning the table.
--- {state}, {keyset}, {order} and {index_time} are constant fragments from console/browse.py.
+-- {table} (skiplock.jobs, or skiplock.jobs_archive for archived=1), {state}, {keyset}, {order}
+-- and {index_time} are constant fragments from console/browse.py.
 SELECT j.*
-FROM skiplock.jobs AS j
+FROM {table} AS j
 WHERE {state}
   AND {keyset}
   AND {index_time}
@@ -263,3 +264,28 @@ SELECT EXISTS (
     WHERE j.id = %(id)s
       AND j.xmin = pg_current_xact_id()::xid
 ) AS created;
+
+-- name: search_payload
+-- The search box: jobs whose payload holds %(values)s (a JSON array: the text as a string, and
+-- as a number when it is one) at any depth, among the newest %(window)s jobs of the table (by
+-- id, the primary key) and the latest %(window)s finished jobs of the archive
+-- (jobs_archive_finished_idx): two bounded windows, never a scan of either table.
+SELECT w.id, w.queue, w.kind, w.status, w.payload, w.archived
+FROM (
+    SELECT j.id, j.queue, j.kind, j.status, j.payload, false AS archived
+    FROM skiplock.jobs AS j
+    ORDER BY j.id DESC
+    LIMIT %(window)s
+) AS w
+WHERE jsonb_path_exists(w.payload, '$.** ? (@ == $v[*])', jsonb_build_object('v', %(values)s::jsonb))
+UNION ALL
+SELECT a.id, a.queue, a.kind, a.status, a.payload, a.archived
+FROM (
+    SELECT x.id, x.queue, x.kind, x.status, x.payload, true AS archived
+    FROM skiplock.jobs_archive AS x
+    ORDER BY x.finished_at DESC
+    LIMIT %(window)s
+) AS a
+WHERE jsonb_path_exists(a.payload, '$.** ? (@ == $v[*])', jsonb_build_object('v', %(values)s::jsonb))
+ORDER BY archived, id DESC
+LIMIT %(limit)s;

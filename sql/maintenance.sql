@@ -276,3 +276,39 @@ WHERE r.task = %(task)s
   AND r.outcome = 'running'
 ORDER BY r.started_at
 LIMIT 1;
+
+-- name: known_queues
+-- Every queue name with jobs or a row of its own, for `skiplock pause`'s refusal of a name no
+-- queue has (console/maintenance/actions.py known_queues): the queues table, and the queues of
+-- the first %(cap)s entries of the claim index, of the lease index, and of the newest
+-- %(failed_cap)s dead letters (the queue figures' own bounds, sql/browse.sql). No scan.
+SELECT q.name AS queue
+FROM skiplock.queues AS q
+UNION
+SELECT p.queue
+FROM (
+    SELECT j.queue
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'pending'
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT %(cap)s
+) AS p
+UNION
+SELECT r.queue
+FROM (
+    SELECT j.queue
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'running'
+    ORDER BY j.lease_until
+    LIMIT %(cap)s
+) AS r
+UNION
+SELECT f.queue
+FROM (
+    SELECT j.queue
+    FROM skiplock.jobs AS j
+    WHERE j.status = 'failed'
+    ORDER BY j.finished_at DESC, j.id DESC
+    LIMIT %(failed_cap)s
+) AS f
+ORDER BY 1;

@@ -5,16 +5,18 @@
 -- Insert one job; with an idempotency key already present, insert nothing (the caller then
 -- looks the existing id up). pg_notify rides in the same statement: PostgreSQL delivers it
 -- when the caller's transaction commits, and folds identical payloads into one.
+-- The enqueue statements cast every parameter: asyncpg (console/queue/handles.py) lets the
+-- server infer each parameter's type, and a bare parameter in a SELECT list is text.
 WITH inserted AS (
     INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key)
     VALUES (
-        %(queue)s,
-        %(kind)s,
-        %(payload)s,
-        %(priority)s,
+        %(queue)s::text,
+        %(kind)s::text,
+        %(payload)s::jsonb,
+        %(priority)s::smallint,
         coalesce(%(run_at)s::timestamptz, now()),
-        %(max_attempts)s,
-        %(idempotency_key)s
+        %(max_attempts)s::integer,
+        %(idempotency_key)s::text
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -92,7 +94,7 @@ WITH new_job AS (
 ),
 claimed AS (
     INSERT INTO skiplock.unique_keys AS u (kind, idempotency_key, job_id, expires_at)
-    SELECT %(kind)s, %(idempotency_key)s, new_job.id, now() + make_interval(secs => %(unique_for)s)
+    SELECT %(kind)s::text, %(idempotency_key)s::text, new_job.id, now() + make_interval(secs => %(unique_for)s::double precision)
     FROM new_job
     ON CONFLICT (kind, idempotency_key) DO UPDATE
     SET job_id = excluded.job_id,
@@ -106,13 +108,13 @@ inserted AS (
     OVERRIDING SYSTEM VALUE
     SELECT
         claimed.job_id,
-        %(queue)s,
-        %(kind)s,
-        %(payload)s,
-        %(priority)s,
+        %(queue)s::text,
+        %(kind)s::text,
+        %(payload)s::jsonb,
+        %(priority)s::smallint,
         coalesce(%(run_at)s::timestamptz, now()),
-        %(max_attempts)s,
-        %(idempotency_key)s
+        %(max_attempts)s::integer,
+        %(idempotency_key)s::text
     FROM claimed
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -126,16 +128,16 @@ SELECT
 -- The job a held window points at (it may have been archived, or purged since).
 SELECT u.job_id
 FROM skiplock.unique_keys AS u
-WHERE u.kind = %(kind)s
-  AND u.idempotency_key = %(idempotency_key)s
+WHERE u.kind = %(kind)s::text
+  AND u.idempotency_key = %(idempotency_key)s::text
   AND u.expires_at > now();
 
 -- name: unique_point
 -- The window was claimed but the hot table already held a job with this key: point at it.
 UPDATE skiplock.unique_keys AS u
-SET job_id = %(job_id)s
-WHERE u.kind = %(kind)s
-  AND u.idempotency_key = %(idempotency_key)s;
+SET job_id = %(job_id)s::bigint
+WHERE u.kind = %(kind)s::text
+  AND u.idempotency_key = %(idempotency_key)s::text;
 
 -- name: unique_window_of
 -- The window a job holds, if any (the job page).
@@ -389,11 +391,13 @@ FROM skiplock.jobs AS j
 WHERE j.id = %(id)s;
 
 -- name: register_worker
-INSERT INTO skiplock.workers (id, host, pid, queues, concurrency)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s)
+-- kinds: what this worker's tasks modules register (console "why isn't this job running?").
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, kinds)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(kinds)s)
 ON CONFLICT (id) DO UPDATE
 SET last_seen = now(),
-    stopped_at = NULL;
+    stopped_at = NULL,
+    kinds = excluded.kinds;
 
 -- name: flush_worker
 -- The worker process keeps its counters since start and writes them whole (a lost flush is

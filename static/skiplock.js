@@ -93,10 +93,33 @@
     if (link && window.history.length > 1) { e.preventDefault(); window.history.back(); }
   });
 
-  // Keyboard: "/" focuses the search box, "g o" / "g q" / "g d" go to the overview, queues and
-  // dead letters, "?" shows the list (#shortcuts in base.html, whose links carry
-  // data-shortcut="g o" etc.), Escape closes it. Nothing fires while typing in a field.
+  // Keyboard: "/" focuses the search box; "g" then a letter goes to a page (the links of
+  // #shortcuts in base.html carry data-shortcut="g o" etc.: overview, queues, jobs, dead letters,
+  // workers, alerts, advisor, maintenance); "j"/"k" move a highlight down and up the rows of the
+  // page's tables and Enter (or "o") opens the highlighted row's first link; "?" shows the list,
+  // Escape closes it (and clears the highlight). Nothing fires while typing in a field.
   var prefix = null;
+  var rowIndex = -1;
+  function rows() {
+    return Array.prototype.filter.call(document.querySelectorAll("main table tbody tr"), function (tr) {
+      return tr.offsetParent !== null && tr.querySelector("a[href]");
+    });
+  }
+  function highlight(index) {
+    var all = rows();
+    document.querySelectorAll("tr.row-selected").forEach(function (tr) {
+      tr.classList.remove("row-selected");
+      tr.removeAttribute("aria-selected");
+    });
+    if (!all.length || index < 0) { rowIndex = -1; return; }
+    rowIndex = Math.min(index, all.length - 1);
+    var tr = all[rowIndex];
+    tr.classList.add("row-selected");
+    tr.setAttribute("aria-selected", "true");
+    tr.scrollIntoView({block: "nearest"});
+  }
+  // A polled table is swapped for a fresh one: keep the highlight on the same position.
+  document.addEventListener("htmx:afterSettle", function () { if (rowIndex >= 0) { highlight(rowIndex); } });
   function typing(el) {
     return el && (el.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(el.tagName));
   }
@@ -110,6 +133,20 @@
       return;
     }
     if (e.key === "Escape" && help && !help.hidden) { help.hidden = true; return; }
+    if (e.key === "Escape" && rowIndex >= 0) { highlight(-1); return; }
+    if (e.key === "j" || e.key === "k") {
+      e.preventDefault();
+      highlight(Math.max(rowIndex < 0 ? 0 : rowIndex + (e.key === "j" ? 1 : -1), 0));
+      return;
+    }
+    // Enter on a focused link or button is theirs; otherwise it opens the highlighted row.
+    var onControl = e.target.closest && e.target.closest("a, button");
+    if ((e.key === "o" || (e.key === "Enter" && !onControl)) && rowIndex >= 0) {
+      var selected = rows()[rowIndex];
+      var target = selected && selected.querySelector("a[href]");
+      if (target) { e.preventDefault(); window.location.assign(target.href); }
+      return;
+    }
     if (e.key === "/") {
       var box = document.querySelector("input[data-search]");
       if (box) { e.preventDefault(); box.focus(); box.select(); }

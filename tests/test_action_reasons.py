@@ -491,7 +491,7 @@ def test_an_acknowledgement_note_follows_the_same_rule(conn, act, client_as):
 def test_faces_outside_the_table_follow_the_same_rule(conn, client_as):
     """Enqueue (its reason is always required) and the periodic schedules' actions (optional)
     check reasons with the same function."""
-    from console import periodic
+    from console.queue import periodic
 
     operator = client_as("operator")
     for reason in ("\u200b", "\u2800\u3164\ufeff", "x"):

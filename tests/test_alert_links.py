@@ -52,20 +52,30 @@ def test_database_page_links_land_on_a_panel_that_is_always_rendered():
     assert targets and targets <= panels, sorted(targets - panels)
 
 
-def test_queue_age_leads_to_that_queues_eligible_jobs_oldest_first_then_the_queue():
+def test_queue_age_leads_to_that_queues_eligible_jobs_oldest_first_then_why_it_is_not_moving():
     found = links.look_here("queue_age_seconds", {"queue": "search"}, BASE)
-    jobs, queue = found[0], found[1]
+    jobs, why = found[0], found[1]
     assert urlsplit(jobs.path).path == "/jobs"
     assert query(jobs.path) == {"state": ["pending"], "queue": ["search"], "eligible": ["1"]}
     assert "oldest first" in jobs.label and "search" in jobs.label
-    assert queue.path == "/queues/search"
+    assert why.path == "/queues/search#why" and why.label.startswith("Why queue search is not moving")
     assert jobs.url == f"{BASE}{jobs.path}"
+    assert links.look_here("queue_age_seconds", {})[1].path == "/queues"  # no one queue: the list
+
+
+def test_the_alerts_whose_page_shows_why_their_queue_waits():
+    assert links.why_queue("queue_age_seconds", {"queue": "search"}) == "search"
+    assert links.why_queue("stuck_leases", {"queue": "mail"}) == "mail"
+    assert links.why_queue("queue_depth", {"queue": "mail", "state": "failed"}) is None  # dead letters
+    assert links.why_queue("queue_age_seconds", {"queue": "all"}) is None
+    assert links.why_queue("queue_age_seconds", {"queue": "q", "external": "pgq"}) is None
+    assert links.why_queue("dead_letters", {"queue": "mail"}) is None
 
 
 def test_queue_names_are_encoded():
     found = links.look_here("queue_age_seconds", {"queue": "a b/&c"})
     assert query(found[0].path)["queue"] == ["a b/&c"]
-    assert found[1].path == "/queues/a%20b%2F%26c"
+    assert found[1].path == "/queues/a%20b%2F%26c#why"
 
 
 def test_queue_depth_follows_the_state_label():

@@ -13,11 +13,11 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-from console import periodic
 from console import queue as q
 from console.alerts import evaluate as ev
 from console.alerts.defaults import DEFAULT_RULES
 from console.alerts.rules import parse_destination
+from console.queue import periodic
 from tests.alert_links_data import deliver, fire_default
 from tests.alert_receiver import Receiver
 from tests.oncall_data import make_dead_letters

@@ -39,7 +39,7 @@ def test_alert_page_shows_the_look_here_link_first(client_as, conn):
     href = f'href="{EligibleSearch.replace("&", "&amp;")}"'
     assert href in html
     assert html.index('id="look-here"') < html.index('class="figures"')  # before the rule and value
-    assert html.index(href) < html.index('href="/queues/search"')  # the jobs first, then the queue
+    assert html.index(href) < html.index('href="/queues/search#why"')  # the jobs first, then why the queue waits
 
 
 def test_api_and_overview_carry_the_link(client_as, conn):

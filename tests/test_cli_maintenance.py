@@ -34,6 +34,15 @@ def skiplock(dsn):
     return invoke
 
 
+def seen_queue(conn, name: str) -> None:
+    """A queue the collectors sampled just now (known to `skiplock pause` without any job)."""
+    from datetime import UTC, datetime
+
+    from console import samples
+
+    samples.store(conn, [samples.Sample("queue_depth", {"queue": name, "state": "eligible"}, 0.0, datetime.now(UTC))])
+
+
 def statuses(conn):
     return dict(conn.execute("SELECT status, count(*) FROM skiplock.jobs GROUP BY status").fetchall())
 
@@ -132,6 +141,7 @@ def test_archive_reap_retention_pause_resume_and_dead_letters(conn, skiplock):
     assert skiplock("retention", "--older-than", "1m", "--reason", "disk").exit_code == 0
     assert live_and_archived_ids(conn)[1] == []
 
+    seen_queue(conn, "mail")  # a queue the collectors reported: pause refuses names nobody knows
     assert skiplock("pause", "mail", "--reason", "outage").exit_code == 0
     assert q.paused_queues(conn) == ["mail"]
     assert skiplock("resume", "mail", "--reason", "outage over").exit_code == 0
@@ -224,6 +234,7 @@ def test_the_readme_maintenance_commands_work(conn, skiplock):
     add_failed(conn, 8, fingerprint="SMTPError: timeout after <n>s")
     add_failed(conn, 3, queue="legacy", age=timedelta(days=40))
     add_completed(conn, 20, age=timedelta(hours=2))
+    seen_queue(conn, "mail")  # the README pauses mail: a queue the collectors reported
     commands = readme_maintenance_commands()
     assert len(commands) >= 8
     for args in commands:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from console import queue as q
-from console.limits import LIMITS_CHANNEL
+from console.queue.limits import LIMITS_CHANNEL
 from tests.workers import WorkerProcs, wait_for
 
 pytestmark = pytest.mark.slow

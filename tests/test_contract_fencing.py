@@ -16,7 +16,7 @@ import pytest
 
 import console
 from console import queue as q
-from console.worker import Worker
+from console.queue.worker import Worker
 from tests.workers import wait_for
 
 # The handler the in-process worker runs: it holds the job until the test lets it go, so the

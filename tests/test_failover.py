@@ -29,7 +29,7 @@ from console import queue as q
 from console.db import connect, migrate
 from console.pgcluster import PrivateCluster
 from tests.collector_helpers import eventually
-from tests.workers import EXECUTIONS_TABLE, FAST_SETTINGS, ROOT
+from tests.workers import EXECUTIONS_TABLE, FAST_SETTINGS, ROOT, stop_processes
 
 pytestmark = pytest.mark.slow
 
@@ -132,14 +132,7 @@ def test_promoting_the_standby_under_load_loses_nothing_and_everyone_follows(pai
         print(f"failover: promoted in {promoted_in:.1f} s; all {JOBS} jobs completed {recovered_in:.1f} s after the "
               f"primary died; {duplicates} ran twice (in flight at the crash)")
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs, timeout=20)
         app.extensions["skiplock"].close()
 
 

@@ -25,6 +25,20 @@ DOMAIN = ("console.queue", "console.maintenance", "console.alerts", "console.col
           "console.samples", "console.audit", "console.users")
 FACE_LIBRARIES = ("flask", "click", "werkzeug")
 
+# The engine (DESIGN.md, "Two products, one repository"): what an application imports. It never
+# imports the console (the faces and the domain an on-call engineer uses), so deleting those
+# leaves a working queue; of the rest of the package it may use only this base.
+ENGINE = ("console.queue",)
+CONSOLE = ("console.web", "console.cli", "console.scheduler", "console.collectors", "console.alerts",
+           "console.advisor", "console.maintenance", "console.browse", "console.demo", "console.prometheus",
+           "console.signals", "console.samples", "console.external", "console.users")
+ENGINE_BASE = ("console.db", "console.config", "console.sqlfiles", "console.resources", "console.jsonbounds",
+               "console.redaction", "console.fingerprint", "console.histogram", "console.audit", "console.actions")
+# Libraries of the console, and the handles' libraries: an adapter recognises a handle by the
+# modules its application already imported (sys.modules), it never imports them itself.
+CONSOLE_LIBRARIES = ("flask", "click", "werkzeug", "markdown_it", "prometheus_client", "gunicorn", "argon2")
+OPTIONAL_LIBRARIES = ("asyncpg", "sqlalchemy", "django")
+
 
 def module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -169,3 +183,60 @@ def test_the_domain_never_imports_a_face_nor_flask_or_click():
             if _under(target, FACES) or target.split(".")[0] in FACE_LIBRARIES:
                 problems.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not problems, "the domain imports a face:\n" + "\n".join(problems)
+
+
+def test_the_engine_never_imports_the_console():
+    mods = modules()
+    known = set(mods)
+    engine = [name for name in mods if _under(name, ENGINE)]
+    assert {"console.queue.protocol", "console.queue.worker", "console.queue.tasks", "console.queue.limits",
+            "console.queue.periodic"} <= set(engine)
+    problems = []
+    for name in engine:
+        path = mods[name]
+        for target, line in imports_of(name, path, known):
+            top = target.split(".")[0]
+            if _under(target, CONSOLE) or top in CONSOLE_LIBRARIES + OPTIONAL_LIBRARIES:
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+            elif top == "console" and not _under(target, ENGINE + ENGINE_BASE) and target != "console":
+                problems.append(f"{path.relative_to(ROOT)}:{line} imports {target}, which is neither the engine "
+                                "nor its base (ENGINE_BASE)")
+    assert not problems, "the engine imports the console:\n" + "\n".join(problems)
+
+
+def test_the_engines_base_imports_neither_the_console_nor_back_into_the_engine():
+    # The base is shared: if it imported the console (or the engine), the engine would reach
+    # the console through it.
+    mods = modules()
+    known = set(mods)
+    problems = []
+    for name in ENGINE_BASE:
+        for target, line in imports_of(name, mods[name], known):
+            if _under(target, CONSOLE + ENGINE) or target.split(".")[0] in CONSOLE_LIBRARIES + OPTIONAL_LIBRARIES:
+                problems.append(f"{mods[name].relative_to(ROOT)}:{line} imports {target}")
+    assert not problems, "the engine's base imports the console or the engine:\n" + "\n".join(problems)
+
+
+def test_the_modules_that_moved_into_the_engine_keep_their_old_names():
+    import console
+    import console.limits
+    import console.periodic
+    import console.queue.limits
+    import console.queue.periodic
+    import console.queue.tasks
+    import console.queue.worker
+    import console.tasks
+    import console.worker
+    from console import queue as q
+
+    assert console.worker is console.queue.worker and console.tasks is console.queue.tasks
+    assert console.limits is console.queue.limits and console.periodic is console.queue.periodic
+    assert (q.enqueue, q.enqueue_many, q.claim, q.Job) == (console.enqueue, console.enqueue_many,
+                                                          console.queue.protocol.claim, console.Job)
+
+
+def test_the_skiplock_import_name_is_the_engine_and_nothing_else():
+    # `import skiplock` is what applications import: it must not pull the console in.
+    path = ROOT / "skiplock" / "__init__.py"
+    targets = [target for target, _ in imports_of("skiplock", path, set(modules()))]
+    assert targets and all(_under(t, ENGINE) for t in targets), targets

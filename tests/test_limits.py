@@ -13,10 +13,10 @@ import time
 import pytest
 
 import console
-from console import limits
 from console import queue as q
+from console.queue import limits, protocol
+from console.queue.worker import Worker
 from console.sqlfiles import query
-from console.worker import Worker
 from tests.workers import wait_for
 
 
@@ -336,7 +336,8 @@ def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, co
             return real(*args, **kwargs)
         return spy
 
-    monkeypatch.setattr(q, "complete_many", counting("complete_many", q.complete_many))
+    # The worker calls the protocol module, not the package face that re-exports it.
+    monkeypatch.setattr(protocol, "complete_many", counting("complete_many", protocol.complete_many))
     monkeypatch.setattr(limits, "claim_kind", counting("claim_kind", limits.claim_kind))
     # A long poll interval: the kind, tried at start, rests for the whole test.
     worker = Worker(dsn, concurrency=2, batch_size=5, lease=60, poll_interval=60, flush_interval=0.5,

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from console import limits
 from console import queue as q
+from console.queue import limits
 from tests.web_fixtures import CSRF
 from tests.workers import cli
 

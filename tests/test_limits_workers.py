@@ -17,9 +17,9 @@ import time
 import pytest
 from psycopg import sql
 
-from console import limits
 from console import queue as q
 from console.db import connect
+from console.queue import limits
 from tests.workers import EXECUTIONS_TABLE, WorkerProcs, wait_for
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import limits, periodic
 from console import queue as q
 from console.db import connect
+from console.queue import limits, periodic
 from console.sqlfiles import query
 from tests.collector_helpers import eventually
 from tests.lockstep import Lockstep, wait_until_blocked
@@ -57,7 +57,7 @@ def enqueue(conn, n: int, kind: str, queue: str = "default") -> None:
         q.enqueue(conn, kind, {}, queue=queue)
 
 
-# --- queue and kind limits (console/limits.py, sql/limits.sql) -------------------------------
+# --- queue and kind limits (console/queue/limits.py, sql/limits.sql) -------------------------------
 
 def test_a_limited_queue_claim_waits_for_the_claim_in_progress_and_the_concurrency_holds(conn, session, steps):
     limits.set_limits(conn, "lim", concurrency=2, actor="test")
@@ -137,7 +137,7 @@ def test_a_limited_kinds_jobs_in_a_limited_queue_wait_for_that_queues_lock_too(c
     assert running(conn, queue="lim") == 1
 
 
-# --- uniqueness windows (console/queue.py _enqueue_unique) ------------------------------------
+# --- uniqueness windows (console/queue/producer.py _enqueue_unique) ------------------------------------
 
 def window_rows(conn, key: str) -> list[tuple]:
     return conn.execute("SELECT job_id, created_at, expires_at FROM skiplock.unique_keys WHERE idempotency_key = %s",
@@ -188,7 +188,7 @@ def test_two_enqueues_taking_over_an_expired_window_make_one_job_and_one_window(
     assert job_id == first_id
 
 
-# --- periodic slots (console/periodic.py enqueue_due) ----------------------------------------
+# --- periodic slots (console/queue/periodic.py enqueue_due) ----------------------------------------
 
 T0 = datetime(2030, 1, 1, 3, 0, tzinfo=UTC)
 

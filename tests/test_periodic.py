@@ -12,11 +12,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import periodic
 from console.config import ConfigError, load_config
 from console.db import connect
-from console.periodic import Entry, parse_entry
+from console.queue import periodic
+from console.queue.periodic import Entry, parse_entry
 from tests.collector_helpers import eventually
+from tests.workers import stop_processes
 
 BERLIN = "Europe/Berlin"
 
@@ -234,14 +235,7 @@ def test_two_scheduler_processes_enqueue_each_slot_exactly_once_across_a_failove
         before = count()
         eventually(lambda: count() >= before + 3, timeout=30)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
     keys = [k for (k,) in conn.execute("SELECT idempotency_key FROM skiplock.jobs WHERE kind = 'tick'")]
     slots = conn.execute("SELECT count(*) FROM skiplock.periodic_runs WHERE name = 'tick'").fetchone()[0]
     assert len(keys) == len(set(keys)) == slots >= 6

@@ -9,6 +9,7 @@ import pytest
 
 from console import queue as q
 from console.db import connect
+from console.queue import protocol
 from console.sqlfiles import query
 
 
@@ -316,7 +317,7 @@ def test_complete_and_claim_on_the_workers_binary_cursor_reads_the_same_jobs(con
 def test_the_claim_cursors_payload_decoder_reads_what_json_loads_reads(text):
     import json
 
-    assert q._jsonb_loads(text.encode()) == json.loads(text)
+    assert protocol._jsonb_loads(text.encode()) == json.loads(text)
 
 
 def test_the_claim_cursors_payload_decoder_refuses_what_json_loads_refuses():
@@ -324,7 +325,7 @@ def test_the_claim_cursors_payload_decoder_refuses_what_json_loads_refuses():
 
     for bad in (b'{"a": 1} x', b'{"a": }', b''):
         with pytest.raises(json.JSONDecodeError):
-            q._jsonb_loads(bad)
+            protocol._jsonb_loads(bad)
 
 
 def test_complete_and_claim_completes_a_full_batch_of_large_ids_and_none(conn):

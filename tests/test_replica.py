@@ -19,11 +19,9 @@ The tests run in the module's order on one cluster; each gets a fresh database o
 
 from __future__ import annotations
 
-import itertools
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import psycopg
 import pytest
@@ -32,62 +30,24 @@ from console.advisor import run_checks
 from console.advisor.verdict import evaluate_verdict
 from console.collectors.database import standby_labels
 from console.config import load_config
-from console.db import connect, migrate
+from console.db import connect
 from console.pgcluster import PrivateCluster
 from tests.collector_helpers import cycle, eventually, value
 from tests.oncall_data import horizon_rule
-
-SLOT = "skiplock_test_slot"
-FEEDBACK = {"hot_standby_feedback": "on", "wal_receiver_status_interval": "1s"}
-TEMPLATE = "replica_template"
-_names = itertools.count()
-
-
-@dataclass
-class Replication:
-    primary: PrivateCluster
-    slot_standby: PrivateCluster      # application_name replica-slot, through SLOT
-    feedback_standby: PrivateCluster  # application_name replica-feedback, no slot
+from tests.replication import SLOT, Replication, fresh_database, replicated
 
 
 @pytest.fixture(scope="module")
 def replication() -> Iterator[Replication]:
-    # wal_keep_size: replica-feedback has no slot, and a checkpoint (CREATE DATABASE makes one)
-    # must not recycle the WAL it has yet to receive while its replay is paused
-    primary = PrivateCluster(settings={"fsync": "off", "max_prepared_transactions": "5", "wal_keep_size": "256MB"})
-    standbys: list[PrivateCluster] = []
-    try:
-        primary.start()
-        with connect(primary.dsn) as admin:
-            admin.execute(f'CREATE DATABASE "{TEMPLATE}"')
-        with connect(primary.dsn_for(TEMPLATE)) as template:
-            template.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            migrate(template)
-        # One after the other: a second base backup's checkpoint may recycle WAL the first one
-        # still streams.
-        standbys.append(primary.start_standby("replica-slot", slot=SLOT, settings=FEEDBACK))
-        standbys.append(primary.start_standby("replica-feedback", settings=FEEDBACK))
-        with connect(primary.dsn) as admin:
-            eventually(lambda: admin.execute(
-                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()[0] == 2, timeout=20)
-        yield Replication(primary, *standbys)
-    finally:
-        for standby in standbys:  # thrown away: no shutdown checkpoint
-            standby.stop(mode="immediate")
-        primary.stop(mode="immediate")
+    with replicated("replica_template") as found:
+        yield found
 
 
 @pytest.fixture
 def dsn(replication) -> Iterator[str]:
     """A fresh migrated database on this module's primary (replaces conftest's `dsn`)."""
-    name = f"replica_{next(_names)}"
-    with connect(replication.primary.dsn) as admin:
-        # FILE_COPY: a checkpoint and a file copy, instead of the whole template through the WAL
-        # (which both standbys would then replay)
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}" STRATEGY FILE_COPY')
-    yield replication.primary.dsn_for(name)
-    with connect(replication.primary.dsn) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(replication, "replica") as found:
+        yield found
 
 
 def advisor_check(conn, check_id: str):

@@ -18,11 +18,11 @@ import time
 import psycopg
 import pytest
 
-from console import limits
 from console import queue as q
 from console.maintenance import pause_queue, resume_queue
+from console.queue import limits
 from tests.scenarios import INTERVAL, RATE_WINDOW, SCALED, scenario_console
-from tests.workers import WorkerProcs, wait_for
+from tests.workers import WorkerProcs, stop_processes, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.scenario]
 
@@ -394,14 +394,7 @@ def test_the_scheduler_crashed_and_restarted(dsn, conn, tmp_path, subprocess_env
                          "last_seen = last_seen - interval '16 minutes'")
             console.expect_resolved(fired, budget=console.budget("scheduler_restarts") + 3)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
 
 
 # --- periodic -----------------------------------------------------------------------------------

@@ -8,58 +8,30 @@ gets a fresh database on the primary (the `dsn` fixture below replaces the sessi
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from console.db import connect, migrate
+from console.db import connect
 from console.pgcluster import PrivateCluster
-from tests.collector_helpers import eventually
+from tests.replication import SLOT, Replication, fresh_database, replicated
 from tests.scenarios import SCALED, scenario_console
 
 pytestmark = [pytest.mark.slow, pytest.mark.scenario]
 
-TEMPLATE = "scenario_template"
-SLOT = "scenario_slot"
-FEEDBACK = {"hot_standby_feedback": "on", "wal_receiver_status_interval": "1s"}
-_names = itertools.count()
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[PrivateCluster, PrivateCluster, PrivateCluster]]:
-    primary = PrivateCluster(settings={"fsync": "off", "max_prepared_transactions": "5", "wal_keep_size": "256MB"})
-    standbys: list[PrivateCluster] = []
-    try:
-        primary.start()
-        with connect(primary.dsn) as admin:
-            admin.execute(f'CREATE DATABASE "{TEMPLATE}"')
-        with connect(primary.dsn_for(TEMPLATE)) as template:
-            template.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-            migrate(template)
-        standbys.append(primary.start_standby("replica-feedback", settings=FEEDBACK))
-        standbys.append(primary.start_standby("replica-slot", slot=SLOT, settings=FEEDBACK))
-        with connect(primary.dsn) as admin:
-            eventually(lambda: admin.execute(
-                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").fetchone()[0] == 2, timeout=30)
-        yield primary, standbys[0], standbys[1]
-    finally:
-        for standby in standbys:
-            standby.stop(mode="immediate")
-        primary.stop(mode="immediate")
+    """(primary, replica-feedback, replica-slot): tests/replication.py."""
+    with replicated("scenario_template") as found:
+        yield found.primary, found.feedback_standby, found.slot_standby
 
 
 @pytest.fixture
 def dsn(cluster) -> Iterator[str]:
-    primary = cluster[0]
-    name = f"scenario_{next(_names)}"
-    with connect(primary.dsn) as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}" STRATEGY FILE_COPY')
-    yield primary.dsn_for(name)
-    with connect(primary.dsn) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with fresh_database(Replication(cluster[0], cluster[2], cluster[1], "scenario_template"), "scenario") as found:
+        yield found
 
 
 def test_replica_lag(cluster, dsn, conn, tmp_path):

@@ -21,6 +21,7 @@ from console.config import load_config
 from console.db import connect
 from console.samples import Sample
 from tests.collector_helpers import eventually
+from tests.workers import stop_processes
 
 
 def make_config(**overrides):
@@ -216,14 +217,7 @@ def test_a_standby_takes_over_within_one_interval_after_the_leader_is_killed(sub
         jobs = {j["job"]: j for j in scheduler.status(conn)["jobs"]}
         assert jobs["reap"]["runs"] >= 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
     assert all(p.returncode in (0, -signal.SIGKILL) for p in procs), [p.stderr.read().decode()[-2000:] for p in procs]
     # A graceful stop is recorded.
     assert conn.execute("SELECT count(*) FROM skiplock.scheduler_nodes WHERE stopped_at IS NOT NULL").fetchone()[0] == 1
@@ -412,14 +406,7 @@ def test_a_crashed_and_restarted_scheduler_fires_scheduler_restarts_and_shows_on
         state = eventually(lambda: (restarts_alert() or (None,))[0] == "firing" and restarts_alert(), timeout=30)
         assert state == ("firing", 1.0)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
     page = client_as("viewer").get("/maintenance").get_data(as_text=True)
     section = page.split('id="scheduler-restarts"', 1)[1].split("</table>", 1)[0]
     assert "Restarted 1 time in the last 15 minutes" in section

@@ -19,12 +19,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from console import audit, periodic
+from console import audit
 from console import queue as q
 from console.alerts import evaluate as ev
 from console.alerts.rules import parse_destination
 from console.fingerprint import fingerprint
 from console.maintenance import start
+from console.queue import periodic
 from tests.alert_links_data import fire_default
 from tests.web_fixtures import CSRF
 

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from psycopg.types.json import Jsonb
 
-from console import periodic
 from console.alerts import evaluate as ev
+from console.queue import periodic
 from tests.alert_receiver import Receiver
 from tests.test_action_reasons import (
     DEST,

@@ -25,12 +25,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from console import audit, periodic
+from console import audit
 from console import queue as q
 from console import users as users_mod
 from console.alerts import evaluate as ev
 from console.alerts.rules import parse_destination
 from console.maintenance import start
+from console.queue import periodic
 from tests.alert_links_data import fire_default
 from tests.oncall_data import make_dead_letters, store_history
 

@@ -16,12 +16,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from console import maintenance, periodic, samples
+from console import maintenance, samples
 from console import queue as q
 from console.alerts import evaluate as ev
 from console.alerts.rules import RuleSet, parse_destination, parse_rule
 from console.collectors import retention
 from console.maintenance import bulk
+from console.queue import periodic
 from console.samples import Sample
 
 WINDOW = timedelta(minutes=10)

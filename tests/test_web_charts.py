@@ -14,6 +14,7 @@ from console.web.charts import (
     line_chart,
     nice_ceiling,
     points_from_rows,
+    series_class,
     summary,
     time_ticks,
 )
@@ -88,10 +89,28 @@ def test_several_lines_get_distinct_classes_and_a_legend():
     b = Line("billing", [(T0, 3.0), (T0 + timedelta(minutes=5), 1.0)])
     root = parse(line_chart([a, b], unit="jobs", start=T0, end=T0 + timedelta(minutes=10)))
     classes = [p.get("class") for p in root.findall(f"{SVG}polyline")]
-    assert classes == ["line s0", "line s1"]
+    assert classes == [f"line {series_class('mail')}", f"line {series_class('billing')}"]
+    assert classes[0] != classes[1]
     assert root.find(f"{SVG}polygon") is None  # no area fill when lines overlap
     assert "mail" in legend([a, b]) and "billing" in legend([a, b])
     assert str(legend([a])) == ""
+
+
+def test_a_queue_keeps_its_colour_when_another_queue_appears():
+    """Issue 33: the colour was the line's place in the sorted list, so a new queue "archive"
+    recoloured every queue after it. It is a function of the queue's name alone."""
+    def colour_of(name: str, lines: list[Line]) -> str:
+        root = parse(line_chart(lines, unit="jobs", start=T0, end=T0 + timedelta(minutes=10)))
+        [found] = [p.get("class") for p in root.findall(f"{SVG}polyline") if p.find(f"{SVG}title").text == name]
+        return found
+
+    pts = [(T0, 1.0), (T0 + timedelta(minutes=5), 2.0)]
+    before = {n: colour_of(n, [Line("billing", pts), Line("mail", pts)]) for n in ("billing", "mail")}
+    after = {n: colour_of(n, [Line("archive", pts), Line("billing", pts), Line("mail", pts)]) for n in ("billing", "mail")}
+    assert before == after
+    key = re.search(r'<i class="key ([^"]+)"></i>mail', str(legend([Line("archive", pts), Line("mail", pts)]))).group(1)
+    assert f"line {key}" == after["mail"]  # the legend's key is the line's colour
+    assert series_class("all", alone=True) == "s0 d0"  # an unsplit chart keeps the accent colour
 
 
 def test_labels_are_escaped():

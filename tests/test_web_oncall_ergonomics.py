@@ -105,7 +105,7 @@ def test_search_jumps_to_a_job_a_queue_or_an_error_group(client_as, conn):
     assert api["target"] is None
     assert {m["label"] for m in api["matches"] if m["type"] == "queue"} == {"billing", "mail"}
     assert viewer.get("/api/v1/search?q=nothing-like-this").get_json() == {
-        "q": "nothing-like-this", "target": None, "matches": [], "unavailable": []}
+        "q": "nothing-like-this", "target": None, "matches": [], "unavailable": [], "window": 50_000}
     assert "Nothing matches" in viewer.get("/search?q=nothing-like-this").get_data(as_text=True)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from console import collectors, periodic
+from console import collectors
+from console.queue import periodic
 from tests.web_fixtures import CSRF
 
 

@@ -57,6 +57,22 @@ def test_the_installed_wheel_carries_its_sql_templates_static_files_and_docs(ins
     assert out[1].endswith("console/_data/sql") and out[4].endswith("console/_data/docs")
 
 
+def test_the_installed_wheel_carries_the_skiplock_import_name_typed(installed_venv):
+    """`import skiplock` is the documented name (README, "Installing and importing"): the wheel
+    ships it beside the `console` implementation, both marked typed (py.typed), and its names
+    are the engine's own objects."""
+    venv, base = installed_venv
+    script = ("import importlib.resources as r, skiplock, console, console.queue as q; print(skiplock.__file__); "
+              "print(r.files('skiplock').joinpath('py.typed').is_file(), r.files('console').joinpath('py.typed').is_file()); "
+              "print(skiplock.enqueue is q.enqueue is console.enqueue, skiplock.Job is q.Job, sorted(skiplock.__all__))")
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", script], cwd=base, env=clean_env(), check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert out[0].startswith(str(venv)) and out[0].endswith("skiplock/__init__.py")
+    assert out[1] == "True True"
+    assert out[2] == ("True True ['Cancelled', 'DoNotRetry', 'InvalidJob', 'Job', 'NewJob', 'enqueue', 'enqueue_async', "
+                      "'enqueue_many', 'enqueue_many_async', 'schedule', 'task']")
+
+
 def test_the_installed_console_renders_the_runbooks(installed_venv):
     """An installed console serves the docs its alerts link to (/docs/alerts.md#<rule>): the pages
     and the Markdown renderer (a dependency of the wheel) come with it."""

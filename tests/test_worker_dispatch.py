@@ -1,4 +1,4 @@
-"""How the worker hands jobs to handlers (console/worker.py): inline handlers on the claim
+"""How the worker hands jobs to handlers (console/queue/worker.py): inline handlers on the claim
 thread, fast jobs as one group to one handler thread, and a group that gives its rest back to
 the pool when one of its jobs runs long. An in-process Worker in a thread, a real PostgreSQL."""
 
@@ -11,8 +11,8 @@ import pytest
 
 import console
 from console import queue as q
-from console import tasks
-from console.worker import FAST_JOB, Worker
+from console.queue import tasks
+from console.queue.worker import FAST_JOB, Worker
 from tests.workers import wait_for
 
 INLINE_KIND = "dispatch_inline"

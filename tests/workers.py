@@ -76,6 +76,20 @@ class WorkerProcs:
                 pass
 
 
+def stop_processes(procs, timeout: float = 15) -> None:
+    """SIGTERM every process still running, wait for each, SIGKILL the ones that do not stop in
+    `timeout` seconds (a test's `finally`: nothing it started outlives it)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+
 def wait_for(predicate: Callable[[], object], *, timeout: float = 30, interval: float = 0.1, what: str = "condition"):
     """Poll `predicate` until it returns something truthy; fail the test after `timeout`."""
     deadline = time.monotonic() + timeout

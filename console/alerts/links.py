@@ -4,11 +4,12 @@ alert's labels. The ONE place that maps a metric to console pages.
     look_here("queue_age_seconds", {"queue": "search"}, "https://console.example")
     -> [Link("Eligible jobs in queue search, oldest first",
              "/jobs?state=pending&queue=search&eligible=1", "https://console.example/jobs?..."),
-        Link("Queue search", "/queues/search", ...)]
+        Link("Why queue search is not moving (the computed answer)", "/queues/search#why", ...)]
 
 The first link is the one to click first: the offending jobs (or the session holding the
 horizon, or the blocking tree), then context (the queue, the advisor's check with its
-evidence). The alert page, the overview's firing-alert row, the JSON API and every webhook
+evidence; for a queue that waits, the queue page's computed answer to "why isn't it moving?",
+console/why.py). The alert page, the overview's firing-alert row, the JSON API and every webhook
 payload show the same list, so changing a mapping here changes all of them.
 
 How a metric is mapped, most specific first: an entry in `_BY_METRIC` (exact name), else the
@@ -85,11 +86,18 @@ def _queue_page(queue: str | None) -> tuple[str, str]:
 Pairs = list[tuple[str, str]]
 
 
+def _why(queue: str | None) -> tuple[str, str]:
+    """The queue page's computed answer (console/why.py), or the queues list without a queue."""
+    if queue is None:
+        return _queue_page(None)
+    return f"Why queue {queue} is not moving (the computed answer)", f"/queues/{quote(queue, safe='')}#why"
+
+
 def _eligible(labels: Mapping[str, str]) -> Pairs:
     queue = _queue(labels)
     where = f"in queue {queue}" if queue else "in every queue"
     return [(f"Eligible jobs {where}, oldest first", _path("/jobs", state="pending", queue=queue, eligible="1")),
-            _queue_page(queue)]
+            _why(queue)]
 
 
 def _queue_depth(labels: Mapping[str, str]) -> Pairs:
@@ -291,6 +299,19 @@ _BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (
 )
 
 
+# The metrics whose alert asks "why isn't this queue moving?": the alert page shows the answer.
+WHY_METRICS = ("queue_age_seconds", "pickup_delay_seconds", "queue_depth", "stuck_leases", "stuck_lease_age_seconds")
+
+
+def why_queue(metric: str | None, labels: Mapping[str, str] | None) -> str | None:
+    """The queue whose "why isn't it moving?" answer belongs on the alert's page, or None (the
+    metric is about something else, the alert names no one queue, or counts dead letters)."""
+    labels = labels or {}
+    if metric not in WHY_METRICS or "external" in labels or labels.get("state") == "failed":
+        return None
+    return _queue(labels)
+
+
 def mapper(metric: str) -> Callable[[Mapping[str, str]], Pairs] | None:
     """The function that maps `metric`, or None when nothing does."""
     if metric in _BY_METRIC:
@@ -374,5 +395,5 @@ def runbook_url(runbook: str | None, *, runbook_base_url: str = "", console_url:
     return (absolute(console_url, path) if path else None) or runbook
 
 
-__all__ = ["DEAD_LETTER_METRICS", "NEW_GROUPS_SHOWN", "Link", "absolute", "as_dicts", "look_here", "mapper",
-           "new_error_group", "runbook_path", "runbook_url", "with_new_groups"]
+__all__ = ["DEAD_LETTER_METRICS", "NEW_GROUPS_SHOWN", "WHY_METRICS", "Link", "absolute", "as_dicts", "look_here",
+           "mapper", "new_error_group", "runbook_path", "runbook_url", "why_queue", "with_new_groups"]

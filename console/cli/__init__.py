@@ -16,7 +16,8 @@ import click
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
 # external: the external group (dead letters of [[external_queues]], their replay, purge, ...) ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
-# prometheus: prometheus rules|dashboard · queues: queues set|show (limits) ·
+# periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
+# queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
     advisor,
@@ -25,12 +26,14 @@ from console.cli import (  # noqa: F401
     demo,
     external,
     maintenance,
+    periodic,
     prometheus,
     queues,
     scheduler,
     settings,
     users,
     web,
+    why,
 )
 from console.cli.common import main_group
 

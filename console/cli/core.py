@@ -8,10 +8,11 @@ from datetime import timedelta
 
 import click
 
-from console import jsonbounds, tasks
+from console import jsonbounds
 from console import queue as q
 from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import DatabaseError, connect, migrate, require_schema
+from console.queue import tasks
 from console.redaction import DEFAULT_KEYS, key_set
 
 # Said on stderr after a migrate that upgraded a schema. True of every release since 0.1.0: its
@@ -68,7 +69,7 @@ def migrate_cmd(obj, all_databases: bool) -> None:
 @click.pass_obj
 def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | None, lease: float | None, batch_size: int | None) -> None:
     """Run a worker process until SIGTERM/Ctrl-C (graceful) or a second signal (immediate)."""
-    from console.worker import Worker
+    from console.queue.worker import Worker
 
     cfg = obj.config
     try:

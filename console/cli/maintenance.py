@@ -36,6 +36,7 @@ from console.cli.common import (
 from console.db import connect, require_schema
 from console.maintenance import bulk
 from console.maintenance.archive import check_batching
+from console.maintenance.deadletters import group_hint
 
 
 def _settings(obj) -> m.MaintenanceSettings:
@@ -149,15 +150,18 @@ def retention_cmd(obj, older_than, batch_size, actor, reason) -> None:
 @main_group.command("pause")
 @dsn_option
 @click.argument("queue")
+@click.option("--create", is_flag=True,
+              help="Pause QUEUE even though no queue has that name yet (before its first job). "
+                   "Without it an unknown name is refused as a typo.")
 @who_and_why("pause")
 @friendly_errors
 @click.pass_obj
-def pause_cmd(obj, queue: str, actor: str, reason: str | None) -> None:
+def pause_cmd(obj, queue: str, create: bool, actor: str, reason: str | None) -> None:
     """Stop workers claiming from QUEUE (its jobs wait; running ones finish)."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.pause_queue(conn, queue, actor=actor, reason=reason)
-    click.echo(f"queue {queue!r} paused")
+        m.pause_queue(conn, queue, actor=actor, reason=reason, create=create)
+    click.echo(f"queue {queue!r} paused" + (" (a new queue: none had that name)" if create else ""))
 
 
 @main_group.command("resume")
@@ -170,7 +174,7 @@ def resume_cmd(obj, queue: str, actor: str, reason: str | None) -> None:
     """Let workers claim from QUEUE again."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        m.resume_queue(conn, queue, actor=actor, reason=reason)
+        m.resume_queue(conn, queue, actor=actor, reason=reason, create=False)
     click.echo(f"queue {queue!r} resumed")
 
 
@@ -256,6 +260,9 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
         require_schema(conn)
         preview = m.preview(conn, selection, sample=sample)
         _print_preview(preview, action)
+        if preview.total == 0 and group:
+            # A message copied from a page is not its group's fingerprint: name the nearest ones.
+            click.echo(f"no dead letter is in error group {group!r}{group_hint(conn, group)}")
         if dry_run:
             click.echo("dry run: nothing changed")
             return

@@ -1,7 +1,11 @@
-"""`skiplock queues show` and `skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--clear]`.
+"""`skiplock queues list`, `skiplock queues show` and
+`skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--clear]`.
 
-A thin face over console.limits: the same function the web console and the API call, audited
-with the actor `cli:<os user>@<host>` and the required `--reason`. Exit codes: 0 done; 2 bad input (nothing changed).
+`list` is the Queues page in a terminal: per queue the eligible, scheduled and running jobs, the
+oldest eligible job's wait, dead letters, stuck leases, limits and who paused it (console.browse's
+bounded queue figures, a figure with "+" is a lower bound). `set` is a thin face over
+console.queue.limits: the same function the web console and the API call, audited with the actor
+`cli:<os user>@<host>` and the required `--reason`. Exit codes: 0 done; 2 bad input (nothing changed).
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ import json
 
 import click
 
-from console import limits
+from console import browse
 from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
 from console.db import connect, require_schema
+from console.queue import limits
 
 
 @main_group.group("queues")
@@ -48,6 +53,41 @@ def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, clear: bo
         result = limits.set_limits(conn, name, concurrency=concurrency, rate=rate, clear=clear,
                                    actor=actor, reason=reason)
     click.echo(f"queue {name!r}: {_describe(result['after'])} (was: {_describe(result['before'])})")
+
+
+@queues_group.command("list")
+@dsn_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@friendly_errors
+@click.pass_obj
+def list_cmd(obj, as_json: bool) -> None:
+    """Every queue: depth (eligible, scheduled, running), oldest wait, dead letters, limits, paused."""
+    from console.timefmt import duration
+
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        rows = browse.queue_figures(conn)
+        limited = {r["queue"]: r for r in limits.queue_limits(conn)}
+    for row in rows:
+        lim = limited.get(row["queue"])
+        row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
+    if as_json:
+        click.echo(json.dumps({"queues": rows}, default=str, indent=2))
+        return
+    if not rows:
+        click.echo("no queues: no job has been enqueued, and no queue was paused or limited")
+        return
+    click.echo(f"{'QUEUE':<24} {'ELIGIBLE':>9} {'SCHEDULED':>9} {'RUNNING':>8} {'OLDEST':>10} {'DEAD':>7} {'STUCK':>6}  "
+               "LIMITS · PAUSED")
+    for r in rows:
+        more = "+" if r["pending_capped"] else ""
+        notes = [_describe(r["limits"]) if r["limits"] else "no limits"]
+        if r["paused"]:
+            notes.append(f"paused by {r['paused_by'] or '?'}" + (f" at {r['paused_at']:%Y-%m-%d %H:%M} UTC" if r["paused_at"] else ""))
+        oldest = duration(r["age_seconds"]) if r["eligible"] else "-"
+        click.echo(f"{r['queue']:<24} {str(r['eligible']) + more:>9} {str(r['scheduled']) + more:>9} {r['running']:>8} "
+                   f"{oldest:>10} {str(r['failed']) + ('+' if r['failed_capped'] else ''):>7} {r['stuck']:>6}  "
+                   + " · ".join(notes))
 
 
 @queues_group.command("show")

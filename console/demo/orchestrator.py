@@ -108,7 +108,7 @@ def default_data_dir() -> Path:
 
 
 # The `skiplock` commands the demo starts as child processes, and the module each one needs.
-COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.worker",
+COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.queue.worker",
               "users": "console.users"}
 
 
@@ -393,6 +393,7 @@ class Demo:
             lines.append(f"  Console    {self.url} did not answer yet; see {self.children['web'].log_path}")
         lines += [
             f"  Database   {self.dsn}   (psql \"{self.dsn}\")",
+            *self.cli_lines(),
             f"  Traffic    about {opts.rate:g} jobs/s on queues billing, mail, webhooks, default, reports, search;",
             f"             retries, dead letters in three error groups, a burst every {_human(240 / opts.pace)}, a session idle in",
             f"             transaction for {_human(360 / opts.pace)} every {_human(1200 / opts.pace)}"
@@ -417,6 +418,12 @@ class Demo:
             lines.append(f"Stopping by itself after {opts.duration:g} s.")
         lines += ["Press Ctrl-C to stop everything (PostgreSQL included; the data stays for next time).", ""]
         self.out("\n".join(lines))
+
+    def cli_lines(self) -> list[str]:
+        """The banner's lines for a shell beside the demo: `skiplock ...` run there must read the
+        demo's database and settings (its lease, intervals and alert rules), not the defaults."""
+        return [f"  CLI        export DATABASE_URL='{self.dsn}' SKIPLOCK_CONFIG='{self.config_path}'",
+                "             (then `skiplock queues list`, `skiplock why JOB_ID`, ... use the demo's settings)"]
 
     # --- running -------------------------------------------------------------------------
 

@@ -10,12 +10,13 @@ so the traffic generator controls the mix and a test can predict each outcome:
 - `reports.build`: a payload without `customer_id` raises KeyError every attempt (a bug).
 - `images.thumbnail`, `search.reindex`: always succeed.
 
-Each handler sleeps for `payload["ms"]` milliseconds to stand for I/O: no CPU is burnt.
+Each handler sleeps for `payload["ms"]` milliseconds to stand for I/O: no CPU is burnt. It waits
+on the job's cancel event rather than sleeping blind, so the console's "Request cancel" stops a
+long one at the worker's next heartbeat: the handler raises `console.Cancelled` and the job
+becomes a dead letter with error class Cancelled (replayable), as a real handler should.
 """
 
 from __future__ import annotations
-
-import time
 
 import console
 
@@ -33,8 +34,11 @@ class PartnerUnavailable(Exception):
 
 
 def _work(job) -> None:
+    """Stand for `payload["ms"]` of I/O; stop early when an operator asks this run to stop."""
     payload = job.payload if isinstance(job.payload, dict) else {}
-    time.sleep(max(float(payload.get("ms", 50)), 0.0) / 1000.0)
+    seconds = max(float(payload.get("ms", 50)), 0.0) / 1000.0
+    if job.cancel_event.wait(seconds) and job.cancel_requested():
+        raise console.Cancelled(f"job {job.id} ({job.kind}) stopped at the operator's request")
 
 
 @console.task("billing.charge_card")

@@ -56,7 +56,13 @@ This package does not schedule anything (the scheduler does), render anything, o
 confirmation: the faces show `preview()` before `start()`.
 """
 
-from console.maintenance.actions import pause_queue, reap, resume_queue
+from console.maintenance.actions import (
+    check_known_queue,
+    known_queues,
+    pause_queue,
+    reap,
+    resume_queue,
+)
 from console.maintenance.archive import (
     RunResult,
     archive_completed,
@@ -92,6 +98,7 @@ from console.maintenance.errors import (
     NothingMatches,
     OperationState,
     PreviewMismatch,
+    UnknownQueue,
 )
 from console.maintenance.retention import apply_retention
 from console.maintenance.settings import MaintenanceSettings
@@ -102,4 +109,5 @@ __all__ = [
     "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "list_dead_letters",
     "pause_queue", "preview", "progress", "purge", "reap", "recent_operations", "replay",
     "resume", "resume_abandoned", "resume_queue", "run", "run_in_thread", "selection_hash", "start",
+    "UnknownQueue", "check_known_queue", "known_queues",
 ]

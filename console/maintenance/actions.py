@@ -2,10 +2,16 @@
 
 Each is audited (who, what, why, rows, outcome). The scheduler's periodic reaping goes through
 `reap()` with actor "scheduler" and is recorded as a maintenance run but not audited.
+
+Pausing a name no queue has would create a queue row nobody asked for (a typo at 3 a.m. answers
+"paused" and pauses nothing that exists): the faces pass `create=False`, and `pause_queue` then
+refuses a queue that is not known (`known_queues`: one that has jobs, samples, limits, or was
+paused before), naming the nearest known names. Python callers keep `create=True` by default.
 """
 
 from __future__ import annotations
 
+import difflib
 import time
 
 import psycopg
@@ -14,7 +20,8 @@ from console import audit
 from console import queue as q
 from console.maintenance import runs
 from console.maintenance.archive import RunResult, _close, check_batching
-from console.maintenance.errors import InvalidSettings
+from console.maintenance.errors import InvalidSettings, UnknownQueue
+from console.sqlfiles import query
 
 
 def reap(
@@ -68,18 +75,53 @@ def _check(queue_name: str, actor: str) -> None:
         raise InvalidSettings("an action needs an actor")
 
 
-def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
-    """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited."""
+KNOWN_CAP = 50_000  # claim- and lease-index entries looked at (console.browse.PENDING_CAP)
+KNOWN_FAILED_CAP = 10_000  # newest dead letters looked at (console.browse.FAILED_CAP)
+
+
+def known_queues(conn: psycopg.Connection) -> set[str]:
+    """Every queue name the console knows: with jobs (bounded windows of the pending, running and
+    failed indexes, as the queue figures read them), in the collectors' samples of the last 24 h,
+    or with a row of its own (paused before, or limits). Never a scan of the jobs table."""
+    from console import samples
+
+    rows = conn.execute(query("maintenance", "known_queues"), {"cap": KNOWN_CAP, "failed_cap": KNOWN_FAILED_CAP})
+    return {r[0] for r in rows.fetchall()} | set(samples.queue_activity(conn))
+
+
+CREATE_HINT = "To pause it before its first job, pass --create."
+
+
+def check_known_queue(conn: psycopg.Connection, queue_name: str, *, then: str = CREATE_HINT) -> None:
+    """UnknownQueue, naming the nearest known names, unless `queue_name` is a known queue."""
+    known = known_queues(conn)
+    if queue_name in known:
+        return
+    near = difflib.get_close_matches(queue_name, sorted(known), n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(n) for n in near)}?" if near else (
+        f"; known queues: {', '.join(sorted(known)[:10])}." if known else "; no queue is known yet.")
+    raise UnknownQueue(f"there is no queue {queue_name!r} (no jobs, samples or limits, and never paused){hint} {then}")
+
+
+def pause_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None,
+                create: bool = True) -> None:
+    """Stop claims from the queue (its jobs stay pending; in-flight jobs finish), audited.
+    `create=False` refuses a queue no one knows (UnknownQueue) instead of creating it."""
     _check(queue_name, actor)
+    if not create:
+        check_known_queue(conn, queue_name)
     with conn.transaction():
         q.pause(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="pause", target=f"queue:{queue_name}",
                      selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok")
 
 
-def resume_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None) -> None:
-    """Let workers claim from the queue again, audited."""
+def resume_queue(conn: psycopg.Connection, queue_name: str, *, actor: str, reason: str | None = None,
+                 create: bool = True) -> None:
+    """Let workers claim from the queue again, audited. `create=False` refuses an unknown queue."""
     _check(queue_name, actor)
+    if not create:
+        check_known_queue(conn, queue_name, then="Nothing is paused under that name.")
     with conn.transaction():
         q.resume(conn, queue_name, actor=actor)
         audit.record(conn, actor=actor, action="resume", target=f"queue:{queue_name}",

@@ -45,6 +45,7 @@ from console.maintenance.deadletters import (
     Previewed,
     Selection,
     as_selection,
+    group_hint,
     selection_hash,
     selection_query,
 )
@@ -119,7 +120,8 @@ def start(
                 current = cur.execute(selection_query("count_matching"), sel.params()).fetchone()["total"]
                 _check_preview(preview, total=total, current=current)
             if total == 0:
-                raise NothingMatches(f"nothing to {action}: no job matches {sel.describe()}")
+                raise NothingMatches(f"nothing to {action}: no job matches {sel.describe()}"
+                                     + (group_hint(conn, sel.fingerprint) if sel.fingerprint else ""))
             op_id = cur.execute(query("deadletters", "op_insert"), {
                 "action": action,
                 "purge_mode": purge_mode if action == "purge" else None,

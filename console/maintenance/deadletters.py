@@ -328,3 +328,34 @@ def groups(
         raise InvalidSelection("limit must be between 1 and 1000")
     with time_limited(conn, timeout_ms) as cur:
         return cur.execute(query("deadletters", "groups"), {"queue": queue, "kind": kind, "limit": limit}).fetchall()
+
+
+def nearest_groups(conn: psycopg.Connection, text: str, *, limit: int = 3,
+                   timeout_ms: int = DEFAULT_TIMEOUT_MS) -> list[str]:
+    """The error groups' fingerprints nearest to `text`, best first: what an operator most
+    likely meant by a `--group` that matches nothing. Compared with each group's fingerprint and
+    with its example message (the pages show the message, `KeyError: 'customer_id'`, while the
+    group is `KeyError: <str>`), so a message copied from a page finds its group."""
+    import difflib
+
+    found = groups(conn, limit=1000, timeout_ms=timeout_ms)
+    candidates: dict[str, str] = {}  # what to compare with -> the fingerprint it stands for
+    for g in found:
+        candidates.setdefault(g["fingerprint"], g["fingerprint"])
+        if g.get("example"):
+            candidates.setdefault(str(g["example"])[:500], g["fingerprint"])
+    out: list[str] = []
+    for match in difflib.get_close_matches(text, list(candidates), n=limit * 2, cutoff=0.6):
+        if candidates[match] not in out:
+            out.append(candidates[match])
+    return out[:limit]
+
+
+def group_hint(conn: psycopg.Connection, fingerprint: str | None) -> str:
+    """"; did you mean --group '...'?" for a fingerprint no dead letter has, or ""."""
+    if not fingerprint:
+        return ""
+    near = [g for g in nearest_groups(conn, fingerprint) if g != fingerprint]
+    if not near:
+        return "; no error group resembles it (`skiplock dead-letters` lists them)"
+    return "; the nearest error group" + (" is " if len(near) == 1 else "s are ") + " or ".join(repr(g) for g in near)

@@ -31,3 +31,8 @@ class OperationState(MaintenanceError):
 class PreviewMismatch(MaintenanceError):
     """A bulk start whose selection no longer matches exactly what the operator previewed (more,
     fewer or other jobs, or another selection): preview again. HTTP 409."""
+
+
+class UnknownQueue(MaintenanceError):
+    """No queue has that name: no jobs, no samples, no limits, never paused (a typo, most
+    likely; the message suggests the nearest known names). HTTP 404; CLI exit 2."""

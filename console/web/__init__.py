@@ -133,6 +133,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.search:bp",       # /search: a job id, a queue or an error text (top-bar box, "/" key)
     "console.web.fleet:bp",        # /databases, /api/v1/databases: one row per configured database
     "console.web.docs:bp",         # /docs/: the operator docs (runbooks), rendered from docs/*.md
+    "console.web.why:bp",          # /jobs/<id>/_why, /queues/<name>/_why (+ /api/v1/.../why): why it is not running
 )
 
 
@@ -203,7 +204,7 @@ def _check_migrations_at_start(dsn: str, wait: float) -> None:
 
 def create_app(config: Config | Mapping[str, Any] | None = None) -> Flask:
     cfg, flask_keys, explicit_dsn = _load_config(config)
-    from console.periodic import load_entries
+    from console.queue.periodic import load_entries
 
     load_entries(cfg, import_tasks=False)  # a bad [[periodic]] entry stops start-up here too
     from console.config import external_queues

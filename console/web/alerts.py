@@ -38,7 +38,7 @@ from console.alerts import context, outbox
 from console.alerts import evaluate as ev
 from console.alerts import rules as r
 from console.alerts.defaults import DEFAULT_NAMES
-from console.alerts.links import as_dicts
+from console.alerts.links import as_dicts, why_queue
 from console.catalog import METRICS
 from console.web.actor import actor, reason_for
 from console.web.api import (
@@ -212,7 +212,9 @@ def _alert_data(conn, alert_id: int) -> dict[str, Any]:
                   "summary": rule.summary_for(labels, alert["state"], alert["value"], alert["last_over_value"])
                   if rule else alert["rule"],
                   "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
-                  "look_here": links},
+                  "look_here": links,
+                  # The queue whose "why isn't it moving?" answer the page loads (console/web/why.py).
+                  "why_queue": why_queue(rule.metric, labels) if rule else None},
         "window": win.as_dict(),
         "series": None if series is None else _panel_out(series, lambda pts: {
             "unit": unit, "threshold": rule.threshold, "points": [{"at": at.isoformat(), "value": v} for at, v in pts]}),

@@ -3,14 +3,18 @@
 GET /audit?actor=&action=&since=&until=&before= (keyset on id, newest first), /api/v1/audit
 
 A row's `selection` can hold a payload filter and its `detail` an operation's error: viewers see
-them through console.web.redact, like payloads and error text everywhere else.
+them through console.web.redact, like payloads and error text everywhere else. The page shows the
+selection in words (`selection_text`: "fingerprint KeyError: <str>", not the JSON with its
+escapes) and each target as a link to the thing it names (`target_path`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import quote
 
-from flask import Blueprint, g, jsonify, render_template, request
+from flask import Blueprint, g, jsonify, render_template, request, url_for
 
 from console import audit
 from console.browse import InvalidFilter, parse_time
@@ -20,6 +24,48 @@ from console.web.database import current_database, run_limited
 from console.web.redact import audit_row_for
 
 bp = Blueprint("auditlog", __name__)
+
+
+# target prefix -> the page that shows the thing (the part after the colon goes in the path).
+_TARGETS = {
+    "job": lambda v: url_for("jobs.detail", job_id=int(v)) if v.isdigit() else None,
+    "queue": lambda v: url_for("queues.detail", name=v),
+    "operation": lambda v: url_for("deadletters.operation", op_id=int(v)) if v.isdigit() else None,
+    "alert": lambda v: url_for("alerts.alert_page", alert_id=int(v)) if v.isdigit() else None,
+    "periodic": lambda v: url_for("periodic.index") + "#entry-" + quote(v, safe=""),
+    "rule": lambda v: url_for("alerts.rules_page"),
+    "silence": lambda v: url_for("alerts.index") + "#silences",
+    "webhook": lambda v: url_for("alerts.destinations_page"),
+    "run": lambda v: url_for("maintenance.index") + "#runs",
+    "user": lambda v: url_for("admin.users"),
+    "token": lambda v: url_for("admin.users"),
+}
+
+
+def target_path(target: str | None) -> str | None:
+    """The console page of an audit row's target ("job:42" -> /jobs/42), or None."""
+    kind, sep, value = (target or "").partition(":")
+    make = _TARGETS.get(kind) if sep else None
+    return make(value) if make and value else None
+
+
+def selection_text(selection: Any) -> str:
+    """A selection in words, one `name value` pair after another, strings as typed (no JSON
+    escapes): "fingerprint KeyError: <str> · queue mail", "ids 41, 42"."""
+    if not selection:
+        return ""
+    if not isinstance(selection, dict):
+        return json.dumps(selection, ensure_ascii=False)
+    parts = []
+    for key, value in selection.items():
+        if isinstance(value, list):
+            shown = ", ".join(str(v) for v in value[:10]) + (f" and {len(value) - 10} more" if len(value) > 10 else "")
+        elif isinstance(value, str):
+            shown = value
+        else:
+            shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        parts.append(f"{key.replace('_', ' ')} {shown}")
+    return " · ".join(parts)
 
 
 def audit_data() -> dict[str, Any]:
@@ -42,6 +88,9 @@ def audit_data() -> dict[str, Any]:
     # `--database NAME` action are written there), so the database is the one this page reads.
     here = current_database()
     rows = [{**audit_row_for(r, g.user), "database": here} for r in rows[:limit]]
+    for row in rows:
+        row["target_path"] = target_path(row.get("target"))
+        row["selection_text"] = selection_text(row.get("selection"))
     keep = {k: v for k, v in (("actor", actor), ("action", action), ("since", args.get("since")), ("until", args.get("until"))) if v}
     return {"entries": rows, "next": rows[-1]["id"] if more and rows else None, "args": keep, "first_page": before is None}
 

@@ -20,6 +20,7 @@ bad (the threshold comes from the caller).
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -32,6 +33,18 @@ from console.timefmt import duration
 # Plot area inside the SVG's viewBox (left margin for y labels, bottom for time labels).
 LEFT, RIGHT, TOP, BOTTOM = 62, 8, 10, 20
 MAX_LINES = 6
+COLOURS = 10  # .chart .s0 ... .s9 in static/oncall.css
+DASHES = 3  # .chart .d0 (solid), .d1, .d2: two lines that share a colour still differ
+
+
+def series_class(label: str, *, alone: bool = False) -> str:
+    """The CSS classes of one line: its colour and dash, a function of its label alone (a
+    queue's name), so a queue keeps its colour on every chart and when another queue appears.
+    A chart's only, unsplit line ("all") keeps the accent colour."""
+    if alone and label == "all":
+        return "s0 d0"
+    h = zlib.crc32(label.encode("utf-8"))
+    return f"s{h % COLOURS} d{(h // COLOURS) % DASHES}"
 
 
 @dataclass
@@ -243,7 +256,8 @@ def line_chart(
         parts.append(f'<text class="axis" x="{_fmt(x)}" y="{height - 6}" text-anchor="{anchor}">'
                      f'{escape(time_label(t, span))}</text>')
     # the lines; None breaks a line into segments
-    for i, ln in enumerate(lines):
+    for ln in lines:
+        cls = series_class(ln.label, alone=len(lines) == 1)
         segments: list[list[tuple[float, float]]] = [[]]
         for at, v in ln.points:
             if v is None:
@@ -256,14 +270,14 @@ def line_chart(
                 continue
             if len(seg) == 1:
                 x, y = seg[0]
-                parts.append(f'<circle class="s{i}" cx="{_fmt(x)}" cy="{_fmt(y)}" r="2"/>')
+                parts.append(f'<circle class="{cls}" cx="{_fmt(x)}" cy="{_fmt(y)}" r="2"/>')
                 continue
             path = " ".join(f"{_fmt(x)},{_fmt(y)}" for x, y in seg)
             if area and len(lines) == 1:
                 base = _fmt(y_of(max(lo, 0.0)))
-                parts.append(f'<polygon class="area s{i}" points="{_fmt(seg[0][0])},{base} {path} '
+                parts.append(f'<polygon class="area {cls}" points="{_fmt(seg[0][0])},{base} {path} '
                              f'{_fmt(seg[-1][0])},{base}"/>')
-            parts.append(f'<polyline class="line s{i}" points="{path}" fill="none"><title>{escape(ln.label)}</title></polyline>')
+            parts.append(f'<polyline class="line {cls}" points="{path}" fill="none"><title>{escape(ln.label)}</title></polyline>')
     if threshold is not None:
         y = _fmt(y_of(threshold))
         parts.append(f'<line class="threshold" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y}" y2="{y}"/>')
@@ -279,7 +293,7 @@ def legend(lines: Sequence[Line]) -> Markup:
     lines = [ln for ln in lines if ln.points][:MAX_LINES]
     if len(lines) < 2:
         return Markup("")
-    items = "".join(f'<span><i class="key s{i}"></i>{escape(ln.label)}</span>' for i, ln in enumerate(lines))
+    items = "".join(f'<span><i class="key {series_class(ln.label)}"></i>{escape(ln.label)}</span>' for ln in lines)
     return Markup(f'<div class="legend">{items}</div>')
 
 

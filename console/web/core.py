@@ -1,4 +1,5 @@
-"""The home redirect and /healthz (no sign-in: load balancers probe it)."""
+"""The home redirect, /healthz (no sign-in: load balancers probe it) and /favicon.ico (no
+sign-in: browsers ask for it on every page, the login page included)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,14 @@ def home():
         if endpoint in current_app.view_functions:
             return redirect(url_for(endpoint))
     return render_template("home.html")
+
+
+@bp.get("/favicon.ico")
+@public
+def favicon():
+    """Browsers ask for /favicon.ico whatever the page links: the one in static/ (base.html
+    links it too), rather than a 404 in every log."""
+    return current_app.send_static_file("favicon.svg")
 
 
 @bp.get("/healthz")

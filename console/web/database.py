@@ -68,6 +68,7 @@ REPLICA_READS: frozenset[str] = frozenset({
 PRIMARY_READS: dict[str, str] = {
     "core.home": "a redirect, no query",
     "core.healthz": "the load balancer asks whether the primary answers",
+    "core.favicon": "no query (a static file)",
     "auth.login": "sign-in and sessions",
     "api.openapi": "no query",
     "static": "no query",
@@ -93,6 +94,7 @@ PRIMARY_READS: dict[str, str] = {
     "deadletters.progress_fragment": "a bulk operation in progress, and the cancel/resume it binds",
     "deadletters.api_operation": "a bulk operation in progress, and the cancel/resume it binds",
     "deadletters.api_operations": "bulk operations in progress, and the cancel/resume they bind",
+    "deadletters.operations": "bulk operations in progress, and the cancel/resume they bind",
     "alerts.rules_page": "the alert configuration edited there",
     "alerts.api_rules": "the alert configuration edited there",
     "alerts.destinations_page": "the alert configuration edited there",
@@ -104,6 +106,10 @@ PRIMARY_READS: dict[str, str] = {
     "external.operation": "external-queue operations in progress, and the cancel/resume they bind",
     "external.progress_fragment": "external-queue operations in progress, and the cancel/resume they bind",
     "external.api_operation": "external-queue operations in progress, and the cancel/resume they bind",
+    "why.job_fragment": "why a job waits turns on workers' heartbeats and leases as they are now",
+    "why.queue_fragment": "why a queue waits turns on workers' heartbeats and leases as they are now",
+    "why.api_job": "why a job waits turns on workers' heartbeats and leases as they are now",
+    "why.api_queue": "why a queue waits turns on workers' heartbeats and leases as they are now",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.

@@ -110,8 +110,23 @@ def _text_arg(name: str) -> str | None:
 # --- reading --------------------------------------------------------------------------------
 
 def op_for(op: dict[str, Any]) -> dict[str, Any]:
-    """A bulk operation as the user may see it: selection and error redacted for viewers."""
-    return {**op, "selection": selection_for(op.get("selection"), g.user), "error": text_for(op.get("error"), g.user)}
+    """A bulk operation as the user may see it: selection and error redacted for viewers, with
+    the selection in words (`selection_text`), what it does (`what`: "replay", "purge to the
+    archive", "purge (delete)") and, once it is done, where the jobs went (`outcome`)."""
+    selection = selection_for(op.get("selection"), g.user)
+    try:
+        words = m.Selection.from_dict(selection).describe() if isinstance(selection, dict) else str(selection or "")
+    except ValueError:  # a redacted payload filter is no longer a valid selection: show its keys
+        words = ", ".join(f"{k} {v}" for k, v in (selection or {}).items())
+    to_archive = op.get("action") == "purge" and op.get("purge_mode") == "archive"
+    what = "replay" if op.get("action") == "replay" else "purge to the archive" if to_archive else "purge (delete)"
+    done = op.get("done") or 0
+    jobs = f"{done:,} job{'s' if done != 1 else ''}"
+    outcome = (f"{jobs} replayed: they are pending again" if op.get("action") == "replay" else
+               f"{jobs} purged to the archive (marked purged; the jobs filter's archive finds them)" if to_archive else
+               f"{jobs} purged: deleted for good")
+    return {**op, "selection": selection, "error": text_for(op.get("error"), g.user), "selection_text": words,
+            "what": what, "outcome": outcome}
 
 
 def groups_data() -> dict[str, Any]:
@@ -342,7 +357,7 @@ def start_operation() -> dict[str, Any]:
 @bp.post("/deadletters/operations")
 @requires("operator")
 def start():
-    op = start_operation()
+    op = op_for(start_operation())
     if request.headers.get("HX-Request"):
         return render_template("deadletters/_progress.html", op=op, poll=True)
     return redirect(url_for("deadletters.operation", op_id=op["id"]), 303)
@@ -360,7 +375,7 @@ def start():
                           "422": "no reason (every purge, and a replay of more than one job, needs one)",
                           "201": "started"}, response=ref("Operation"))
 def api_start():
-    return jsonify(start_operation()), 201
+    return jsonify(op_for(start_operation())), 201
 
 
 def _op(op_id: int) -> dict[str, Any]:
@@ -394,9 +409,24 @@ def api_operation(op_id: int):
     return jsonify(_op(op_id))
 
 
+OPERATIONS_SHOWN = 100
+
+
+@bp.get("/deadletters/operations")
+@requires("viewer")
+def operations():
+    """Every recent bulk replay and purge: its selection in words, progress, who, why, outcome."""
+    ops = [op_for(op) for op in run_limited(m.recent_operations, limit=OPERATIONS_SHOWN)]
+    running = sum(1 for op in ops if op["active"])
+    return render_template("deadletters/operations.html", ops=ops, shown=OPERATIONS_SHOWN,
+                           tab_state=f"{running} running" if running else "")
+
+
 @bp.get("/api/v1/deadletters/operations")
 @requires("viewer")
-@api_doc("Recent bulk operations, newest first", response=arr(ref("Operation")))
+@api_doc("Recent bulk operations, newest first", response=arr(ref("Operation")),
+         description="Each with `selection_text` (the selection in words), `what` (replay, purge to the archive, "
+                     "purge (delete)) and `outcome` (where the jobs went).")
 def api_operations():
     return jsonify([op_for(op) for op in run_limited(m.recent_operations, limit=50)])
 

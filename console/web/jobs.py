@@ -64,6 +64,8 @@ FILTER_PARAMS = [
     Param("eligible", enum=("1", "0"), description="1: pending jobs due now (what workers claim next), in claim order; implies state=pending"),
     Param("retrying", enum=("1", "0"), description="1: pending jobs that failed an attempt and wait for the next one (a retry storm's jobs); implies state=pending"),
     Param("lease", enum=("expired",), description="expired: running jobs past their lease (stuck); implies state=running"),
+    Param("archived", enum=("1", "0"), description="1: the archive (skiplock.jobs_archive: finished jobs the archiver "
+                                                    "moved, and purged dead letters), newest finished first"),
 ]
 
 
@@ -315,8 +317,11 @@ def job_data(job_id: int, bounds=WHOLE) -> dict[str, Any]:
 @bp.get("/jobs/<int:job_id>")
 @requires("viewer")
 def detail(job_id: int):
+    from console.web.why import job_answer, why_panel
+
+    data = job_data(job_id, PAGE)
     return render_template("jobs/detail.html", descriptions={k: v[1] for k, v in browse.ACTIONS.items()},
-                           **job_data(job_id, PAGE))
+                           **why_panel(job_answer(job_id), url_for("why.job_fragment", job_id=job_id)), **data)
 
 
 @bp.get("/api/v1/jobs/<int:job_id>")

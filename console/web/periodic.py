@@ -2,7 +2,7 @@
 slots, with pause/resume and "run now" for operators.
 
 GET  /periodic, /periodic/_table (the polled fragment), /api/v1/periodic
-POST /periodic/<name>/pause, /resume, /run (operator; CSRF; audited by console.periodic with the
+POST /periodic/<name>/pause, /resume, /run (operator; CSRF; audited by console.queue.periodic with the
 form's `reason`) and the same under /api/v1/periodic/<name>/...
 
 The page reads `skiplock.periodic`, which the scheduler leader keeps: a schedule appears once a
@@ -15,8 +15,8 @@ from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
-from console import periodic
 from console.actions import clean_reason
+from console.queue import periodic
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import get_conn, run_panel

@@ -1,12 +1,12 @@
 """Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
 dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a
 backlog drain estimate from the collectors' samples, pause/resume, and the queue's concurrency and
-rate limits with their usage (console.limits).
+rate limits with their usage (console.queue.limits).
 
 GET  /queues, /queues/_table and /queues/_external (the polled fragments), /queues/<name>
 POST /queues/<name>/pause, /queues/<name>/resume (operator; CSRF; a reason required, 422 without;
 audited by console.maintenance) and the same under /api/v1/queues.
-POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.limits), and
+POST /queues/<name>/limits (operator; CSRF; a reason required; audited by console.queue.limits), and
 PUT /api/v1/queues/<name>/limits.
 POST /queues/<name>/enqueue   the queue page's "Enqueue a job" form (operator; CSRF; audited with
                               its reason); the API twin is POST /api/v1/jobs (console.web.jobs).
@@ -19,9 +19,10 @@ from typing import Any
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
 
-from console import browse, limits, samples, signals
-from console.actions import MAX_REASON
-from console.maintenance import pause_queue, resume_queue
+from console import browse, samples, signals
+from console.actions import MAX_REASON, ReasonRequired
+from console.maintenance import UnknownQueue, pause_queue, resume_queue
+from console.queue import limits
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
@@ -181,7 +182,22 @@ def queue_data(name: str) -> dict[str, Any]:
 @bp.get("/queues/<name>")
 @requires("viewer")
 def detail(name: str):
-    return render_template("queues/detail.html", form={}, form_error=None, **queue_data(name))
+    return _page(name)
+
+
+def _page(name: str, **forms: Any) -> str:
+    """The queue page: its figures, its "why isn't it moving?" panel (console/web/why.py), and
+    its forms, as typed when one comes back with an error (`form`/`form_error` for the enqueue
+    form, `limits_form`/`limits_error` for the limits form)."""
+    from console.web.why import queue_answer, why_panel
+
+    data = queue_data(name)
+    # The enqueue form's example time is an hour from now, never a fixed date that went by.
+    example = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    context = {"form": {}, "form_error": None, "limits_form": {}, "limits_error": None, "run_at_example": example,
+               **forms}
+    return render_template("queues/detail.html", **why_panel(queue_answer(name), url_for("why.queue_fragment", name=name)),
+                           **context, **data)
 
 
 @bp.post("/queues/<name>/enqueue")
@@ -194,7 +210,7 @@ def enqueue(name: str):
         result = enqueue_from({**fields, "queue": name}, payload_is_text=True)
     except browse.InvalidFilter as exc:
         # The form again, with what was typed and what is wrong.
-        return render_template("queues/detail.html", form=fields, form_error=str(exc), **queue_data(name)), 400
+        return _page(name, form=fields, form_error=str(exc)), 400
     return redirect(url_for("jobs.detail", job_id=result["id"]), 303)
 
 
@@ -208,8 +224,15 @@ def api_detail(name: str):
 
 
 def _set(name: str, action: str) -> None:
+    """Pause or resume, audited. A name no queue has is a 404 (a typo must not create a queue)
+    unless the request says `create=true` (pause a queue before its first job)."""
     reason = reason_for(action)
-    (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason)
+    create = action == "pause" and (request.form.get("create") or "").strip().lower() in _TRUE
+    try:
+        (pause_queue if action == "pause" else resume_queue)(get_conn(), name, actor=actor(), reason=reason,
+                                                             create=create)
+    except UnknownQueue as exc:
+        abort(404, str(exc).replace("pass --create", "send create=true"))
 
 
 def _back(name: str):
@@ -241,8 +264,12 @@ def resume(name: str):
 @requires("operator")
 @api_doc("Pause a queue: workers stop claiming from it; in-flight jobs finish (audited)",
          params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
-                       description="why (kept in the audit log)")],
-         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+                       description="why (kept in the audit log)"),
+                 Param("create", where="form", type="boolean",
+                       description="true: pause a queue no job, sample or limit names yet (else 404, a typo)")],
+         responses={"404": "no queue has that name (no jobs, samples or limits, never paused); the message names "
+                           "the nearest", "422": "no reason"},
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_pause(name: str):
     _set(name, "pause")
     return jsonify({"ok": True, "queue": name, "paused": True})
@@ -253,7 +280,8 @@ def api_pause(name: str):
 @api_doc("Resume a paused queue (audited)",
          params=[Param("reason", where="form", required=True, max_length=MAX_REASON,
                        description="why (kept in the audit log)")],
-         responses={"422": "no reason"}, response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
+         responses={"404": "no queue has that name", "422": "no reason"},
+         response=obj({"ok": BOOL, "queue": STR, "paused": BOOL}))
 def api_resume(name: str):
     _set(name, "resume")
     return jsonify({"ok": True, "queue": name, "paused": False})
@@ -300,7 +328,12 @@ def _set_limits(name: str) -> dict[str, Any]:
 @bp.post("/queues/<name>/limits")
 @requires("operator")
 def set_limits(name: str):
-    _set_limits(name)
+    try:
+        _set_limits(name)
+    except ValueError as exc:  # InvalidLimit, ReasonRequired (422), a bad field: the form again, as typed
+        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "clear", "reason")}
+        status = 422 if isinstance(exc, ReasonRequired) else 400
+        return _page(name, limits_form=typed, limits_error=str(exc)), status
     return redirect(url_for("queues.detail", name=name))
 
 

@@ -16,23 +16,30 @@ under `unavailable`; the rest still answers), and what it jumps to, first hit wi
    `jobs_failed_idx`, at most `GROUP_LIMIT` groups) whose fingerprint or example contains the
    text, case-insensitively; a single group -> its jobs. Viewers match against the redacted
    example, as they see it, so a search cannot reveal a redacted value.
-Otherwise the results page lists what matched (or says nothing did).
+4. a payload value: jobs whose payload holds the text (or the number it spells) as a value at
+   any depth, among the newest `browse.SEARCH_WINDOW` jobs and the latest as many archived ones
+   (console.browse.search_payload); each match links to its job and to the jobs filter that
+   finds its like (`payload` containing the path to the value, with `archived=1` for the
+   archive). A match is kept only when the value shows in the payload as the user sees it
+   (redacted for viewers), so a search cannot reveal a redacted value either.
+Otherwise the results page lists what matched, or says nothing did and offers the jobs filter.
 
-This module does not scan the jobs table, search payloads, or remember searches.
+This module does not scan the jobs table or the archive, or remember searches.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from flask import Blueprint, abort, g, jsonify, redirect, render_template, request, url_for
 
 from console import browse, samples
 from console import maintenance as m
-from console.web.api import STR, Param, api_doc, arr, obj, opt
+from console.web.api import INT, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
-from console.web.redact import group_for
+from console.web.redact import group_for, payload_for
 
 bp = Blueprint("search", __name__)
 
@@ -41,7 +48,9 @@ GROUP_LIMIT = 200
 MAX_MATCHES = 20  # per type
 BIGINT_MAX = 2**63 - 1
 
-MATCH = obj({"type": {"enum": ["job", "queue", "error_group"]}, "label": STR, "detail": STR, "url": STR})
+MATCH = obj({"type": {"enum": ["job", "queue", "error_group", "payload"]}, "label": STR, "detail": STR, "url": STR,
+             "filter_url": {**STR, "description": "payload matches: the jobs filter that finds jobs with the same value"}},
+            optional=("filter_url",))
 
 
 def query_arg() -> str:
@@ -69,7 +78,7 @@ def search_data(text: str) -> dict[str, Any]:
     unavailable: list[dict[str, str]] = []
     target = None
     if not text:
-        return {"q": text, "target": target, "matches": matches, "unavailable": unavailable}
+        return {"q": text, "target": target, "matches": matches, "unavailable": unavailable, "window": browse.SEARCH_WINDOW}
 
     job_id = _job_id(text)
     if job_id is not None:
@@ -117,7 +126,33 @@ def search_data(text: str) -> dict[str, Any]:
         matches += group_matches[:MAX_MATCHES]
     if target is None and len(matches) == 1 and len(group_matches) == 1:
         target = group_matches[0]["url"]
-    return {"q": text, "target": target, "matches": matches, "unavailable": unavailable}
+    if not any(x["type"] == "job" for x in matches):  # digits naming a job are that job, not a value
+        found = run_panel(browse.search_payload, text, limit=MAX_MATCHES)
+        if not found.ok:
+            unavailable.append({"what": "payloads", "error": found.error})
+        else:
+            matches += _payload_matches(found.data, text)
+    return {"q": text, "target": target, "matches": matches, "unavailable": unavailable,
+            "window": browse.SEARCH_WINDOW}
+
+
+def _payload_matches(rows: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """Payload matches as the user may see them: the value must show in the payload after
+    redaction (a viewer's search for a redacted value finds nothing)."""
+    values = browse.payload_values(text)
+    out = []
+    for row in rows:
+        shape = browse.containing(payload_for(row["payload"], g.user), values)
+        if shape is None:
+            continue
+        args = {"payload": json.dumps(shape, separators=(",", ":"), ensure_ascii=False)}
+        if row["archived"]:
+            args["archived"] = "1"
+        out.append({"type": "payload", "label": f"job {row['id']}",
+                    "detail": f"{row['kind']} in queue {row['queue']} ({'archived' if row['archived'] else row['status']}): "
+                              f"payload {args['payload'][:120]}",
+                    "url": url_for("jobs.detail", job_id=row["id"]), "filter_url": url_for("jobs.index", **args)})
+    return out
 
 
 @bp.get("/search")
@@ -138,9 +173,11 @@ def index():
          description="`target` is where the search page jumps: the job (hot table or archive), the queue "
                      "named exactly, or the only error group matching; null when it lists `matches` instead. "
                      "Error groups match their fingerprint or example error text (redacted for viewers), among "
-                     f"the {GROUP_LIMIT} largest groups. A part whose query timed out is in `unavailable`.",
+                     f"the {GROUP_LIMIT} largest groups. Payload matches hold the text (or its number) as a value, "
+                     f"among the newest {browse.SEARCH_WINDOW:,} jobs and archived jobs (`window`), as the user sees "
+                     "the payload. A part whose query timed out is in `unavailable`.",
          responses={"400": "q is longer than 200 characters"},
          response=obj({"q": STR, "target": opt(STR), "matches": arr(MATCH),
-                       "unavailable": arr(obj({"what": STR, "error": STR}))}))
+                       "unavailable": arr(obj({"what": STR, "error": STR})), "window": INT}, optional=("window",)))
 def api_index():
     return jsonify(search_data(query_arg()))

@@ -1,26 +1,21 @@
-"""The queue protocol: enqueue, claim, heartbeat, complete, fail, release, pause, reap.
+"""The queue protocol: claim, heartbeat, complete, fail, release, pause, reap.
 
-Every function takes a psycopg connection and runs one statement from `sql/queue.sql`.
-`enqueue` and `enqueue_many` join the caller's transaction, so a job exists if and only if the
-business change commits. The others are meant for autocommit connections (the worker's): each
-is its own short transaction, and no transaction is ever held across a job's work.
+Every function takes a psycopg connection and runs one statement from `sql/queue.sql`. They are
+meant for autocommit connections (the worker's): each is its own short transaction, and no
+transaction is ever held across a job's work. The producer's side, which joins the caller's
+transaction instead, is `console.queue.producer`.
 
 Completion, failure, heartbeat and release are fenced by the claim's token (`locked_by` and
 `attempts`): after the reaper rescued a job, the old owner's calls match nothing and return
 False/empty, so a rescued job is never overwritten.
 
-Uniqueness windows (`enqueue(..., unique_for=timedelta)`): the key (kind, idempotency_key) is
-claimed in `skiplock.unique_keys` until the window ends, and a second enqueue inside it returns
-the first job's id whatever became of that job (pending, running, completed, failed, archived,
-even purged). Enqueues without `unique_for` never read that table.
-
 Cancel requests: an operator may ask a running job to stop (`request_cancel`); the worker learns
 it with its heartbeat and the handler sees `job.cancel_requested()`. A handler that stops raises
 `Cancelled`: the job becomes a dead letter with error class Cancelled (replayable).
 
-This module does not loop, sleep or spawn threads; `console.worker` does.
+This module does not loop, sleep or spawn threads; `console.queue.worker` does.
 
-Why one module of about 590 lines: it is the protocol, one function per statement of
+Why one module of about 450 lines: it is the protocol, one function per statement of
 sql/queue.sql, and the fencing rules above apply to all of them; reading it whole is how the
 contract (docs/architecture.md) is checked.
 """
@@ -34,7 +29,7 @@ import threading
 import traceback as traceback_module
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -42,8 +37,6 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb, set_json_loads
 
 from console.fingerprint import fingerprint as make_fingerprint
-from console.jsonbounds import MAX_DEPTH as MAX_PAYLOAD_DEPTH
-from console.jsonbounds import too_deep
 from console.redaction import DEFAULT_KEYS
 from console.sqlfiles import query
 
@@ -73,6 +66,13 @@ class Cancelled(DoNotRetry):
 
 @dataclass
 class Job:
+    """A claimed job, as a handler receives it: `handler(job)`.
+
+    `payload` is the JSON value it was enqueued with; `attempts` counts this run (1 for the
+    first); `locked_by` and `attempts` are the claim's fencing token; `lease_until` is pushed out
+    by the worker's heartbeat while the handler runs. Make side effects idempotent with
+    `side_effect_key`, which is the same on every attempt."""
+
     id: int
     queue: str
     kind: str
@@ -92,7 +92,8 @@ class Job:
     def cancel_event(self) -> threading.Event:
         """Set by the worker's heartbeat when an operator asked this claim to stop. Kept in
         `extra` (not a dataclass field), so Job(**fields) keeps working as before."""
-        return self.extra.setdefault("cancel_event", threading.Event())  # atomic on a dict
+        event: threading.Event = self.extra.setdefault("cancel_event", threading.Event())  # atomic on a dict
+        return event
 
     def cancel_requested(self) -> bool:
         """True once an operator asked this run to stop (console "Request cancel").
@@ -121,131 +122,6 @@ class Job:
 _JOB_COLUMNS = tuple(name for name in Job.__dataclass_fields__ if name != "extra")
 
 
-def _payload(payload: Any) -> Jsonb:
-    _checked_text(payload, json.dumps, allow_nan=False)
-    return Jsonb(payload)
-
-
-def _checked_text(payload: Any, encode: Any, **options: Any) -> str:
-    """The payload as JSON text; InvalidJob when it is not JSON or nests deeper than
-    console.jsonbounds.MAX_DEPTH (deeper values break whoever reads them with Python's json:
-    it recurses per level). The count of brackets answers at once for ordinary payloads."""
-    try:
-        text = encode(payload, **options)
-    except RecursionError:
-        raise InvalidJob(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels (arrays and objects count one level each)") from None
-    except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"payload is not JSON-serialisable: {exc}") from None
-    if too_deep(text, MAX_PAYLOAD_DEPTH):
-        raise InvalidJob(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels (arrays and objects count one level each)")
-    return text
-
-
-def _check(kind: str, queue: str, priority: int, max_attempts: int | None) -> None:
-    if not isinstance(kind, str) or not kind.strip():
-        raise InvalidJob("kind must be a non-empty string")
-    if not isinstance(queue, str) or not queue.strip():
-        raise InvalidJob("queue must be a non-empty string")
-    if not isinstance(priority, int) or not -32768 <= priority <= 32767:
-        raise InvalidJob("priority must be an integer between -32768 and 32767")
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-        raise InvalidJob("max_attempts must be a positive integer")
-
-
-def _window_seconds(unique_for: Any, idempotency_key: str | None) -> float:
-    if isinstance(unique_for, bool) or not isinstance(unique_for, timedelta | int | float):
-        raise InvalidJob("unique_for must be a timedelta (or a number of seconds)")
-    seconds = unique_for.total_seconds() if isinstance(unique_for, timedelta) else float(unique_for)
-    if not 0 < seconds <= 366 * 86400:
-        raise InvalidJob("unique_for must be more than 0 seconds and at most 366 days")
-    if not isinstance(idempotency_key, str) or not idempotency_key:
-        raise InvalidJob("unique_for needs an idempotency_key (the window is per kind and key)")
-    return seconds
-
-
-def enqueue(
-    conn: psycopg.Connection,
-    kind: str,
-    payload: Any = None,
-    *,
-    queue: str = "default",
-    priority: int = 0,
-    run_at: datetime | None = None,
-    idempotency_key: str | None = None,
-    max_attempts: int | None = None,
-    unique_for: timedelta | float | None = None,
-) -> int:
-    """Insert a job in the caller's transaction and return its id.
-
-    With an idempotency key that a job in the table already has, nothing is inserted and that
-    job's id is returned. Workers are woken (NOTIFY) when the transaction commits.
-
-    With `unique_for` (needs an idempotency key) the key is also held for that long per
-    (kind, key), beyond the job's stay in the hot table: a second enqueue inside the window
-    returns the first job's id even after it completed, failed, was archived or purged.
-    docs/queue.md, "Uniqueness windows", has the semantics per state.
-    """
-    _check(kind, queue, priority, max_attempts)
-    if unique_for is not None:
-        return _enqueue_unique(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
-                               idempotency_key=idempotency_key, max_attempts=max_attempts,
-                               window=_window_seconds(unique_for, idempotency_key))
-    params = {
-        "queue": queue,
-        "kind": kind,
-        "payload": _payload({} if payload is None else payload),
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
-        "idempotency_key": idempotency_key,
-    }
-    with conn.cursor() as cur:
-        row = cur.execute(query("queue", "enqueue"), params).fetchone()
-        if row is not None:
-            return row[0]
-        found = cur.execute(query("queue", "ids_by_keys"), {"keys": [idempotency_key]}).fetchone()
-        if found is None:  # the conflicting row left the table between the two statements
-            return enqueue(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
-                           idempotency_key=idempotency_key, max_attempts=max_attempts)
-        return found[1]
-
-
-def _enqueue_unique(conn: psycopg.Connection, kind: str, payload: Any, *, queue: str, priority: int,
-                    run_at: datetime | None, idempotency_key: str, max_attempts: int | None, window: float,
-                    _tries: int = 5) -> int:
-    params = {
-        "queue": queue,
-        "kind": kind,
-        "payload": _payload({} if payload is None else payload),
-        "priority": priority,
-        "run_at": run_at,
-        "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
-        "idempotency_key": idempotency_key,
-        "unique_for": window,
-    }
-    key = {"kind": kind, "idempotency_key": idempotency_key}
-    with conn.cursor() as cur:
-        claimed_id, inserted_id, _ = cur.execute(query("queue", "enqueue_unique"), params).fetchone()
-        if inserted_id is not None:
-            return inserted_id
-        if claimed_id is not None:
-            # The window is ours, but the hot table already holds a job with this key (enqueued
-            # without a window, or its window expired): that job is the answer; point at it.
-            job_id = enqueue(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
-                             idempotency_key=idempotency_key, max_attempts=max_attempts)
-            cur.execute(query("queue", "unique_point"), {**key, "job_id": job_id})
-            return job_id
-        holder = cur.execute(query("queue", "unique_holder"), key).fetchone()
-        if holder is not None:
-            return holder[0]
-    # The window expired between the two statements (or was pruned): claim it again.
-    if _tries <= 0:  # pragma: no cover - needs the window to expire at that instant repeatedly
-        raise RuntimeError(f"could not claim the uniqueness window of ({kind!r}, {idempotency_key!r})")
-    return _enqueue_unique(conn, kind, payload, queue=queue, priority=priority, run_at=run_at,
-                           idempotency_key=idempotency_key, max_attempts=max_attempts, window=window,
-                           _tries=_tries - 1)
-
-
 def unique_window(conn: psycopg.Connection, job: dict[str, Any]) -> dict[str, Any] | None:
     """The uniqueness window `job` holds ({kind, idempotency_key, created_at, expires_at, active}),
     or None."""
@@ -268,111 +144,7 @@ def request_cancel(conn: psycopg.Connection, job_id: int) -> dict[str, Any] | No
         return cur.execute(query("queue", "request_cancel"), {"id": job_id}).fetchone()
 
 
-@dataclass
-class NewJob:
-    """One job for `enqueue_many`."""
-
-    kind: str
-    payload: Any = None
-    queue: str = "default"
-    priority: int = 0
-    run_at: datetime | None = None
-    idempotency_key: str | None = None
-    max_attempts: int | None = None
-
-
-COPY_THRESHOLD = 200  # a key-less batch at least this long goes through COPY (bench/enqueue.py)
-
-
-def enqueue_many(conn: psycopg.Connection, jobs: Iterable[NewJob | dict[str, Any]]) -> list[int]:
-    """Insert a batch in the caller's transaction; ids in the input's order.
-
-    A batch without idempotency keys of COPY_THRESHOLD jobs or more is streamed with COPY (ids
-    drawn from the sequence first, one NOTIFY per queue): several times the rate of the one
-    multi-row INSERT that smaller or keyed batches use (docs/benchmarks.md, bench/enqueue.py).
-    """
-    items = [job if isinstance(job, NewJob) else NewJob(**job) for job in jobs]
-    if not items:
-        return []
-    for item in items:
-        _check(item.kind, item.queue, item.priority, item.max_attempts)
-    keys = [item.idempotency_key for item in items]
-    present_keys = [k for k in keys if k is not None]
-    if len(present_keys) != len(set(present_keys)):
-        raise InvalidJob("the same idempotency key appears twice in one batch")
-    if not present_keys and len(items) >= COPY_THRESHOLD:
-        return _enqueue_copy(conn, items)
-    return _enqueue_insert(conn, items)
-
-
-def _enqueue_insert(conn: psycopg.Connection, items: list[NewJob]) -> list[int]:
-    """One INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING: the keyed (and small) path."""
-    keys = [item.idempotency_key for item in items]
-    present_keys = [k for k in keys if k is not None]
-    params = {
-        "queues": [i.queue for i in items],
-        "kinds": [i.kind for i in items],
-        "payloads": [_payload({} if i.payload is None else i.payload) for i in items],
-        "priorities": [i.priority for i in items],
-        "run_ats": [i.run_at for i in items],
-        "max_attempts": [i.max_attempts or DEFAULT_MAX_ATTEMPTS for i in items],
-        "keys": keys,
-    }
-    with conn.cursor() as cur:
-        rows = cur.execute(query("queue", "enqueue_many"), params).fetchall()
-        if not present_keys:
-            return [row[0] for row in rows]
-        by_key = {key: job_id for job_id, key, _ in rows if key is not None}
-        missing = [k for k in present_keys if k not in by_key]
-        if missing:
-            by_key.update(dict(cur.execute(query("queue", "ids_by_keys"), {"keys": missing}).fetchall()))
-        keyless = iter(job_id for job_id, key, _ in rows if key is None)
-        return [by_key[k] if k is not None else next(keyless) for k in keys]
-
-
-_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _copy_field(value: str) -> str:
-    """A value for COPY's text format: backslash, tab, newline and carriage return escaped."""
-    return value.translate(_COPY_ESCAPES)
-
-
-def _payload_text(payload: Any) -> str:
-    return _checked_text({} if payload is None else payload, _JSON.encode)
-
-
-def _enqueue_copy(conn: psycopg.Connection, items: list[NewJob]) -> list[int]:
-    """Key-less batch by COPY, in the caller's transaction (on an autocommit connection, one
-    transaction of its own, so the three statements commit together).
-
-    The ids are drawn from the jobs' identity sequence first and written explicitly (COPY
-    writes identity values it is given), so the caller gets them in input order without a
-    RETURNING. A job without run_at gets the transaction's now(), as the INSERT's default does.
-    The rows are formatted here as one block of COPY text (escaped), not row by row.
-    """
-    payloads = [_copy_field(_payload_text(i.payload)) for i in items]
-    names: dict[str, str] = {}
-    own = conn.transaction() if conn.autocommit else contextlib.nullcontext()
-    with own, conn.cursor() as cur:
-        ids, now = cur.execute(query("queue", "reserve_ids"), {"n": len(items)}).fetchone()
-        ids.sort()
-        default_run_at = now.isoformat()
-        lines = []
-        for job_id, item, payload in zip(ids, items, payloads, strict=True):
-            queue = names.get(item.queue) or names.setdefault(item.queue, _copy_field(item.queue))
-            kind = names.get(item.kind) or names.setdefault(item.kind, _copy_field(item.kind))
-            run_at = default_run_at if item.run_at is None else item.run_at.isoformat()
-            lines.append(f"{job_id}\t{queue}\t{kind}\t{payload}\t{item.priority}\t{run_at}\t"
-                         f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\n")
-        with cur.copy(query("queue", "enqueue_copy")) as copy:
-            copy.write("".join(lines))
-        cur.execute(query("queue", "notify_queues"), {"queues": sorted({i.queue for i in items})})
-    return ids
-
-
-def _own_transaction(conn: psycopg.Connection, what: str):
+def _own_transaction(conn: psycopg.Connection, what: str) -> contextlib.AbstractContextManager[Any]:
     """A transaction that commits when the block ends. Refuses to nest inside the caller's open
     transaction: a claim must commit at once, and a savepoint around FOR UPDATE creates
     MultiXacts (the advisor flags exactly that)."""
@@ -381,7 +153,7 @@ def _own_transaction(conn: psycopg.Connection, what: str):
     return _one_statement(conn)
 
 
-def _one_statement(conn: psycopg.Connection):
+def _one_statement(conn: psycopg.Connection) -> contextlib.AbstractContextManager[Any]:
     """Where one statement must commit on its own. On an autocommit connection it already does:
     wrapping it in BEGIN/COMMIT would cost two more round trips per call (a third of a no-op
     job's claim cycle). Otherwise a transaction (or a savepoint inside the caller's)."""
@@ -406,12 +178,12 @@ def claim(
 _raw_decode = json.JSONDecoder().raw_decode
 
 
-def _jsonb_loads(data: bytes) -> Any:
+def _jsonb_loads(data: str | bytes) -> Any:
     """json.loads for a jsonb value the server sent: PostgreSQL writes it without surrounding
     whitespace, so the C scanner can start at once (json.loads first guesses the bytes'
     encoding and matches whitespace around the value: 2.5 -> 0.7-0.9 us for a small payload).
     Anything unexpected goes to json.loads itself, so the values are always json.loads's."""
-    text = data.decode()
+    text = data.decode() if isinstance(data, bytes) else data
     try:
         value, end = _raw_decode(text)
     except ValueError:
@@ -513,7 +285,7 @@ def complete(conn: psycopg.Connection, job: Job) -> bool:
 
 def backoff_delay(attempt: int, base: float = DEFAULT_BACKOFF_BASE, cap: float = DEFAULT_BACKOFF_CAP) -> float:
     """Exponential backoff with jitter: base·2^(attempt-1), capped, then scaled by 0.5-1.0."""
-    raw = min(cap, base * (2 ** max(attempt - 1, 0)))
+    raw = min(cap, base * float(2 ** max(attempt - 1, 0)))
     return raw * (0.5 + random.random() / 2)
 
 
@@ -580,7 +352,7 @@ def heartbeat(conn: psycopg.Connection, job: Job | Sequence[Job], lease: float =
     asked to stop.
     """
     many = not isinstance(job, Job)
-    jobs = list(job) if many else [job]
+    jobs: list[Job] = [job] if isinstance(job, Job) else list(job)
     if not jobs:
         return []
     with _one_statement(conn), conn.cursor() as cur:

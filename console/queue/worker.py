@@ -1,0 +1,695 @@
+"""The worker runtime: claim in batches, run handlers outside any transaction, finish fenced.
+
+One process runs:
+- the main loop (this module's `Worker.run`), the only user of the main connection: it
+  completes what finished and claims the next batch in one statement (`complete_and_claim`),
+  records failures, and writes the worker's counters every `flush_interval` seconds;
+- `concurrency` handler threads that run the user's functions and report back. The main loop
+  hands them groups, not single jobs: the jobs of a batch whose kinds ran fast so far (under
+  FAST_JOB on average here) go to one thread together, one hand-off each way for the group; when
+  one job of a group has run SPLIT_AFTER, the main loop hands the group's remaining jobs to the
+  pool one by one, so a kind that turns slow holds the others up by milliseconds, not by its own
+  runtime. Other jobs go one per thread.
+  Handlers registered `inline=True` run on the main loop's thread itself (no hand-off at all);
+- while a batch of fast jobs runs, the main loop already claims the next one (prefetch: at most
+  one batch beyond `concurrency`, and only while every job of the last batch was fast, so a
+  prefetched job waits milliseconds, not a good part of its lease; the heartbeat extends the
+  leases of everything the worker holds, waiting or running). Limited queues and kinds never
+  prefetch: they are claimed only into free handler slots;
+- a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
+  main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
+- a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
+  learns which of them an operator asked to stop (`job.cancel_requested()`);
+- a vacuum thread: every `vacuum_interval` seconds, if this worker claimed jobs since its last
+  look, it runs `VACUUM skiplock.jobs` unless another worker (or autovacuum) already is.
+
+Why the worker vacuums: each claim leaves a dead entry at the head of the claim index, and
+every later claim scans past all of them until a vacuum removes them; autovacuum looks at a
+table at most once per `autovacuum_naptime` (a server-wide setting, 1 minute by default), long
+enough for a busy queue to slow down severalfold (docs/benchmarks.md, "Sustained": the run without the worker's VACUUM).
+One advisory lock keeps it to one vacuum at a time across the fleet, SKIP_LOCKED steps aside
+from a running autovacuum, and VACUUM takes no row locks, so claims never wait on it.
+
+Lost connections are retried with backoff; work finished meanwhile is completed after the
+reconnect (fenced, so a job rescued in the meantime is left alone). SIGTERM stops claiming,
+lets in-flight jobs finish for `shutdown_grace` seconds, releases what is left (attempt not
+counted) and exits 0. After SIGKILL, the reaper rescues the jobs when their leases expire.
+
+Queues and kinds with limits (console.queue.limits) are claimed through the limited path, each under
+its own fleet-wide lock, before the fast claim fills the remaining slots; the worker re-reads
+which ones are limited every LIMITS_REFRESH seconds and when skiplock_limits rings. With no
+limits anywhere the loop is the same as without the feature (one more query per refresh); with
+limits whose units all rest (nothing to give at their last try), too: only a round that tries a
+limited unit completes its finished jobs apart from the fast claim.
+
+It does not reap, archive or collect: the scheduler does.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg.types.json import Jsonb  # also handy for handlers: console.queue.worker.Jsonb
+
+from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
+from console.histogram import Histogram
+from console.queue import limits, tasks
+from console.queue import protocol as q
+from console.sqlfiles import query
+
+log = logging.getLogger("skiplock.worker")
+
+# Longest a finished job waits for its completion to ride along with the next batch claim.
+BATCH_WAIT = 0.05
+# A kind whose runs took less than this on average (RUNTIME_WEIGHT for the newest run) is fast:
+# its jobs are handed to a handler thread as one group, and the worker prefetches its batches.
+FAST_JOB = 0.001
+RUNTIME_WEIGHT = 0.2
+# When one job of a group has run this long, the group's remaining jobs go back to the pool.
+SPLIT_AFTER = 0.005
+
+
+class Group:
+    """Jobs one handler thread runs in turn. Its thread and the main loop both take jobs from
+    the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it."""
+
+    __slots__ = ("jobs", "current_since")
+
+    def __init__(self, jobs: list[q.Job]) -> None:
+        self.jobs = deque(jobs)
+        self.current_since: float | None = None  # when the job running now started
+# How _dispatch sends a job: run here, in a group of fast jobs, or alone to a handler thread.
+_INLINE, _FAST, _SLOW = 0, 1, 2
+# How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
+# meanwhile the fast claim already leaves a newly limited queue alone, in the database).
+LIMITS_REFRESH = 2.0
+
+
+@dataclass(slots=True)
+class Outcome:
+    job: q.Job
+    error: BaseException | None
+    seconds: float
+
+
+class Counters:
+    """Cumulative since the process started; written whole to the registry row."""
+
+    def __init__(self) -> None:
+        self.claimed = self.completed = self.failed = self.retried = self.lost = 0
+        # {queue: [completed, failed, retried]}: the collectors' per-queue throughput, so a
+        # queue that finishes fast jobs is busy even when no sample catches one running.
+        self.by_queue: dict[str, list[int]] = {}
+        self.claim_calls = 0
+        self.claim_seconds_sum = 0.0
+        self.pickup_count = 0
+        self.pickup_seconds_sum = 0.0
+        self.claim_histogram = Histogram()
+        self.pickup_histogram = Histogram()
+        self.runtime_histogram = Histogram()
+
+    def completions(self, done: list[q.Job], completed: list[int]) -> None:
+        """Count the jobs of `done` that were completed (`completed`: their ids); the rest lost
+        their claim (the reaper rescued them) and count as lost."""
+        self.completed += len(completed)
+        self.lost += len(done) - len(completed)
+        if not completed:
+            return
+        if len(completed) == len(done):
+            kept = done
+        else:
+            ids = set(completed)
+            kept = [j for j in done if j.id in ids]
+        by_queue = self.by_queue
+        for job in kept:
+            counts = by_queue.get(job.queue)
+            if counts is None:
+                by_queue[job.queue] = [1, 0, 0]
+            else:
+                counts[0] += 1
+
+    def outcome(self, queue: str, status: str | None) -> None:
+        """Count one failed attempt by what became of the job: 'failed' (dead letter),
+        'pending' (retried), None (its claim was lost)."""
+        if status is None:
+            self.lost += 1
+            return
+        counts = self.by_queue.setdefault(queue, [0, 0, 0])
+        if status == "failed":
+            self.failed += 1
+            counts[1] += 1
+        else:
+            self.retried += 1
+            counts[2] += 1
+
+    def as_params(self) -> dict:
+        return {
+            "queue_counts": Jsonb(self.by_queue),
+            "claimed": self.claimed,
+            "completed": self.completed,
+            "failed": self.failed,
+            "retried": self.retried,
+            "lost": self.lost,
+            "claim_calls": self.claim_calls,
+            "claim_seconds_sum": self.claim_seconds_sum,
+            "claim_histogram": self.claim_histogram.snapshot(),
+            "pickup_count": self.pickup_count,
+            "pickup_seconds_sum": self.pickup_seconds_sum,
+            "pickup_histogram": self.pickup_histogram.snapshot(),
+            "runtime_histogram": self.runtime_histogram.snapshot(),
+        }
+
+
+class Worker:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 4,
+        batch_size: int = 10,
+        lease: float = q.DEFAULT_LEASE,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 30.0,
+        flush_interval: float = 5.0,
+        backoff_base: float = q.DEFAULT_BACKOFF_BASE,
+        backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
+        history: int = q.DEFAULT_HISTORY,
+        vacuum_interval: float = 10.0,
+        name: str | None = None,
+        secret_keys: Iterable[str] = q.DEFAULT_KEYS,
+    ):
+        if concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, batch_size, lease and poll_interval must be positive")
+        self.dsn = dsn
+        self.queues = [x for x in (queues or []) if x] or None
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.flush_interval = flush_interval
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.history = history
+        self.vacuum_interval = vacuum_interval
+        # Keys whose values an error's fingerprint hides (console.fingerprint): the fingerprint
+        # is shown to viewers and sent in webhooks.
+        self.secret_keys = frozenset(k.lower() for k in secret_keys)
+        self.vacuums = 0
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.counters = Counters()
+
+        self._work: queue_module.Queue[Group | None] = queue_module.Queue()
+        self._groups: list[Group] = []  # groups of more than one job that may still have jobs to give
+        self._results: queue_module.Queue[list[Outcome]] = queue_module.Queue()
+        self._runtime: dict[str, float] = {}  # kind -> moving average of its runs here (seconds)
+        self._ahead = False  # every job of the last batch was fast: prefetch the next one
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._stop_now = threading.Event()
+        self._stop_requested_at: float | None = None
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, tuple[q.Job, float]] = {}  # id -> (job, monotonic start)
+        self._conn: psycopg.Connection | None = None
+        self._cur: psycopg.Cursor | None = None  # the main connection's claim cursor, reused per claim
+        self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
+        self._limits_stale = threading.Event()
+        self._limits_read_at = float("-inf")
+
+    # --- control -------------------------------------------------------------------------
+
+    def stop(self, *, immediately: bool = False) -> None:
+        """Ask the worker to stop: gracefully, or at once (release in-flight jobs now)."""
+        if self._stopping.is_set() or immediately:
+            self._stop_now.set()
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.monotonic()
+        self._stopping.set()
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        def on_signal(signum, _frame):
+            log.info("received %s: %s", signal.Signals(signum).name,
+                     "stopping now" if self._stopping.is_set() else f"finishing in-flight jobs (up to {self.shutdown_grace:g}s)")
+            self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+
+    # --- threads -------------------------------------------------------------------------
+
+    @staticmethod
+    def _run_one(job: q.Job, started: float | None = None) -> Outcome:
+        if started is None:
+            started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            tasks.handler_for(job.kind)(job)
+        except BaseException as exc:  # a handler's failure is the job's, never the worker's
+            error = exc
+        return Outcome(job, error, time.monotonic() - started)
+
+    def _handler_loop(self) -> None:
+        run_one, monotonic = self._run_one, time.monotonic
+        while True:
+            group = self._work.get()
+            if group is None:
+                return
+            outcomes: list[Outcome] = []
+            jobs = group.jobs
+            while True:
+                try:
+                    job = jobs.popleft()
+                except IndexError:
+                    break
+                # the same clock reading starts the job's runtime and the group's split timer
+                group.current_since = started = monotonic()
+                outcomes.append(run_one(job, started))
+            self._results.put(outcomes)  # one report per group
+            self._wake.set()
+
+    def _listen_loop(self) -> None:
+        delay = 0.5
+        while not self._stopping.is_set():
+            try:
+                with connect(self.dsn, application_name="skiplock-worker-listen") as conn:
+                    conn.execute("LISTEN skiplock_jobs")
+                    conn.execute("LISTEN skiplock_control")
+                    conn.execute(f"LISTEN {limits.LIMITS_CHANNEL}")
+                    self._limits_stale.set()
+                    delay = 0.5
+                    self._wake.set()  # a (re)connect may have missed notifications: look now
+                    while not self._stopping.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            if note.channel == limits.LIMITS_CHANNEL:
+                                self._limits_stale.set()
+                                self._wake.set()
+                            elif note.channel == "skiplock_jobs" and note.payload in self._limits.units.queues:
+                                self._limits.poke_new_jobs(note.payload)
+                                self._wake.set()
+                            elif note.channel == "skiplock_control" or self.queues is None or note.payload in self.queues:
+                                self._wake.set()
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("listener lost its connection (%s); retrying in %.1fs", exc.__class__.__name__, delay)
+                self._stopping.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _heartbeat_loop(self) -> None:
+        interval = max(self.lease / 3.0, 0.2)
+        conn: psycopg.Connection | None = None
+        while not self._stopping.wait(interval) or self._in_flight:
+            if self._stop_now.is_set():
+                break
+            now = time.monotonic()
+            with self._lock:
+                due = [job for job, started in self._in_flight.values() if now - started >= interval]
+            if not due:
+                continue
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name="skiplock-worker-heartbeat")
+                q.heartbeat(conn, due, lease=self.lease)
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("heartbeat failed (%s); will retry", exc.__class__.__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def _vacuum_loop(self) -> None:
+        conn: psycopg.Connection | None = None
+        claimed_at_last_look = 0
+        while not self._stopping.wait(self.vacuum_interval):
+            claimed = self.counters.claimed
+            if claimed == claimed_at_last_look:
+                continue  # nothing claimed here since the last look: nothing of ours to clean
+            claimed_at_last_look = claimed
+            try:
+                if conn is None or conn.closed:
+                    conn = connect(self.dsn, application_name="skiplock-worker-vacuum")
+                if not conn.execute(query("queue", "try_vacuum_lock")).fetchone()[0]:
+                    continue  # another worker is vacuuming right now
+                try:
+                    started = time.monotonic()
+                    conn.execute(query("queue", "vacuum_jobs"))
+                    self.vacuums += 1
+                    log.debug("vacuumed skiplock.jobs in %.2fs", time.monotonic() - started)
+                finally:
+                    conn.execute(query("queue", "vacuum_unlock"))
+            except (psycopg.Error, DatabaseError) as exc:
+                log.warning("vacuum of skiplock.jobs failed (%s); will retry", exc.__class__.__name__)
+                if conn is not None:
+                    conn.close()
+                conn = None
+        if conn is not None:
+            conn.close()
+
+    def _declare_kinds(self) -> bool:
+        """Write this worker's kind limits, waiting out a database that goes away during
+        start-up as the main loop waits out one that goes away later (a worker that exited here
+        relied on its supervisor to start it again). False when stopped meanwhile. A database
+        that cannot be reached at all, or has no schema, still stops start-up with its message."""
+        self._connection()
+        delay = 0.5
+        while True:
+            try:
+                limits.declare_kinds(self._connection(), tasks.concurrency_limits(), worker=self.id)
+                return True
+            except (SchemaMissing, MigrationError):  # a reconnect cannot mend these
+                raise
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
+                self._lost_connection(exc, delay, "during start-up")
+                if self._stop_now.wait(delay) or self._stopping.is_set():
+                    return False
+                delay = min(delay * 2, 5.0)
+
+    def _lost_connection(self, exc: BaseException, delay: float, when: str = "") -> None:
+        """Say so (the error's first line) and drop the connection; the next use reconnects."""
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("database connection lost%s (%s); reconnecting in %.1fs", f" {when}" if when else "", first, delay)
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
+
+    # --- main loop -----------------------------------------------------------------------
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn, application_name="skiplock-worker")
+            require_schema(self._conn)  # before the registry row: a clear message, not UndefinedTable
+            self._conn.execute(
+                query("queue", "register_worker"),
+                {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+                 "concurrency": self.concurrency, "kinds": sorted(tasks.registered())},
+            )
+            self._cur = q.claim_cursor(self._conn)
+        return self._conn
+
+    def _flush(self, *, stopping: bool = False) -> None:
+        params = self.counters.as_params()
+        params.update(id=self.id, in_flight=len(self._in_flight), stopping=stopping)
+        self._connection().execute(query("queue", "flush_worker"), params)
+
+    def _refresh_limits(self, conn: psycopg.Connection) -> None:
+        stale = self._limits_stale.is_set()
+        if stale or time.monotonic() - self._limits_read_at >= LIMITS_REFRESH:
+            self._limits_stale.clear()
+            self._limits.refresh(conn)
+            if stale:  # a limit changed: try every unit at once
+                self._limits.poke_all()
+            self._limits_read_at = time.monotonic()
+
+    def _record_failures(self, conn: psycopg.Connection, failures: list[Outcome]) -> None:
+        while failures:
+            outcome = failures[0]
+            error = outcome.error
+            status = q.fail(
+                conn, outcome.job, error,
+                # A job an operator asked to stop is not retried, whatever the handler raised.
+                retry=not (isinstance(error, q.DoNotRetry) or outcome.job.cancel_requested()),
+                backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
+                error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
+                secret_keys=self.secret_keys,
+            )
+            failures.pop(0)
+            self.counters.outcome(outcome.job.queue, status)
+            log.info("job %s (%s) attempt %s failed: %s -> %s", outcome.job.id, outcome.job.kind,
+                     outcome.job.attempts, type(error).__name__, status or "claim lost")
+
+    def _dispatch(self, jobs: list[q.Job], claim_seconds: float) -> None:
+        """Count the claim, hand the jobs to the pool (fast ones as one group) and run the
+        inline ones here, after the pool has its share.
+
+        Per batch, not per job, where it can be (one in-flight update, one histogram call,
+        each kind classified once): on a no-op drain this bookkeeping was a fifth of the main
+        loop's CPU (docs/benchmarks.md, "Worker CPU per job")."""
+        counters = self.counters
+        counters.claim_calls += 1
+        counters.claim_seconds_sum += claim_seconds
+        counters.claim_histogram.observe(claim_seconds)
+        if not jobs:
+            return
+        now = time.monotonic()
+        held = {job.id: (job, now) for job in jobs}
+        with self._lock:
+            self._in_flight.update(held)
+        counters.claimed += len(jobs)
+        counters.pickup_count += len(jobs)
+        pickups = [(job.locked_at - job.run_at).total_seconds() for job in jobs]
+        pickups = [p if p > 0.0 else 0.0 for p in pickups]
+        counters.pickup_seconds_sum += sum(pickups)
+        counters.pickup_histogram.observe_many(pickups)
+        fast: list[q.Job] = []
+        inline: list[q.Job] = []
+        slow = False
+        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW, decided once per batch
+        for job in jobs:
+            kind = job.kind
+            mode = modes.get(kind)
+            if mode is None:
+                mode = modes[kind] = _INLINE if tasks.is_inline(kind) else \
+                    _FAST if self._runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
+            if mode is _FAST:
+                fast.append(job)
+            elif mode is _INLINE:
+                inline.append(job)
+            else:
+                slow = True
+                self._work.put(Group([job]))
+        if fast:
+            group = Group(fast)
+            if len(fast) > 1:
+                self._groups.append(group)
+            self._work.put(group)
+        self._ahead = not slow
+        if inline:
+            self._results.put([self._run_one(job) for job in inline])
+
+    def _split_long_groups(self) -> float | None:
+        """Hand the rest of every group whose current job has run SPLIT_AFTER to the pool, one
+        job per hand-off. Returns how soon to look again (None: no group left to watch); a
+        group no thread has started yet is looked at every BATCH_WAIT, a started one sooner."""
+        if not self._groups:
+            return None
+        now = time.monotonic()
+        keep: list[Group] = []
+        for group in self._groups:
+            if not group.jobs:
+                continue  # all taken: nothing left to give
+            if group.current_since is not None and now - group.current_since >= SPLIT_AFTER:
+                while True:
+                    try:
+                        job = group.jobs.popleft()
+                    except IndexError:
+                        break
+                    self._work.put(Group([job]))
+                continue
+            keep.append(group)
+        self._groups = keep
+        if not keep:
+            return None
+        started = [g.current_since for g in keep if g.current_since is not None]
+        return max(min(started) + SPLIT_AFTER - now, 0.001) if started else BATCH_WAIT
+
+    def _take_results(self, done: list[q.Job], failures: list[Outcome]) -> float | None:
+        """Drain the handlers' reports into `done` and `failures`; returns the time the first
+        finished job joined an empty `done` (None if none did)."""
+        since: float | None = None
+        while True:
+            try:
+                outcomes = self._results.get_nowait()
+            except queue_module.Empty:
+                return since
+            with self._lock:
+                for outcome in outcomes:
+                    self._in_flight.pop(outcome.job.id, None)
+            runtime = self._runtime
+            self.counters.runtime_histogram.observe_many([outcome.seconds for outcome in outcomes])
+            for outcome in outcomes:
+                kind = outcome.job.kind
+                previous = runtime.get(kind)
+                runtime[kind] = outcome.seconds if previous is None else \
+                    previous + RUNTIME_WEIGHT * (outcome.seconds - previous)
+                if self._limits.units:  # a slot of its queue (kind) is free now: try it
+                    self._limits.poke(queue=outcome.job.queue, kind=kind)
+                if outcome.error is None:
+                    if not done and since is None:
+                        since = time.monotonic()
+                    done.append(outcome.job)
+                else:
+                    failures.append(outcome)
+
+    def run(self) -> int:
+        """Run until stopped; returns the process exit code (0 after a graceful stop)."""
+        if not self._declare_kinds():
+            return 0  # stopped while the database was away
+        threads = [threading.Thread(target=self._handler_loop, name=f"handler-{i}", daemon=True) for i in range(self.concurrency)]
+        threads += [
+            threading.Thread(target=self._listen_loop, name="listener", daemon=True),
+            threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True),
+        ]
+        if self.vacuum_interval > 0:
+            threads.append(threading.Thread(target=self._vacuum_loop, name="vacuum", daemon=True))
+        for thread in threads:
+            thread.start()
+        log.info("worker %s started: queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency, self.lease)
+
+        done: list[q.Job] = []
+        done_since = 0.0  # when the oldest finished-but-not-yet-completed job finished
+        failures: list[Outcome] = []
+        last_flush = time.monotonic()
+        reconnect_delay = 0.5
+        # Claim in real batches: wait for `target` free slots before claiming again, unless the
+        # worker is idle or a finished job has waited BATCH_WAIT for its completion. Refilling
+        # each slot as it frees would cost one round trip per job (and fragment every batch).
+        target = min(self.batch_size, self.concurrency)
+        while True:
+            self._wake.clear()
+            self._split_long_groups()
+            since = self._take_results(done, failures)
+            if since is not None:
+                done_since = since
+
+            stopping = self._stopping.is_set()
+            try:
+                conn = self._connection()
+                self._record_failures(conn, failures)
+                free = self.concurrency - len(self._in_flight)  # handler slots
+                room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
+                overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
+                if stopping or room <= 0:
+                    limit = 0
+                elif room >= (min(self.batch_size, self.concurrency + self.batch_size) if self._ahead else target) \
+                        or not self._in_flight or overdue:
+                    limit = min(self.batch_size, room)
+                else:
+                    limit = 0
+                claimed: list[q.Job] = []
+                completed: list[int] | None = None
+                if limit > 0:
+                    self._refresh_limits(conn)
+                    started = time.monotonic()
+                    if self._limits.units and free > 0 and self._limits.due(started):
+                        # Limited first, each under its lock; completing first frees our slots.
+                        # Only when a unit is due: otherwise the completions ride along with the
+                        # fast claim as without limits (one statement and one commit a round).
+                        if done:
+                            self.counters.completions(done, q.complete_many(conn, done))
+                            done = []
+                        # Limited units fill free slots only, never ahead.
+                        claimed = self._limits.claim(conn, min(limit, free), now=started)
+                    if len(claimed) < limit:
+                        completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
+                                                               limit=limit - len(claimed), lease=self.lease,
+                                                               cursor=self._cur)
+                        claimed += more
+                    self._dispatch(claimed, time.monotonic() - started)
+                elif done and (stopping or overdue):
+                    completed = q.complete_many(conn, done)
+                if done and completed is not None:
+                    self.counters.completions(done, completed)
+                    done = []
+                if time.monotonic() - last_flush >= self.flush_interval:
+                    self._flush()
+                    last_flush = time.monotonic()
+                reconnect_delay = 0.5
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError) as exc:
+                self._lost_connection(exc, reconnect_delay)
+                if self._stop_now.wait(reconnect_delay):
+                    break
+                reconnect_delay = min(reconnect_delay * 2, 5.0)
+                continue
+
+            if stopping:
+                out_of_time = self._stop_now.is_set() or (
+                    time.monotonic() - (self._stop_requested_at or 0) >= self.shutdown_grace
+                )
+                if not self._in_flight and self._results.empty():
+                    break
+                if out_of_time:
+                    break
+                self._wake.wait(0.1)
+                continue
+            if claimed and len(claimed) == limit:
+                continue  # more may be waiting: claim again at once
+            if not self._results.empty():
+                continue
+            timeout = self.poll_interval
+            look_again = self._split_long_groups()
+            if look_again is not None:  # a group is running: look when it may need splitting
+                timeout = min(timeout, look_again)
+            if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
+                timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
+            last_flush = self._idle(time.monotonic() + timeout, last_flush)
+
+        return self._shutdown()
+
+    def _idle(self, poll_at: float, last_flush: float) -> float:
+        """Wait for the doorbell until `poll_at`, still writing the registry row every
+        `flush_interval`: with a poll interval longer than the flush interval an idle worker
+        would otherwise look dead to the console (live = seen within 3 flush intervals).
+        A flush is not a poll: it claims nothing. Returns the time of the last flush."""
+        while True:
+            now = time.monotonic()
+            flush_at = last_flush + self.flush_interval
+            if self._wake.wait(max(0.0, min(poll_at, flush_at) - now)) or flush_at >= poll_at:
+                return last_flush
+            try:
+                self._flush()
+            except (psycopg.OperationalError, psycopg.InterfaceError, DatabaseError):
+                return last_flush  # the main loop reconnects
+            last_flush = time.monotonic()
+
+    def _shutdown(self) -> int:
+        # Jobs no thread has started are released below: take them out of the pool first, so
+        # a thread does not start one after its release (fencing would refuse its completion,
+        # but it would have run for nothing).
+        for group in self._groups:
+            group.jobs.clear()
+        while True:
+            try:
+                self._work.get_nowait()
+            except queue_module.Empty:
+                break
+        for _ in range(self.concurrency):
+            self._work.put(None)
+        finished: list[q.Job] = []
+        failures: list[Outcome] = []
+        while not self._results.empty():
+            for outcome in self._results.get_nowait():
+                with self._lock:
+                    self._in_flight.pop(outcome.job.id, None)
+                (finished.append(outcome.job) if outcome.error is None else failures.append(outcome))
+        with self._lock:
+            left = [job for job, _ in self._in_flight.values()]
+        try:
+            conn = self._connection()
+            self.counters.completions(finished, q.complete_many(conn, finished))
+            self._record_failures(conn, failures)
+            if left:
+                released = q.release(conn, left)
+                log.info("released %d unfinished job(s) back to pending", len(released))
+            with self._lock:
+                self._in_flight.clear()  # released (or rescued): this worker holds nothing now
+            self._flush(stopping=True)
+        except (psycopg.Error, DatabaseError) as exc:
+            log.warning("could not release jobs at shutdown (%s); the reaper will rescue them", type(exc).__name__)
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+        log.info("worker %s stopped: %d completed, %d failed, %d retried", self.id,
+                 self.counters.completed, self.counters.failed, self.counters.retried)
+        return 0

@@ -1,0 +1,11 @@
+-- 019: which job kinds each worker handles (issue 33, "why isn't this job running?").
+--
+-- A worker writes the kinds its tasks modules register when it starts (and again at every
+-- reconnect), so the console can say "no live worker handles kind X" instead of letting the
+-- operator find the UnknownTask errors later. NULL means not reported: a worker of an older
+-- release, or one in another language that writes its own registry row. The console then says
+-- it does not know, never that the kind is unhandled.
+--
+-- A nullable column without a default: adding it rewrites nothing, and an older worker keeps
+-- registering (it names its columns).
+ALTER TABLE skiplock.workers ADD COLUMN kinds text[];
