@@ -96,6 +96,17 @@ async def pgqueuer_consume(dsn: str) -> None:
     await qm.run(dequeue_timeout=timedelta(seconds=1), heartbeat_timeout=timedelta(seconds=30))
 
 
+async def pgqueuer_install(dsn: str) -> None:
+    """PGQueuer's schema, as `pgq install` makes it (its CLI calls this same Queries.install with
+    the default, durable settings) without a Python start per test: test_external_libraries.py
+    runs the CLI itself."""
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await Queries(PsycopgDriver(conn)).install()
+
+
 async def pgqueuer_produce(dsn: str, entrypoints: list[str]) -> None:
     import psycopg
     from pgqueuer import PsycopgDriver, Queries

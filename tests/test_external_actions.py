@@ -81,7 +81,7 @@ def pgqueuer_flaky(library_db, tmp_path):  # noqa: F811
     """A PGQueuer database with 30 flaky jobs held as failed by its own consumer, which keeps
     running; yields (dsn, switch file, consumer)."""
     dsn = library_db()
-    subprocess.run([str(BIN / "pgq"), "--pg-dsn", url(dsn), "install"], check=True, timeout=60, capture_output=True)
+    run_async(w.pgqueuer_install(url(dsn)))
     with connect(dsn) as c:
         c.execute(RUNS)
     switch = tmp_path / "switch"

@@ -1,6 +1,6 @@
 """The console never writes to a source whose entry lacks `actions = true` (the default).
 
-A real PGQueuer schema (`pgq install`) in the test's database, watched as 'legacy' without
+A real PGQueuer schema (its Queries.install, what `pgq install` runs) in the test's database, watched as 'legacy' without
 `actions`, holds failed and queued jobs. Then:
 
 - every route of the app's URL map (every blueprint, present and future) is requested with
@@ -19,7 +19,6 @@ nothing of the source), and no answer is a 500.
 from __future__ import annotations
 
 import re
-import subprocess
 
 import pytest
 from click.testing import CliRunner
@@ -31,7 +30,7 @@ from console.config import ExternalQueue
 from console.external import actions as xa
 from console.external import adapter_for
 from tests import external_workers as w
-from tests.test_external_libraries import BIN, run_async, url
+from tests.test_external_libraries import run_async, url
 from tests.web_fixtures import CSRF
 
 pytestmark = pytest.mark.slow
@@ -51,7 +50,7 @@ def web_settings(web_settings, tmp_path, monkeypatch):
 @pytest.fixture
 def source(conn, dsn):
     """PGQueuer's schema with two held failures and a queued job; returns what a request needs."""
-    subprocess.run([str(BIN / "pgq"), "--pg-dsn", url(dsn), "install"], check=True, timeout=60, capture_output=True)
+    run_async(w.pgqueuer_install(url(dsn)))
     run_async(w.pgqueuer_produce(url(dsn), ["flaky", "flaky", "idle"]))
     conn.execute("UPDATE pgqueuer SET status = 'failed', updated = now() WHERE entrypoint = 'flaky'")
     failed = [str(r[0]) for r in conn.execute("SELECT id FROM pgqueuer WHERE status = 'failed' ORDER BY id")]

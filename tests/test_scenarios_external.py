@@ -2,7 +2,7 @@
 dead-letter growth) fire per external queue, with its `system` and `external` labels, and their
 "look here" opens that queue's own page (/external/<name>?queue=...) showing the offending jobs.
 
-A real PGQueuer schema (`pgq install`) in the scenario's database, watched as 'legacy' with
+A real PGQueuer schema (its Queries.install, what `pgq install` runs) in the scenario's database, watched as 'legacy' with
 `actions = true`; its own consumer holds failing `flaky` jobs as dead letters
 (tests/external_workers.py). The dead-letter alert resolves once the console replays them
 through PGQueuer's own requeue and its consumer runs them (the switch is off by then).
@@ -23,7 +23,7 @@ from tests import external_workers as w
 from tests.collector_helpers import eventually
 from tests.scenarios import SCALED, scenario_console
 from tests.test_external_actions import RUNS
-from tests.test_external_libraries import BIN, kill, run_async, scalar, start, url, wait_for_line
+from tests.test_external_libraries import kill, run_async, scalar, start, url, wait_for_line
 
 pytestmark = [pytest.mark.slow, pytest.mark.scenario]
 SOURCE = '\n[[external_queues]]\nname = "legacy"\nsystem = "pgqueuer"\nactions = true\nstuck_after = "2s"\n'
@@ -39,9 +39,8 @@ def advisor_signals(console):
 
 @pytest.fixture
 def pgqueuer(dsn, tmp_path):
-    import subprocess
 
-    subprocess.run([str(BIN / "pgq"), "--pg-dsn", url(dsn), "install"], check=True, timeout=60, capture_output=True)
+    run_async(w.pgqueuer_install(url(dsn)))
     with connect(dsn) as c:
         c.execute(RUNS)
     switch = tmp_path / "switch"

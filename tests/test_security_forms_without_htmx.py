@@ -14,7 +14,6 @@ answered 500 (the page's template expected `result`, the view passed `test_resul
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -78,14 +77,14 @@ def a_silence(conn):
 
 
 def a_pgqueuer(conn):
-    """A real PGQueuer schema (`pgq install`) watched as [[external_queues]] 'legacy' with
+    """A real PGQueuer schema (its Queries.install, what `pgq install` runs) watched as [[external_queues]] 'legacy' with
     actions = true (web_settings): two jobs held as failed (the state its consumer's
     on_failure="hold" leaves), one queued."""
     from tests import external_workers as w
-    from tests.test_external_libraries import BIN, run_async, url
+    from tests.test_external_libraries import run_async, url
 
     dsn = url(conn.info.dsn)
-    subprocess.run([str(BIN / "pgq"), "--pg-dsn", dsn, "install"], check=True, timeout=60, capture_output=True)
+    run_async(w.pgqueuer_install(dsn))
     run_async(w.pgqueuer_produce(dsn, ["flaky", "flaky", "idle"]))
     conn.execute("UPDATE pgqueuer SET status = 'failed', updated = now() WHERE entrypoint = 'flaky'")
     return {"idle": conn.execute("SELECT id FROM pgqueuer WHERE entrypoint = 'idle'").fetchone()[0]}

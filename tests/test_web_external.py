@@ -1,5 +1,5 @@
 """The external queue's page and its actions through the web console and the API, on a real
-PGQueuer schema (`pgq install`) in the test's database with its own consumer running.
+PGQueuer schema (its Queries.install, what `pgq install` runs) in the test's database with its own consumer running.
 
 The faces add nothing to console.external.actions but the rails: an operator's preview is
 bound to the start (409 when other jobs match), a purge needs the preview's fields (400), a
@@ -9,7 +9,6 @@ text redacted) and no action, and the library's own worker runs what the page re
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
@@ -19,7 +18,7 @@ from console.db import connect
 from tests import external_workers as w
 from tests.collector_helpers import eventually
 from tests.test_external_actions import RUNS, pgqueuer_failed
-from tests.test_external_libraries import BIN, kill, run_async, scalar, start, url, wait_for_line
+from tests.test_external_libraries import kill, run_async, scalar, start, url, wait_for_line
 from tests.web_fixtures import CSRF
 
 pytestmark = pytest.mark.slow
@@ -41,7 +40,7 @@ def web_settings(web_settings, tmp_path, monkeypatch):
 @pytest.fixture
 def held(dsn, tmp_path):
     """Six flaky PGQueuer jobs held as failed by its running consumer; yields the switch file."""
-    subprocess.run([str(BIN / "pgq"), "--pg-dsn", url(dsn), "install"], check=True, timeout=60, capture_output=True)
+    run_async(w.pgqueuer_install(url(dsn)))
     with connect(dsn) as c:
         c.execute(RUNS)
     switch = tmp_path / "switch"
