@@ -85,7 +85,7 @@ async def pgqueuer_consume(dsn: str) -> None:
         print("HANGING", flush=True)
         await asyncio.sleep(3600)
 
-    @qm.entrypoint("flaky", on_failure="hold", concurrency_limit=4)
+    @qm.entrypoint("flaky", on_failure="hold")
     async def flaky_job(job) -> None:
         if flaky_switch_on():
             raise RuntimeError("flaky: the switch is on")
