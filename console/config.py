@@ -425,14 +425,21 @@ EXTERNAL_SYSTEMS: dict[str, str] = {
     "procrastinate": "Procrastinate (procrastinate_jobs; queues are queue_name)",
     "graphile-worker": "graphile-worker (graphile_worker._private_jobs; queues are task identifiers)",
     "pg-boss": "pg-boss (pgboss.job; queues are job names)",
+    "bullmq": "BullMQ 6 on PostgreSQL (bullmq.job; queues are BullMQ queue names)",
+    "pgmq": "pgmq (one entry per pgmq queue: its table pgmq.q_<queue>)",
 }
 NOT_YET_SYSTEMS: tuple[str, ...] = ()
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database"}
+_COMMON_KEYS = {"name", "system", "dsn", "schema", "stuck_after", "database", "actions"}
 _TABLE_KEYS = {"table", "queue_column", "pending", "running", "failed", "completed", "enqueued_at", "lease_until",
-               "claim_query_like"}
+               "failed_at", "claim_query_like"}
+# Systems whose jobs the console can act on through the library's own functions and statements
+# (console.external.actions); a declared table has no state machine Skiplock knows.
+ACTION_SYSTEMS = ("pgqueuer", "procrastinate", "graphile-worker", "pg-boss", "bullmq", "pgmq")
 _LIBRARY_KEYS = {"table", "claim_query_like"}
+_PGMQ_KEYS = {"queue", "claim_query_like"}  # pgmq keeps each queue in a table of its own
+_PGMQ_QUEUE = re.compile(r"[A-Za-z0-9_]{1,47}")  # its validate_queue_name: 47 characters at most
 
 
 @dataclass(frozen=True)
@@ -451,11 +458,17 @@ class ExternalQueue:
     completed: str = ""  # finished rows that stay in the table (the advisor's ext-completed-rows)
     enqueued_at: str = ""
     lease_until: str = ""
+    failed_at: str = ""  # timestamp column: when a failed row failed (its dead-letter growth)
+    queue: str = ""  # pgmq: the queue's name (its table is pgmq.q_<queue>)
     claim_query_like: str = ""
     stuck_after: timedelta = timedelta(minutes=5)
     # The [[databases]] entry whose scheduler collects this source and whose pages show it
     # ("" = the first). Its samples live in that database, like the database's own.
     database: str = ""
+    # Opt-in to operator actions (replay, purge, cancel, pause) on this source, written into the
+    # library's tables through its own functions; off by default: every read is READ ONLY and
+    # no face offers an action (console.external.actions refuses before connecting).
+    actions: bool = False
 
     @property
     def where(self) -> str:
@@ -508,7 +521,7 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
         raise ConfigError(f"{where}: system {system!r} is not supported yet (supported: {', '.join(EXTERNAL_SYSTEMS)})")
     if system not in EXTERNAL_SYSTEMS:
         raise ConfigError(f"{where}: unknown system {system!r} (supported: {', '.join(EXTERNAL_SYSTEMS)})")
-    allowed = _COMMON_KEYS | (_TABLE_KEYS if system == "table" else _LIBRARY_KEYS)
+    allowed = _COMMON_KEYS | (_TABLE_KEYS if system == "table" else _PGMQ_KEYS if system == "pgmq" else _LIBRARY_KEYS)
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} for system {system!r} (allowed: {', '.join(sorted(allowed))})")
@@ -522,17 +535,32 @@ def parse_external_queue(index: int, raw: Any) -> ExternalQueue:
         values["schema"] = _ident(where, "schema", raw["schema"])
     if "table" in raw:
         values["table"] = _ident(where, "table", raw["table"], dotted=True)
+    if "actions" in raw:
+        if not isinstance(raw["actions"], bool):
+            raise ConfigError(f"{where}: actions must be true or false (got {raw['actions']!r})")
+        if raw["actions"] and system not in ACTION_SYSTEMS:
+            raise ConfigError(f"{where}: actions = true, but system {system!r} offers no actions (Skiplock does not "
+                              f"know a declared table's state machine; actions exist for {', '.join(ACTION_SYSTEMS)})")
+        values["actions"] = raw["actions"]
     if "stuck_after" in raw:
         try:
             values["stuck_after"] = duration(raw["stuck_after"])
         except ValueError:
             raise ConfigError(f"{where}: stuck_after = {raw['stuck_after']!r} is not a duration (e.g. 90s, 5m)") from None
+    if system == "pgmq":
+        queue = raw.get("queue")
+        if not isinstance(queue, str) or not _PGMQ_QUEUE.fullmatch(queue):
+            raise ConfigError(f"{where}: queue is required for system 'pgmq': the pgmq queue's name, 1-47 letters, digits "
+                              f"or _ (got {queue!r}); one entry per pgmq queue")
+        values["queue"] = queue
+        if raw.get("schema", "pgmq") != "pgmq":
+            raise ConfigError(f"{where}: pgmq keeps every queue in the schema pgmq (its functions name it), not {raw['schema']!r}")
     if system == "table":
         if "table" not in raw:
             raise ConfigError(f"{where}: table is required for system 'table' (e.g. table = \"public.app_jobs\")")
         if "pending" not in raw:
             raise ConfigError(f"{where}: pending is required for system 'table' (the predicate of waiting rows)")
-        for key in ("queue_column", "enqueued_at", "lease_until"):
+        for key in ("queue_column", "enqueued_at", "lease_until", "failed_at"):
             if key in raw:
                 values[key] = _ident(where, key, raw[key])
         for key in ("pending", "running", "failed", "completed"):

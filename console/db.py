@@ -175,9 +175,6 @@ KNOWN_GAPS: dict[int, str] = {
        "no schema change, so no 007 file was ever committed (`git log --all -- "
        "'sql/migrations/007*'` is empty). 008 and 009 are applied in deployed databases and keep "
        "their numbers.",
-    # Held until extact's 020_external_actions merges (021 and 022 are here): NOT a permanent
-    # gap, the reused-gap check refuses 020 until this line goes.
-    20: "reserved for a branch in flight; remove this entry when its 020 migration is merged",
 }
 
 

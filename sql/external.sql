@@ -1,6 +1,6 @@
 -- External queue sources (console.external): one statement shape for every system. The adapter
 -- fills the {placeholders} with psycopg.sql pieces: {table} an Identifier, {queue}/{since}/
--- {stuck_since} column expressions, {pending}/{due}/{running}/{stuck}/{failed} predicates (the
+-- {stuck_since}/{failed_at} column expressions, {pending}/{due}/{running}/{stuck}/{failed} predicates (the
 -- library adapters' own text, or a `table` entry's predicates from the config file). Values are
 -- bound (%(cap)s ...). Each part reads at most %(cap)s (or %(failed_cap)s) rows and stops, so
 -- a large queue table costs the same as a small one; beyond the cap the adapter scales to the
@@ -53,9 +53,15 @@ SELECT
         FROM (
             SELECT
                 n.queue,
-                count(*) AS failed
+                count(*) AS failed,
+                -- dead-letter growth: failed within the rate window and still failed (NULL
+                -- when the library records no time of failure)
+                count(*) FILTER (WHERE n.failed_at >= now() - %(window)s::interval) AS arrived,
+                bool_or(n.failed_at IS NOT NULL) AS failed_at_known
             FROM (
-                SELECT ({queue})::text AS queue
+                SELECT
+                    ({queue})::text AS queue,
+                    ({failed_at})::timestamptz AS failed_at
                 FROM {table} AS j
                 WHERE ({failed})
                 LIMIT %(failed_cap)s

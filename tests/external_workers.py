@@ -7,6 +7,10 @@ Both run three kinds of job: `ok` succeeds, `boom` fails for good (PGQueuer: on_
 so it stays as status 'failed'; Procrastinate: no retry, status 'failed'), `hang` prints
 HANGING and sleeps until the process is killed (so its job stays picked/doing with a heartbeat
 that stops: stuck). `waiting` jobs are enqueued where no consumer listens.
+
+`flaky` (tests/test_external_actions.py) fails for good while the file named by $FLAKY_SWITCH
+exists, and otherwise succeeds, writing one row per run into the table `runs` (job id, when)
+of the database it works on: what a replayed job's run leaves behind, counted.
 """
 
 from __future__ import annotations
@@ -42,6 +46,25 @@ async def waiting() -> None:
     return None
 
 
+def flaky_switch_on() -> bool:
+    path = os.environ.get("FLAKY_SWITCH")
+    return bool(path) and os.path.exists(path)
+
+
+async def record_run(dsn: str, job_id: int) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("INSERT INTO runs (job_id) VALUES (%s)", (job_id,))
+
+
+@app.task(name="flaky", queue="flaky", pass_context=True)
+async def flaky(context) -> None:
+    if flaky_switch_on():
+        raise RuntimeError("flaky: the switch is on")
+    await record_run(os.environ["PROCRASTINATE_DSN"], context.job.id)
+
+
 async def pgqueuer_consume(dsn: str) -> None:
     import psycopg
     from pgqueuer import PsycopgDriver, Queries, QueueManager
@@ -62,7 +85,26 @@ async def pgqueuer_consume(dsn: str) -> None:
         print("HANGING", flush=True)
         await asyncio.sleep(3600)
 
+    @qm.entrypoint("flaky", on_failure="hold")
+    async def flaky_job(job) -> None:
+        if flaky_switch_on():
+            raise RuntimeError("flaky: the switch is on")
+        await record_run(dsn, job.id)
+
+    print("CONSUMING", flush=True)
+
     await qm.run(dequeue_timeout=timedelta(seconds=1), heartbeat_timeout=timedelta(seconds=30))
+
+
+async def pgqueuer_install(dsn: str) -> None:
+    """PGQueuer's schema, as `pgq install` makes it (its CLI calls this same Queries.install with
+    the default, durable settings) without a Python start per test: test_external_libraries.py
+    runs the CLI itself."""
+    import psycopg
+    from pgqueuer import PsycopgDriver, Queries
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await Queries(PsycopgDriver(conn)).install()
 
 
 async def pgqueuer_produce(dsn: str, entrypoints: list[str]) -> None:

@@ -361,6 +361,7 @@ def settle(conn, key: str | None = None, reason: str | None = None) -> None:
             continue
         busy = conn.execute(
             "SELECT (SELECT count(*) FROM skiplock.bulk_operations WHERE state IN ('queued', 'running') AND actor <> 'seed')"
+            " + (SELECT count(*) FROM skiplock.external_operations WHERE state IN ('queued', 'running'))"
             " + (SELECT count(*) FROM skiplock.maintenance_runs WHERE outcome = 'running')").fetchone()[0]
         if not busy:
             return

@@ -123,3 +123,22 @@ def test_unknown_metric_and_no_console_url():
     assert links.look_here(None, None) == []
     assert first("stuck_leases", {"queue": "q"}).url is None
     assert links.absolute("https://c.example/", "/jobs") == "https://c.example/jobs"
+
+
+def test_an_external_queues_alerts_open_its_own_page_filtered_to_the_queue():
+    """Queue age, stuck work and dead-letter growth of a queue Skiplock did not create: its page
+    (/external/<name>) filtered to that queue, at the dead letters for a dead-letter alert, then
+    the source's other queues; never Skiplock's own /jobs or /deadletters, which do not show it."""
+    labels = {"queue": "emails", "system": "pg-boss", "external": "boss"}
+    for metric, fragment in (("queue_age_seconds", "external-source"), ("stuck_leases", "external-source"),
+                             ("dead_letter_growth", "external-dead-letters"), ("dead_letters", "external-dead-letters")):
+        found = links.look_here(metric, labels, BASE)
+        page, every = found[0], found[1]
+        assert urlsplit(page.path).path == "/external/boss" and query(page.path) == {"queue": ["emails"]}, metric
+        assert urlsplit(page.path).fragment == fragment, metric
+        assert "emails" in page.label and "boss (pg-boss)" in page.label
+        assert every.path == "/external/boss" and page.url == BASE + page.path
+    assert [link.path for link in links.look_here("queue_depth", {"state": "failed", "queue": "a b", "external": "x"})][0] == \
+        "/external/x?queue=a+b#external-dead-letters"
+    assert links.look_here("external_source_errors", {"system": "bullmq", "external": "bq"})[0].path == \
+        "/external/bq#external-source"

@@ -45,7 +45,10 @@ def config_with(tmp_path, body: str):
 
 @pytest.mark.parametrize("body, complaint", [
     ('name = "x"\nsystem = "kafka"', "'x': unknown system 'kafka'"),
-    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss)"),
+    ('name = "x"\nsystem = "oban"', "'x': unknown system 'oban' (supported: table, pgqueuer, procrastinate, graphile-worker, pg-boss, bullmq, pgmq)"),
+    ('name = "x"\nsystem = "pgqueuer"\nactions = "yes"', "'x': actions must be true or false (got 'yes')"),
+    ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true"\nactions = true',
+     "'x': actions = true, but system 'table' offers no actions"),
     ('name = "x"\nsystem = "table"\npending = "true"', "'x': table is required"),
     ('name = "x"\nsystem = "table"\ntable = "t"\npending = "true; DROP TABLE t"', "'x': pending contains a semicolon"),
     ('name = "x"\nsystem = "table"\ntable = "a.b.c"\npending = "true"', "'x': table = 'a.b.c' is not"),

@@ -1,7 +1,9 @@
 """The checks that apply to any table-as-queue, run against one [[external_queues]] source:
 the claim skips locked rows (pg_stat_statements), a partial index serves the claim, no long
 transaction holds the queue table, completed rows leave it, no foreign key points at it,
-autovacuum keeps up with it.
+autovacuum keeps up with it; and its queues are within the alert rules in force (queue age,
+stuck work, dead-letter growth), judged per queue with its `system` and `external` labels on
+the collectors' newest samples, as Skiplock's own queues are (`ext-queue-signals`).
 
 `run_external(conn, adapter, config)` -> `Report` (the same results as the checklist's, area
 "External queue NAME (system)", each result carrying `system` and `external`); `conn` is a
@@ -61,17 +63,19 @@ def _qualified(adapter: Adapter) -> str:
 
 def claim_skip_locked(probe: Probe, adapter: Adapter) -> Outcome:
     _, table = adapter.queue_table
-    if adapter.system == "procrastinate":
-        # Its claim is a function: read the function's own body.
-        schema, _ = adapter.queue_table
-        bodies = _rows(probe, "function_source", schema=schema, pattern="procrastinate_fetch_job%")
+    if adapter.claim_function is not None:
+        # Its claim is a function (Procrastinate's fetch, pgmq's read): read the function's own
+        # body, which pg_stat_statements does not show.
+        schema, pattern = adapter.claim_function
+        bodies = [b for b in _rows(probe, "function_source", schema=schema, pattern=pattern)
+                  if "for update" in b["source"].lower()]
         if not bodies:
-            return Outcome(UNKNOWN, "not available: no procrastinate_fetch_job function in the schema")
+            return Outcome(UNKNOWN, f"not available: no claim function {pattern} in the schema {schema}")
         lacking = [b["name"] for b in bodies if "skip locked" not in b["source"].lower()]
         evidence = [f"function {b['name']}: {'SKIP LOCKED' if b['name'] not in lacking else 'no SKIP LOCKED'}" for b in bodies]
         if lacking:
             return Outcome(FAIL, f"the claim function(s) {', '.join(lacking)} lock rows without SKIP LOCKED", evidence)
-        return Outcome(OK, "Procrastinate's claim function skips locked rows", evidence)
+        return Outcome(OK, f"{adapter.system}'s claim function skips locked rows", evidence)
     if not probe.has_pg_stat_statements:
         return Outcome(UNKNOWN, "not available: pg_stat_statements is not installed in this database",
                        remedy="Add pg_stat_statements to shared_preload_libraries and CREATE EXTENSION pg_stat_statements.")
@@ -231,9 +235,53 @@ CHECKS: tuple[tuple[str, str, Callable[[Probe, Adapter], Outcome]], ...] = (
     ("ext-foreign-keys", "No foreign keys point at the queue table", foreign_keys),
     ("ext-autovacuum", "Autovacuum keeps up with the queue table", autovacuum),
 )
+SIGNALS_CHECK = ("ext-queue-signals", "Its queues are within the alert rules (age, stuck work, dead letters)")
 
 
-def run_external(conn: psycopg.Connection, adapter: Adapter, config: Config, *, timeout_ms: int | None = None) -> Report:
+# The rules an on-call engineer is paged by for a queue, and the figure of each in the samples.
+SIGNALS = (("queue_age_seconds", "oldest eligible job waited"), ("stuck_leases", "stuck running jobs"),
+           ("dead_letter_growth", "dead letters per hour"))
+
+
+def queue_signals(probe: Probe, adapter: Adapter) -> Outcome:
+    """The source's queues judged by the alert rules in force on its newest samples (the
+    collectors' figures, labelled system and external): FAIL where a critical rule's condition
+    holds, WARN where a warning rule's does. `probe` reads the console's database."""
+    from datetime import timedelta
+
+    from console import samples
+    from console.alerts.rules import load
+
+    rules = [r for r in load(probe.cur.connection, probe.config).rules.values() if r.enabled]
+    found = [s for s in samples.latest(probe.cur.connection, within=timedelta(minutes=15))
+             if s.labels.get("external") == adapter.name and s.metric in dict(SIGNALS) and "queue" in s.labels]
+    if not found:
+        return Outcome(UNKNOWN, "not available: no samples of this source in the last 15 minutes (is the scheduler "
+                       "collecting it?)")
+    breaches: list[tuple[str, str]] = []
+    evidence: list[str] = []
+    for s in sorted(found, key=lambda s: (s.labels["queue"], s.metric)):
+        for rule in rules:
+            if rule.metric != s.metric or not rule.matches(s.labels) or s.value is None or not rule.condition(s.value):
+                continue
+            level = FAIL if rule.severity == "critical" else WARN
+            breaches.append((level, rule.name))
+            evidence.append(f"queue {s.labels['queue']}: {dict(SIGNALS)[s.metric]} {s.value:.4g} "
+                            f"({rule.name}: {rule.describe()}, {rule.severity})")
+    data = {"queues": sorted({s.labels["queue"] for s in found}),
+            "breaches": [{"rule": r, "status": lv} for lv, r in breaches]}
+    if not breaches:
+        return Outcome(OK, f"{len(data['queues'])} queue(s) within the alert rules (queue age, stuck work, dead-letter "
+                       "growth)", [f"queues: {', '.join(data['queues'])}"], "", data)
+    status = FAIL if any(lv == FAIL for lv, _ in breaches) else WARN
+    return Outcome(status, f"{len(breaches)} alert condition(s) hold on this source's queues", evidence,
+                   f"Open /external/{adapter.name} (the queue's own page) for its dead letters and figures, and act "
+                   "through its library (or the console, where the entry says actions = true).", data)
+
+
+def run_external(conn: psycopg.Connection, adapter: Adapter, config: Config, *, timeout_ms: int | None = None,
+                 console: psycopg.Connection | None = None) -> Report:
+    """The checks of one source; `console` is the console's database (the samples), `conn` by default."""
     from console.advisor.checks import run_one
 
     area = f"External queue {adapter.name} ({adapter.system})"
@@ -241,13 +289,16 @@ def run_external(conn: psycopg.Connection, adapter: Adapter, config: Config, *, 
     results = [run_one(conn, ExternalCheck(cid, title, area, lambda probe, fn=fn: fn(probe, adapter), adapter.system,
                                            adapter.name), config, timeout_ms)
                for cid, title, fn in CHECKS]
+    results.append(run_one(console or conn, ExternalCheck(SIGNALS_CHECK[0], SIGNALS_CHECK[1], area,
+                                                          lambda probe: queue_signals(probe, adapter), adapter.system,
+                                                          adapter.name), config, timeout_ms))
     return Report(results, database=conn.info.dbname, server_version=conn.info.server_version)
 
 
 def _not_available(adapter: Adapter, error: str) -> list[CheckResult]:
     area = f"External queue {adapter.name} ({adapter.system})"
     return [CheckResult(cid, title, area, UNKNOWN, f"not available: {error}", [], "", f"{DOCS}#{cid}", {}, 0.0,
-                        adapter.system, adapter.name) for cid, title, _ in CHECKS]
+                        adapter.system, adapter.name) for cid, title, _ in (*CHECKS, (*SIGNALS_CHECK, None))]
 
 
 def run_sources(conn: psycopg.Connection, config: Config, *, timeout_ms: int | None = None) -> list[CheckResult]:
@@ -271,7 +322,7 @@ def run_sources(conn: psycopg.Connection, config: Config, *, timeout_ms: int | N
         try:
             source = own or conn
             validate(source, adapter, timeout_ms)
-            out += run_external(source, adapter, config, timeout_ms=timeout_ms).results
+            out += run_external(source, adapter, config, timeout_ms=timeout_ms, console=conn).results
         except (ConfigError, psycopg.Error) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             out += _not_available(adapter, first.removeprefix(f"{entry.where}: "))

@@ -221,11 +221,39 @@ def _queues(labels: Mapping[str, str]) -> Pairs:
     return [_queue_page(_queue(labels))]
 
 
+# The part of an external queue's page (console/web/external.py) each kind of trouble opens.
+_EXTERNAL_SECTION = {"dead_letters": "external-dead-letters", "dead_letter_growth": "external-dead-letters",
+                     "throughput": "external-source"}
+
+
+def _external_for(metric: str) -> Callable[[Mapping[str, str]], Pairs]:
+    """An [[external_queues]] source's series: its own page filtered to the queue in trouble
+    (`/external/<name>?queue=<queue>`, at its dead letters for a dead-letter alert), the
+    source's other queues, and the collectors' errors of the sources."""
+
+    def pairs(labels: Mapping[str, str]) -> Pairs:
+        name, queue, system = labels.get("external"), _queue(labels), labels.get("system")
+        if not name:
+            return [("External queues", _path("/queues", "external-queues")),
+                    ("Maintenance: the sources' errors of the last hour", "/maintenance#collectors")]
+        kind = f" ({system})" if system else ""
+        fragment = _EXTERNAL_SECTION.get(metric, "external-source")
+        if metric == "queue_depth" and labels.get("state") == "failed":
+            fragment = "external-dead-letters"
+        base = f"/external/{quote(name, safe='')}"
+        where = f"queue {queue} of external queue {name}{kind}" if queue else f"external queue {name}{kind}"
+        label = f"Dead letters of {where}" if fragment == "external-dead-letters" else where[0].upper() + where[1:]
+        out = [(label, _path(base, fragment, queue=queue))]
+        if queue:
+            out.append((f"External queue {name}{kind}: every queue", base))
+        out.append(("Maintenance: the sources' errors of the last hour", "/maintenance#collectors"))
+        return out
+
+    return pairs
+
+
 def _external(labels: Mapping[str, str]) -> Pairs:
-    """An [[external_queues]] source's series: its panel on the Queues page (read-only there)."""
-    name = labels.get("external")
-    return [(f"External queue {name}" if name else "External queues", _path("/queues", "external-queues")),
-            ("Maintenance: the sources' errors of the last hour", "/maintenance#collectors")]
+    return _external_for("external_source_errors")(labels)
 
 
 def _periodic(labels: Mapping[str, str]) -> Pairs:
@@ -313,8 +341,8 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     if fn is None:
         return []
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
-    if "external" in labels:  # a queue Skiplock did not create: Skiplock's own pages do not show it
-        fn = _external
+    if "external" in labels:  # a queue Skiplock did not create: its own page, filtered to the queue
+        fn = _external_for(metric or "")
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 

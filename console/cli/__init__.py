@@ -14,6 +14,7 @@ import click
 
 # Each module registers its commands on main_group when imported:
 # advisor: check · alerts: the alerts group · core: migrate, worker, enqueue · demo: demo ·
+# external: the external group (dead letters of [[external_queues]], their replay, purge, ...) ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
 # groups: groups list|ignore|unignore · periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
 # queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
@@ -23,6 +24,7 @@ from console.cli import (  # noqa: F401
     alerts,
     core,
     demo,
+    external,
     groups,
     maintenance,
     periodic,

@@ -92,4 +92,7 @@ def _external_report(obj, name: str) -> advisor_checks.Report:
         home = select(obj.databases, adapter.entry.database).dsn
     with connect(adapter.entry.dsn or home, application_name="skiplock-advisor") as conn:
         validate(conn, adapter, obj.config.database.statement_timeout_ms)
-        return run_external(conn, adapter, obj.config)
+        if not adapter.entry.dsn:
+            return run_external(conn, adapter, obj.config)
+        with connect(home, application_name="skiplock-advisor") as console:  # its samples are the console's
+            return run_external(conn, adapter, obj.config, console=console)

@@ -1,5 +1,7 @@
 """External queue sources ([[external_queues]]): the same queue figures as Skiplock's own
-(queue_depth by state, queue_age_seconds, stuck_leases, stuck_lease_age_seconds, dead_letters),
+(queue_depth by state, queue_age_seconds, stuck_leases, stuck_lease_age_seconds, dead_letters, and
+dead_letter_growth where the library records when a job failed: the dead letters that failed
+within `[scheduler] rate_window` and are still failed, per hour, as for Skiplock's own queues),
 throughput{outcome, queue} where the library records finished jobs (from its completion log
 after the previous cycle's id: console.external.finished_since; PGQueuer and Procrastinate),
 claim_latency_seconds{queue="all", source="pg_stat_statements", quantile="mean"} from the
@@ -53,6 +55,8 @@ def _source_samples(adapter: external.Adapter, snap: external.Snapshot) -> list[
             Sample("stuck_lease_age_seconds", q, f.oldest_stuck_s),
             Sample("dead_letters", q, f.failed),
         ]
+        if f.dead_per_hour is not None:  # the same definition as Skiplock's own queues'
+            out.append(Sample("dead_letter_growth", q, f.dead_per_hour))
     out.append(Sample("queue_depth_estimated", base, 1.0 if snap.estimated else 0.0))
     return out
 
@@ -67,7 +71,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
         adapter = external.adapter_for(entry)
         info: dict[str, Any] = {"system": adapter.system, "schema_version": adapter.schema_version,
                                 "table": ".".join(adapter.queue_table), "read_only": adapter.read_only_reason,
-                                "error": None, "queues": []}
+                                "actions": list(adapter.actions), "error": None, "queues": []}
         labels = {"system": adapter.system, "external": adapter.name}
         try:
             produced = _one(ctx, adapter, state, info)
@@ -162,7 +166,8 @@ def _one(ctx: Context, adapter: external.Adapter, state: dict[str, Any], info: d
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
             external.read_only(cur, opts.statement_timeout_ms)
             adapter.check_schema(cur)
-            snap = external.snapshot(cur, adapter, cap=opts.depth_exact_limit, failed_cap=opts.failed_total_limit)
+            snap = external.snapshot(cur, adapter, cap=opts.depth_exact_limit, failed_cap=opts.failed_total_limit,
+                                     window=timedelta(seconds=opts.rate_window))
             produced = _source_samples(adapter, snap)
             produced += _throughput(ctx, cur, adapter, snap, info, state)
             produced += _claim_latency(ctx, cur, adapter, info, state)

@@ -1,5 +1,5 @@
-"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, pg-boss, a
-hand-rolled table.
+"""Queue sources Skiplock did not create: PGQueuer, Procrastinate, graphile-worker, pg-boss,
+BullMQ on PostgreSQL, a hand-rolled table.
 
 A source is one `[[external_queues]]` entry (console.config.ExternalQueue) and its `Adapter`,
 which answers the small questions the collectors and the advisor ask:
@@ -16,17 +16,23 @@ which answers the small questions the collectors and the advisor ask:
   library deletes them), for the advisor's completed-rows check;
 - `check_schema(cur)`: refuses a table or column that is missing, an unknown schema version,
   a predicate that does not parse, with a message naming the entry;
-- `actions`: what the console may do to its jobs (none yet: every source is read-only, and
+- `offered`: what the library lets an operator do to its jobs, each through the library's own
+  functions or statements (replay, purge, cancel, pause, resume: console.external.actions runs
+  them), and `withheld`: what it does not offer and why; `actions` is what the console may do
+  on this source: the offered ones when its entry says `actions = true`, else none (and
   `read_only_reason` says why to the pages).
 
 `snapshot(cur, adapter, caps)` runs the statement in a READ ONLY transaction the caller opened.
-This package does not schedule, store or render anything, and never writes to a source.
+This package does not schedule, store or render anything; only console.external.actions
+writes to a source, and only to one whose entry has `actions = true`.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -39,6 +45,11 @@ log = logging.getLogger("skiplock.external")
 
 READ_ONLY_REASON = ("read-only: Skiplock watches this queue but does not change it; retry and cancel "
                     "belong to its own library's tools")
+ACTIONS_OFF_REASON = ("read-only: actions are off for this source (its [[external_queues]] entry has no `actions = true`), "
+                      "so Skiplock only reads its tables")
+ACTION_NAMES = ("replay", "purge", "cancel", "pause", "resume")
+NO_TIME = sql.SQL("NULL")
+_BIGINT_KEY = re.compile(r"^[1-9][0-9]{0,17}$")  # Shape.failed_at of a library that records no time of failure
 
 
 class SourceError(Exception):
@@ -57,6 +68,15 @@ class Shape:
     stuck: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
     stuck_since: sql.Composable = field(default_factory=lambda: sql.SQL("NULL"))
     failed: sql.Composable = field(default_factory=lambda: sql.SQL("false"))
+    # When a failed row failed (timestamptz; NULL: not known), for dead-letter growth and the
+    # dead letters' order; its last error and attempts, for the dead-letter list.
+    failed_at: sql.Composable = field(default_factory=lambda: NO_TIME)
+    error: sql.Composable = field(default_factory=lambda: sql.SQL("NULL"))
+    attempts: sql.Composable = field(default_factory=lambda: sql.SQL("NULL"))
+    # A job's key as text (what the pages, the CLI and an operation's items name it by), and the
+    # predicate that finds rows by a list of keys through the table's primary key.
+    key: sql.Composable = field(default_factory=lambda: sql.SQL("j.id::text"))
+    key_match: sql.Composable = field(default_factory=lambda: sql.SQL("j.id = ANY(%(keys)s::text[]::bigint[])"))
 
 
 @dataclass(frozen=True)
@@ -74,12 +94,61 @@ class Adapter:
     default_table = ""
     no_completions = "the library keeps no record of finished jobs"
     completed_note = ""
-    actions: tuple[str, ...] = ()
-    read_only_reason = READ_ONLY_REASON
     schema_version = ""
+    # action -> how the library does it (the pages and docs/external-queues.md say so), and
+    # action -> why it is not offered. The statements are sql/external_actions.sql's
+    # `<statement_prefix>_<action>` queries.
+    offered: dict[str, str] = {}
+    withheld: dict[str, str] = {}
+    no_actions = "Skiplock does not know this system's state machine, so it offers no action"
+    statement_prefix = ""
+    # (schema, LIKE pattern) of the function whose body holds the claim (the advisor reads it
+    # there: pg_stat_statements sees only the call), or None.
+    claim_function: tuple[str, str] | None = None
+    # Functions of the library that resolve its tables through search_path (Procrastinate's):
+    # the action's transaction sets search_path to the source's schema first.
+    needs_search_path = False
 
     def __init__(self, entry: ExternalQueue):
         self.entry = entry
+
+    @property
+    def actions(self) -> tuple[str, ...]:
+        """What the console may do to this source's jobs: the library's offered actions when the
+        entry opted in (`actions = true`), else nothing."""
+        if not self.entry.actions:
+            return ()
+        return tuple(a for a in ACTION_NAMES if a in self.offered)
+
+    @property
+    def read_only_reason(self) -> str | None:
+        """Why the console does not act on this source (None when it does)."""
+        if not self.offered:
+            return f"read-only: {self.no_actions}"
+        if not self.entry.actions:
+            return ACTIONS_OFF_REASON
+        return None
+
+    key_example = "a job id (a whole number)"
+
+    def check_key(self, key: str) -> str:
+        """`key` if it can name one of this library's jobs, else ValueError saying what one looks like."""
+        if not _BIGINT_KEY.fullmatch(key):
+            raise ValueError(f"{key[:80]!r} is not a {self.system} job key: {self.key_example}")
+        return key
+
+    def key_params(self, keys: list[str]) -> dict[str, Any]:
+        """Bound parameters of `shape().key_match` for these keys."""
+        return {"keys": list(keys)}
+
+    def statement_identifiers(self) -> dict[str, sql.Composable]:
+        """The identifiers the action statements of sql/external_actions.sql are formatted with."""
+        schema, table = self.queue_table
+        return {"table": sql.Identifier(schema, table), "schema": sql.Identifier(schema)}
+
+    def paused_queues(self, cur: psycopg.Cursor) -> set[str] | None:
+        """The queues the library has paused (None: the library has no pause)."""
+        return None
 
     @property
     def name(self) -> str:
@@ -139,13 +208,16 @@ class Adapter:
 
 
 def _registry() -> dict[str, type[Adapter]]:
+    from console.external.bullmq import BullMQAdapter
     from console.external.graphile_worker import GraphileWorkerAdapter
     from console.external.pgboss import PgBossAdapter
+    from console.external.pgmq import PgmqAdapter
     from console.external.pgqueuer import PgQueuerAdapter
     from console.external.procrastinate import ProcrastinateAdapter
     from console.external.table import TableAdapter
 
-    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter, PgBossAdapter)}
+    return {a.system: a for a in (TableAdapter, PgQueuerAdapter, ProcrastinateAdapter, GraphileWorkerAdapter, PgBossAdapter,
+                                      BullMQAdapter, PgmqAdapter)}
 
 
 def adapter_for(entry: ExternalQueue) -> Adapter:
@@ -233,6 +305,9 @@ class QueueFigures:
     failed: float = 0.0
     age_s: float = 0.0
     oldest_stuck_s: float = 0.0
+    # Dead letters per hour: failed within the rate window and still failed (None when the
+    # library records no time of failure), console.collectors.queue's definition.
+    dead_per_hour: float | None = None
 
 
 @dataclass
@@ -278,13 +353,16 @@ def finished_since(cur: psycopg.Cursor, adapter: Adapter, after: int | None, *, 
     return Finished(head, by, estimated)
 
 
-def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int) -> Snapshot:
-    """Per-queue figures of one source, bounded by the caps (estimates beyond them)."""
+def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int,
+             window: timedelta = timedelta(minutes=15)) -> Snapshot:
+    """Per-queue figures of one source, bounded by the caps (estimates beyond them); dead-letter
+    growth over `window` ([scheduler] rate_window), per hour."""
     shape = adapter.shape()
     statement = sql.SQL(query("external", "snapshot")).format(
         table=adapter.table_ident(), queue=shape.queue, pending=shape.pending, due=shape.due, since=shape.since,
-        running=shape.running, stuck=shape.stuck, stuck_since=shape.stuck_since, failed=shape.failed)
-    cur.execute(statement, _params(adapter, {"cap": cap, "failed_cap": failed_cap}))
+        running=shape.running, stuck=shape.stuck, stuck_since=shape.stuck_since, failed=shape.failed,
+        failed_at=shape.failed_at)
+    cur.execute(statement, _params(adapter, {"cap": cap, "failed_cap": failed_cap, "window": window}))
     snap = cur.fetchone()
     pending, running, failed = snap["pending"], snap["running"], snap["failed"]
     estimated = False
@@ -310,8 +388,16 @@ def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int
         f = by.setdefault(r["queue"], QueueFigures(r["queue"]))
         f.running, f.stuck = float(r["running"]), float(r["stuck"])
         f.oldest_stuck_s = max(r["oldest_stuck_s"] or 0.0, 0.0)
+    hours = max(window.total_seconds(), 1.0) / 3600.0
     for r in failed:
-        by.setdefault(r["queue"], QueueFigures(r["queue"])).failed = float(round(r["failed"] * failed_scale))
+        f = by.setdefault(r["queue"], QueueFigures(r["queue"]))
+        f.failed = float(round(r["failed"] * failed_scale))
+        if r["failed_at_known"]:
+            f.dead_per_hour = r["arrived"] * failed_scale / hours
+    if shape.failed_at is not NO_TIME:  # then a queue with no dead letter grows by none
+        for f in by.values():
+            if f.dead_per_hour is None:
+                f.dead_per_hour = 0.0
     return Snapshot(sorted(by.values(), key=lambda f: f.queue), estimated)
 
 

@@ -10,6 +10,12 @@ Eligible = available (not locked, attempts left) with run_at past; scheduled = a
 (a retry waiting out its backoff is one); running = locked; stuck = locked longer than
 `stuck_after` (graphile-worker itself lets a lock expire after 4 hours: set stuck_after = "4h"
 to match it); dead letters = attempts used up (graphile-worker keeps such jobs in the table).
+
+Actions (with `actions = true`; sql/external_actions.sql `graphile_*`) go through the
+administrative functions graphile-worker documents for admin UIs (website/docs/admin-functions.md;
+they skip a locked job themselves, and its docs warn against UPDATE or DELETE on a locked one):
+replay = reschedule_jobs(ids, run_at => now(), attempts => 0), purge = complete_jobs(ids),
+cancel = permanently_fail_jobs(ids, reason). graphile-worker has no queue pause.
 """
 
 from __future__ import annotations
@@ -20,10 +26,21 @@ from psycopg import sql
 from console.external import Adapter, Shape, SourceError
 
 KNOWN_MIGRATIONS = {20: "graphile-worker 0.18.0"}
-REQUIRED_COLUMNS = ["id", "task_id", "run_at", "attempts", "max_attempts", "locked_at", "created_at"]
+REQUIRED_COLUMNS = ["id", "task_id", "run_at", "attempts", "max_attempts", "locked_at", "created_at", "updated_at",
+                    "last_error"]
 
 
 class GraphileWorkerAdapter(Adapter):
+    statement_prefix = "graphile"
+    offered = {
+        "replay": "graphile_worker.reschedule_jobs(ids, run_at => now(), attempts => 0): runs again now with its "
+                  "whole attempt budget (its documented way to retry a permanently failed job)",
+        "purge": "graphile_worker.complete_jobs(ids): deleted, as its docs say completing a job does",
+        "cancel": "graphile_worker.permanently_fail_jobs(ids, reason): a waiting job becomes a dead letter, kept "
+                  "with the reason as its last error",
+    }
+    withheld = {"pause": "graphile-worker has no queue pause", "resume": "graphile-worker has no queue pause"}
+
     system = "graphile-worker"
     default_table = "_private_jobs"
     schema_version = "graphile-worker schema migration 20 (read from 0.18.0)"
@@ -54,6 +71,9 @@ class GraphileWorkerAdapter(Adapter):
             stuck=sql.SQL("j.locked_at < now() - %(stuck_after)s::interval"),
             stuck_since=sql.SQL("j.locked_at + %(stuck_after)s::interval"),
             failed=sql.SQL("j.locked_at IS NULL AND j.attempts >= j.max_attempts"),
+            failed_at=sql.SQL("j.updated_at"),  # its fail_jobs and permanently_fail_jobs set it
+            error=sql.SQL("j.last_error"),
+            attempts=sql.SQL("j.attempts"),
         )
 
     def check_schema(self, cur: psycopg.Cursor) -> None:

@@ -9,9 +9,17 @@ A queue is a job `name` (a pg-boss queue). Eligible = created or retry with star
 scheduled = the same later (a retry waiting out its delay is one); running = active; stuck =
 active past its own `expire_in` (pg-boss's expiration rule, applied by its supervisor: stuck
 means no supervisor has expired it yet); age from start_after; dead letters = failed.
+
+Actions (with `actions = true`; sql/external_actions.sql `pgboss_*`) make the transitions of
+pg-boss 10.4's own manager methods (src/manager.js over src/plans.js): replay = retry (failed ->
+retry with one more retry allowed: its redrive of a dead letter), purge = deleteJob (restricted
+to failed jobs), cancel = cancel (restricted to waiting jobs: created or retry). pg-boss 10 has
+no queue pause.
 """
 
 from __future__ import annotations
+
+import re
 
 import psycopg
 from psycopg import sql
@@ -19,13 +27,35 @@ from psycopg import sql
 from console.external import Adapter, Shape, SourceError
 
 KNOWN_VERSIONS = {24: "pg-boss 10.4.2"}
-REQUIRED_COLUMNS = ["id", "name", "state", "start_after", "started_on", "expire_in", "created_on"]
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+REQUIRED_COLUMNS = ["id", "name", "state", "start_after", "started_on", "expire_in", "created_on", "completed_on",
+                    "retry_count", "retry_limit", "output"]
 
 
 class PgBossAdapter(Adapter):
     system = "pg-boss"
     default_table = "job"
     schema_version = "pg-boss schema version 24 (read from 10.4.2)"
+    statement_prefix = "pgboss"
+    offered = {
+        "replay": "failed -> retry with retry_limit + 1, as pg-boss's retry(name, id) redrives a dead letter",
+        "purge": "deleted, as pg-boss's deleteJob(name, id) does (only failed jobs)",
+        "cancel": "a created or retry job becomes cancelled, as pg-boss's cancel(name, id) does",
+    }
+    withheld = {"pause": "pg-boss 10 has no queue pause", "resume": "pg-boss 10 has no queue pause"}
+
+    key_example = "name:id (a pg-boss queue name and job UUID)"
+
+    def check_key(self, key: str) -> str:
+        name, _, job_id = key.rpartition(":")
+        if not name or len(name) > 500 or "\x00" in name or not _UUID.fullmatch(job_id):
+            raise ValueError(f"{key[:80]!r} is not a pg-boss job key: {self.key_example}")
+        return f"{name}:{job_id.lower()}"
+
+    def key_params(self, keys: list[str]) -> dict:
+        # The job table's primary key is (name, id) over partitions by name: find rows by both.
+        pairs = [k.rpartition(":") for k in keys]
+        return {"key_names": [p[0] for p in pairs], "key_ids": [p[2] for p in pairs]}
 
     @property
     def queue_table(self) -> tuple[str, str]:
@@ -62,6 +92,12 @@ class PgBossAdapter(Adapter):
             stuck=sql.SQL("j.started_on + j.expire_in < now()"),
             stuck_since=sql.SQL("j.started_on + j.expire_in"),
             failed=sql.SQL("j.state = 'failed'"),
+            failed_at=sql.SQL("j.completed_on"),  # its failJobs sets completed_on when retries run out
+            error=sql.SQL("coalesce(j.output ->> 'message', j.output -> 'value' ->> 'message', j.output::text)"),
+            attempts=sql.SQL("j.retry_count"),
+            key=sql.SQL("(j.name || ':' || j.id::text)"),
+            key_match=sql.SQL("(j.name, j.id) IN (SELECT k.n, k.i FROM unnest(%(key_names)s::text[], "
+                              "%(key_ids)s::text[]::uuid[]) AS k(n, i))"),
         )
 
     def check_schema(self, cur: psycopg.Cursor) -> None:

@@ -12,6 +12,15 @@ Throughput comes from pgqueuer_log (a row per status change, `successful` = comp
 
 An older schema without the 'failed' status or without the heartbeat column is refused: the
 figures would not mean what they say.
+
+Actions (with `actions = true`; sql/external_actions.sql `pgqueuer_*`), PGQueuer's own
+transitions as 1.6.0 makes them (pgqueuer/core/insights.py QueueManagementService, `pgq
+requeue` / `pgq failed`; adapters/persistence/qb.py):
+- replay: a held failed job back to queued, due now, attempts 0, logged `queued` (its requeue);
+- purge: a held failed job deleted and logged `deleted` (how its clear_queue removes jobs);
+- cancel: a queued job deleted and logged `canceled`, with the cancellation NOTIFY (its
+  mark_job_as_cancelled).
+PGQueuer has no queue pause.
 """
 
 from __future__ import annotations
@@ -30,6 +39,18 @@ class PgQueuerAdapter(Adapter):
     system = "pgqueuer"
     default_table = "pgqueuer"
     schema_version = "PGQueuer 1.x (read from 1.6.0)"
+    statement_prefix = "pgqueuer"
+    offered = {
+        "replay": "back to queued, due now, attempts 0, logged 'queued' (PGQueuer's requeue of held jobs, `pgq requeue`)",
+        "purge": "deleted from the queue table and logged 'deleted' (as PGQueuer's clear_queue removes jobs)",
+        "cancel": "a queued job deleted and logged 'canceled', with PGQueuer's cancellation NOTIFY (mark_job_as_cancelled)",
+    }
+    withheld = {"pause": "PGQueuer has no queue pause", "resume": "PGQueuer has no queue pause"}
+
+    def statement_identifiers(self) -> dict[str, sql.Composable]:
+        schema, table = self.queue_table
+        return {**super().statement_identifiers(), "log": sql.Identifier(schema, f"{table}_log"),
+                "channel": sql.Literal(f"ch_{table}")}
 
     @property
     def claim_pattern(self) -> str | None:
@@ -58,6 +79,8 @@ class PgQueuerAdapter(Adapter):
             stuck=sql.SQL("j.heartbeat < now() - %(stuck_after)s::interval"),
             stuck_since=sql.SQL("j.heartbeat + %(stuck_after)s::interval"),
             failed=sql.SQL("j.status = 'failed'"),
+            failed_at=sql.SQL("j.updated"),  # its log_jobs sets `updated` when it holds a failed job
+            attempts=sql.SQL("j.attempts"),
         )
 
     def check_schema(self, cur: psycopg.Cursor) -> None:
@@ -71,3 +94,4 @@ class PgQueuerAdapter(Adapter):
         if missing:
             raise SourceError(f"unknown PGQueuer schema version: status {', '.join(sorted(missing))} missing from "
                               f"{schema}.{table}_status (Skiplock reads {self.schema_version}; run `pgq upgrade`)")
+        self._require_columns(cur, ["attempts"])  # its retries count here (1.x); the dead-letter list shows it

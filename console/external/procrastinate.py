@@ -12,6 +12,17 @@ Throughput comes from procrastinate_events (`succeeded` = completed, `failed` = 
 `deferred_for_retry` = retried), read after the previous cycle's id.
 
 A 2.x schema (no procrastinate_workers, no worker_id) is refused with a message.
+
+Actions (with `actions = true`; sql/external_actions.sql `procrastinate_*`), through
+Procrastinate's own SQL functions of 3.10 (procrastinate/sql/schema.sql) as its JobManager and
+`procrastinate shell` call them:
+- replay: procrastinate_retry_job_v2(id, now(), ...) on a failed job (the shell's `retry`,
+  JobManager.retry_job_by_id): back to todo, event `retried`;
+- purge: the failed job deleted with its events (what JobManager.delete_old_jobs /
+  the builtin remove_old_jobs delete, chosen by id instead of by age);
+- cancel: procrastinate_cancel_job_v1(id, abort => false, delete_job => false) on a todo job
+  (JobManager.cancel_job_by_id): status cancelled.
+Procrastinate 3 has no queue pause.
 """
 
 from __future__ import annotations
@@ -28,6 +39,19 @@ class ProcrastinateAdapter(Adapter):
     system = "procrastinate"
     default_table = "procrastinate_jobs"
     schema_version = "Procrastinate 3.x (read from 3.10.0)"
+    statement_prefix = "procrastinate"
+    needs_search_path = True  # its functions name procrastinate_jobs without a schema
+
+    @property
+    def claim_function(self) -> tuple[str, str]:
+        schema, _ = self.queue_table
+        return schema, "procrastinate_fetch_job%"
+    offered = {
+        "replay": "procrastinate_retry_job_v2(id, now()): failed back to todo, event 'retried' (its shell's `retry`)",
+        "purge": "the failed job deleted with its events (what its remove_old_jobs deletes, chosen by id)",
+        "cancel": "procrastinate_cancel_job_v1(id, abort false): a todo job becomes cancelled (JobManager.cancel_job_by_id)",
+    }
+    withheld = {"pause": "Procrastinate has no queue pause", "resume": "Procrastinate has no queue pause"}
 
     @property
     def claim_pattern(self) -> str | None:
@@ -69,6 +93,10 @@ class ProcrastinateAdapter(Adapter):
             stuck=sql.SQL("j.worker_id IS NULL OR NOT EXISTS (SELECT 1 FROM {workers} AS w WHERE w.id = j.worker_id "
                           "AND w.last_heartbeat >= now() - %(stuck_after)s::interval)").format(workers=workers),
             failed=sql.SQL("j.status = 'failed'"),
+            # its trigger writes a 'failed' event when a job fails (procrastinate_events_job_id index)
+            failed_at=sql.SQL("(SELECT max(e.at) FROM {events} AS e WHERE e.job_id = j.id AND e.type = 'failed')").format(
+                events=events),
+            attempts=sql.SQL("j.attempts"),
         )
 
     def check_schema(self, cur: psycopg.Cursor) -> None:

@@ -4,7 +4,8 @@ The predicates are SQL fragments from the config file (never from the web); the 
 each in parentheses inside its own statement and runs it READ ONLY under statement_timeout.
 Without `queue_column` every row belongs to one queue named "default"; without `enqueued_at`
 the queue's age is 0; without `lease_until` nothing counts as stuck; without `completed` the
-advisor cannot tell whether finished rows leave the table.
+advisor cannot tell whether finished rows leave the table; without `failed_at` there is no
+dead-letter growth. A declared table offers no action: Skiplock does not know its state machine.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from console.external import Adapter, Shape
+from console.external import NO_TIME, Adapter, Shape
 
 
 def col(name: str) -> sql.Composable:
@@ -34,6 +35,7 @@ class TableAdapter(Adapter):
             stuck=(col(e.lease_until) + sql.SQL(" < now()")) if e.lease_until else sql.SQL("false"),
             stuck_since=col(e.lease_until) if e.lease_until else sql.SQL("NULL"),
             failed=sql.SQL(e.failed) if e.failed else sql.SQL("false"),
+            failed_at=col(e.failed_at) if e.failed_at else NO_TIME,
         )
 
     @property
@@ -42,4 +44,4 @@ class TableAdapter(Adapter):
 
     def check_schema(self, cur: psycopg.Cursor) -> None:
         e = self.entry
-        self._require_columns(cur, [c for c in (e.queue_column, e.enqueued_at, e.lease_until) if c])
+        self._require_columns(cur, [c for c in (e.queue_column, e.enqueued_at, e.lease_until, e.failed_at) if c])
