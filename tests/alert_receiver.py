@@ -1,4 +1,5 @@
-"""A real local HTTP receiver for the alert tests: a threaded http.server in the test process.
+"""A real local HTTP receiver for the alert tests (and the collector that tests/test_telemetry.py
+exports OTLP to): a threaded http.server in the test process.
 
 `Receiver(script)` answers each POST with the next entry of `script` (an HTTP status, or
 "hang" to hold the connection past the sender's timeout), then with `default` once the script

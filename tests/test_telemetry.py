@@ -1,23 +1,33 @@
 """OpenTelemetry (console/queue/telemetry.py): a job's trace context travels from its enqueue,
 in the job's headers column, to the worker's spans. The real SDK with its in-memory exporter and
-metric reader, a real Worker in a thread (threaded and async handlers), a real PostgreSQL."""
+metric reader, a real Worker in a thread (threaded and async handlers), a real PostgreSQL; and
+once the way docs/queue.md tells an application to reach its collector, through the OTLP/HTTP
+exporters to a real HTTP receiver on loopback whose bodies are parsed as OTLP protobuf."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from contextlib import contextmanager
 
 import pytest
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span as OtlpSpan
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
 from console import queue as q
 from console.queue import tasks, telemetry
 from console.queue.worker import Worker
+from tests.alert_receiver import Receiver
 from tests.workers import wait_for
 
 QUEUE = "otel"
@@ -39,23 +49,30 @@ async def _async_handler(job):
         await asyncio.sleep(0.01)
 
 
-@pytest.fixture
-def traced():
-    """Telemetry on, with this module's providers and two kinds registered (one of each
-    runtime); everything taken back afterwards, so later tests in this process see neither."""
-    reader = InMemoryMetricReader()
-    _exporter.clear()
-    telemetry.instrument(tracer_provider=_tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
+@contextmanager
+def instrumented(tracer_provider, meter_provider):
+    """Telemetry on, with these providers and two kinds registered (one of each runtime);
+    everything taken back afterwards, so later tests in this process see neither."""
+    telemetry.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
     tasks.task("otel_sync")(_sync_handler)
     tasks.task("otel_async")(_async_handler)
     try:
-        yield reader
+        yield
     finally:
         telemetry.uninstrument()
         for kind in ("otel_sync", "otel_async"):
             tasks._registry.pop(kind, None)
             tasks._concurrency.pop(kind, None)
             tasks._async.discard(kind)
+
+
+@pytest.fixture
+def traced():
+    """Telemetry on with this module's in-memory providers; yields the metric reader."""
+    reader = InMemoryMetricReader()
+    _exporter.clear()
+    with instrumented(_tracer_provider, MeterProvider(metric_readers=[reader])):
+        yield reader
 
 
 def run_worker_until(dsn: str, done, what: str) -> None:
@@ -168,3 +185,70 @@ def test_every_enqueue_path_writes_its_send_spans_context_with_the_jobs(traced, 
                                "WHERE id = ANY(%s)", (ids,)).fetchall()
         expected = f"00-{send.context.trace_id:032x}-{send.context.span_id:016x}"
         assert parents == [(expected,)], f"{path}: the jobs carry {parents}, not their send span's context"
+
+
+def _otlp_attributes(message) -> dict:
+    """An OTLP span's or data point's attributes as a dict of plain values."""
+    return {a.key: getattr(a.value, a.value.WhichOneof("value")) for a in message.attributes}
+
+
+def test_the_trace_and_metrics_reach_a_collector_through_otlp(dsn, conn, tx_conn):
+    """What docs/queue.md shows an application: the OTLP/HTTP exporters, here pointed at a real
+    HTTP server on loopback (tests/alert_receiver.py) that stands in for the collector. What it
+    received is parsed as a collector would, and read for the payload byte by byte."""
+    payload_secret = "sk_live_otlp_4111_never_exported"
+    with Receiver() as collector:
+        base = f"http://127.0.0.1:{collector.server.server_address[1]}"
+        # No compression, so the bytes the receiver got can be searched for the payload (the
+        # positive control below proves the search can see strings at all).
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
+            endpoint=f"{base}/v1/traces", compression=Compression.NoCompression, timeout=10)))
+        # An export only when the test flushes: an hour between periodic ones.
+        meter_provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(OTLPMetricExporter(
+            endpoint=f"{base}/v1/metrics", compression=Compression.NoCompression, timeout=10),
+            export_interval_millis=3_600_000)])
+        try:
+            with instrumented(tracer_provider, meter_provider):
+                with tracer_provider.get_tracer("shop").start_as_current_span("POST /orders") as request:
+                    with tx_conn.transaction():
+                        job_id = q.enqueue(tx_conn, "otel_sync", {"card": payload_secret}, queue=QUEUE)
+                # The worker is stopped and joined before this returns: its run's span has ended.
+                run_worker_until(dsn, lambda: statuses(conn) == {job_id: "completed"}, "the job completed")
+                assert tracer_provider.force_flush(10_000), "the spans were not exported within 10 s"
+                assert meter_provider.force_flush(10_000), "the metrics were not exported within 10 s"
+        finally:
+            tracer_provider.shutdown()
+            meter_provider.shutdown()
+        received = list(collector.requests)
+
+    assert {r["path"] for r in received} == {"/v1/traces", "/v1/metrics"}, [r["path"] for r in received]
+    content_types = {v for r in received for k, v in r["headers"].items() if k.lower() == "content-type"}
+    assert content_types == {"application/x-protobuf"}, content_types
+    spans = [span for r in received if r["path"] == "/v1/traces"
+             for rs in ExportTraceServiceRequest.FromString(r["body"]).resource_spans
+             for ss in rs.scope_spans for span in ss.spans]
+    (send,) = [s for s in spans if s.name == f"send {QUEUE}"]
+    (run,) = [s for s in spans if s.name == "process otel_sync"]
+    assert [s for s in spans if s.name == "receive"], "no claim span arrived"
+    assert send.kind == OtlpSpan.SPAN_KIND_PRODUCER and run.kind == OtlpSpan.SPAN_KIND_CONSUMER
+    assert send.parent_span_id == request.get_span_context().span_id.to_bytes(8, "big")
+    assert run.trace_id == send.trace_id, "the run arrived in another trace than its enqueue"
+    assert run.parent_span_id == send.span_id, "the run arrived without its send span as parent"
+    assert send.span_id in {link.span_id for link in run.links}
+    attributes = _otlp_attributes(run)
+    assert attributes["messaging.message.id"] == str(job_id)
+    assert attributes["messaging.destination.name"] == QUEUE and attributes["skiplock.kind"] == "otel_sync"
+    assert attributes["skiplock.attempt"] == 1 and attributes["skiplock.outcome"] == "completed"
+
+    metrics = {m.name: m for r in received if r["path"] == "/v1/metrics"
+               for rm in ExportMetricsServiceRequest.FromString(r["body"]).resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics}
+    jobs = {(a["skiplock.outcome"], a.get("messaging.destination.name")): p.as_int
+            for p in metrics["skiplock.worker.jobs"].sum.data_points for a in [_otlp_attributes(p)]}
+    assert jobs[("completed", QUEUE)] == 1
+    assert {"skiplock.claim.duration", "skiplock.run.duration", "skiplock.worker.in_flight"} <= set(metrics)
+
+    everything = b"".join(r["body"] for r in received)
+    assert b"process otel_sync" in everything  # strings travel as plain bytes: the search below can see them
+    assert payload_secret.encode() not in everything, "a payload value reached the collector"
