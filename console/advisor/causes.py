@@ -47,7 +47,8 @@ LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "purg
                 "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume", "periodic_run_now")
 NO_LOAD_CHANGES = ("login", "user_add", "user_update", "user_disable", "user_enable", "sessions_revoke",
                    "token_create", "token_revoke", "alert_acknowledge", "alert_silence", "alert_unsilence",
-                   "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete")
+                   "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete",
+                   "error_group_ignore", "error_group_unignore")
 
 HOLDER, HELD_BACK, CHANGE = "xmin-holder", "held-back-work", "operator-change"
 
