@@ -3,6 +3,7 @@ its check to warn/fail with the right evidence, and must go back to ok when undo
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -217,7 +218,8 @@ def test_old_completed_rows_in_the_hot_table_warn_then_fail(conn):
     assert run.rows == 5300
     res = result(conn, "completed-rows", config)
     assert res.status == OK
-    assert "last archival run: 0 s ago by scheduler, ok, 5,300 rows" in evidence(res)
+    # "0 s ago" on a quiet machine; seconds later on a loaded one (the run above is what counts)
+    assert re.search(r"last archival run: \d+ s ago by scheduler, ok, 5,300 rows", evidence(res)), evidence(res)
 
 
 def test_the_archival_age_follows_the_maintenance_config(conn):
