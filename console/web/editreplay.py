@@ -23,6 +23,7 @@ values), 404 no such job, 409 the job is not failed or changed since the preview
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from flask import Blueprint, abort, jsonify, redirect, render_template, request, url_for
@@ -80,8 +81,9 @@ def _queues() -> list[str]:
 def _page(job_id: int, *, values: dict[str, str] | None = None, preview: dict[str, Any] | None = None,
           error: str | None = None, status: int = 200):
     job = _job(job_id)
+    hint = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:00Z")  # a future time, never a fixed past one
     return render_template("editreplay/form.html", job=job, values=values or _form_values(job), preview=preview,
-                           error=error, queues=_queues(), fields=er.EDITABLE), status
+                           error=error, queues=_queues(), now_hint=hint), status
 
 
 def _submitted() -> dict[str, str]:
