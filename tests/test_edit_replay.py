@@ -192,6 +192,22 @@ def test_a_redacted_placeholder_where_the_job_has_no_value_is_refused(client_as,
     assert r.status_code == 400 and "$.password is [redacted]" in r.get_json()["error"]
 
 
+def test_a_payload_too_large_to_edit_keeps_the_other_fields_editable(client_as, conn):
+    job_id = failed_job(conn, {"blob": "x" * (er.MAX_PAYLOAD_BYTES + 10)})
+    admin = client_as("admin")
+    form = admin.get(f"/jobs/{job_id}/edit-replay").get_data(as_text=True)
+    assert 'id="edit-payload-note"' in form and "larger than 256 KiB" in form and "xxxx" not in form
+    fields = {"payload": "", "priority": "3", "queue": "", "run_at": ""}  # as the form sends it
+    preview = admin.post(f"/jobs/{job_id}/edit-replay/preview", data=fields, headers={**H, "HX-Request": "true"})
+    assert preview.status_code == 200 and 'data-field="priority"' in preview.get_data(as_text=True)
+    version = er.read_job(conn, job_id)["version"]
+    done = admin.post(f"/jobs/{job_id}/edit-replay/apply", data={**fields, "version": version, "reason": REASON},
+                      headers=H)
+    assert done.status_code == 303
+    after = row(conn, job_id)
+    assert after["priority"] == 3 and after["status"] == "pending" and len(after["payload"]["blob"]) > er.MAX_PAYLOAD_BYTES
+
+
 # --- bound to the preview; never a running or pending job --------------------------------------
 
 

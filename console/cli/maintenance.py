@@ -36,8 +36,10 @@ from console.cli.common import (
 )
 from console.db import connect, require_schema
 from console.maintenance import bulk
+from console.maintenance import edit_replay as er
 from console.maintenance.archive import check_batching
 from console.maintenance.deadletters import group_hint
+from console.redaction import DEFAULT_KEYS, key_set
 
 
 def _settings(obj) -> m.MaintenanceSettings:
@@ -341,9 +343,6 @@ def replay_cmd(obj, set_payload, set_priority, set_queue, set_run_at, yes, **opt
 def _edit_replay(obj, fields: dict[str, str], *, yes: bool, ids, queue, kind, group, failed_since, failed_before,
                  payload, select_all, dry_run, actor, reason, batch_size, rate, sample) -> None:
     """`skiplock replay --id N --set-...`: console.maintenance.edit_replay, as the console's page does it."""
-    from console.maintenance import edit_replay as er
-    from console.redaction import DEFAULT_KEYS, key_set
-
     job_ids = [i for chunk in ids for i in str(chunk).split(",") if i.strip()]
     others = {"--queue": queue, "--kind": kind, "--group": group, "--failed-since": failed_since,
               "--failed-before": failed_before, "--payload": payload, "--all": select_all or None,

@@ -199,6 +199,16 @@ def editable_payload(payload: Any, keys: frozenset[str]) -> str:
     return json.dumps(shown, ensure_ascii=False, indent=2, sort_keys=False)
 
 
+def payload_not_editable(payload: Any) -> str | None:
+    """Why a stored payload cannot be edited in a form (too deep to read, or larger than an
+    edit may be), or None. Its priority, queue and run-at still can."""
+    if payload == jsonbounds.TOO_DEEP_TO_READ:
+        return f"the stored payload is nested deeper than {jsonbounds.READ_DEPTH} levels"
+    if len(json.dumps(payload)) > MAX_PAYLOAD_BYTES:
+        return f"the stored payload is larger than {MAX_PAYLOAD_BYTES // 1024} KiB"
+    return None
+
+
 _MISSING = object()  # a key or index one side does not have
 
 

@@ -68,9 +68,10 @@ def _job(job_id: int) -> dict[str, Any]:
 
 
 def _form_values(job: dict[str, Any]) -> dict[str, str]:
-    """The form's fields as the job has them (the payload's secrets as [redacted])."""
-    return {"payload": er.editable_payload(job["payload"], edit_keys()), "priority": str(job["priority"]),
-            "queue": job["queue"], "run_at": ""}
+    """The form's fields as the job has them (the payload's secrets as [redacted]; empty, so
+    unchanged, when the stored payload cannot be edited in a form)."""
+    payload = "" if er.payload_not_editable(job["payload"]) else er.editable_payload(job["payload"], edit_keys())
+    return {"payload": payload, "priority": str(job["priority"]), "queue": job["queue"], "run_at": ""}
 
 
 def _queues() -> list[str]:
@@ -83,7 +84,8 @@ def _page(job_id: int, *, values: dict[str, str] | None = None, preview: dict[st
     job = _job(job_id)
     hint = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:00Z")  # a future time, never a fixed past one
     return render_template("editreplay/form.html", job=job, values=values or _form_values(job), preview=preview,
-                           error=error, queues=_queues(), now_hint=hint), status
+                           error=error, queues=_queues(), now_hint=hint,
+                           payload_note=er.payload_not_editable(job["payload"])), status
 
 
 def _submitted() -> dict[str, str]:
