@@ -237,6 +237,50 @@ def test_apply_refuses_a_job_that_changed_since_the_preview(client_as, conn, job
     assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE id = %s", (job,)).fetchone()[0] == 1  # same row
 
 
+def test_two_admins_applying_at_once_replay_the_job_once(dsn, conn, job, monkeypatch):
+    """Both previewed the same version; bob presses Apply while alice's apply is between its
+    checks and its update. The row lock makes bob wait, then he finds a pending job (409). One
+    row, one audit entry, one history entry: nothing lost, nothing done twice."""
+    import threading
+    import time
+
+    import psycopg
+
+    edit = er.parse_edit({"priority": 8})
+    version = er.preview(conn, job, edit, keys=DEFAULT_KEYS).version
+    alice_checked, results = threading.Event(), {}
+    check_state = er.check_state
+
+    def slow_for_alice(found, version=None):
+        check_state(found, version)
+        if threading.current_thread().name == "alice" and version is not None:
+            alice_checked.set()
+            time.sleep(0.5)  # holding whatever the apply holds between its checks and its update
+
+    monkeypatch.setattr(er, "check_state", slow_for_alice)
+
+    def press(who: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as mine:
+            try:
+                results[who] = er.apply(mine, job, edit, version=version, actor=who, reason=REASON, keys=DEFAULT_KEYS)
+            except er.EditConflict as exc:
+                results[who] = exc
+
+    alice = threading.Thread(target=press, args=("alice",), name="alice")
+    alice.start()
+    assert alice_checked.wait(10)
+    bob = threading.Thread(target=press, args=("bob",), name="bob")
+    bob.start()
+    for t in (alice, bob):
+        t.join(30)
+    assert isinstance(results["alice"], dict) and results["alice"]["status"] == "pending"
+    assert isinstance(results["bob"], er.EditConflict) and "is pending" in str(results["bob"])
+    assert [a[0] for a in audits(conn)] == ["alice"]
+    assert conn.execute("SELECT count(*), sum(jsonb_array_length(jsonb_path_query_array(errors, "
+                        "'$[*] ? (@.event == \"edit_replay\")'))) FROM skiplock.jobs WHERE id = %s",
+                        (job,)).fetchone() == (1, 1)
+
+
 @pytest.mark.parametrize("state", ["running", "pending", "completed"])
 def test_never_a_running_pending_or_completed_job(client_as, conn, state):
     job_id = q.enqueue(conn, "charge_card", PAYLOAD, queue="billing")
