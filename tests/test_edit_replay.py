@@ -115,6 +115,11 @@ def test_the_form_and_the_preview_show_the_diff_by_json_path_and_never_a_secret(
     assert_no_secret(diff_table(text), "the diff")
     assert "[redacted]" in diff_table(text) and "$.customer_id" in diff_table(text)
     assert 'id="edit-diff"' in text and 'name="version"' in text and 'name="reason"' in text
+    # htmx gets the same preview as a fragment alone (the page includes it).
+    fragment = admin.post(f"/jobs/{job}/edit-replay/preview", data={"payload": json.dumps(payload), "priority": "5"},
+                          headers={**H, "HX-Request": "true"}).get_data(as_text=True)
+    assert "<html" not in fragment and 'id="edit-replay-confirm"' in fragment
+    assert_no_secret(diff_table(fragment), "the htmx diff")
 
     api = admin.post(f"/api/v1/jobs/{job}/edit-replay/preview",
                      json={"payload": payload, "priority": 5, "queue": "mail"}, headers=H)
