@@ -43,8 +43,8 @@ CHANGES_LIMIT = 20
 # rows (dead rows, WAL, a released backlog), maintenance run by hand. Every action the code
 # records is in one of these two lists (tests/test_advisor_causes.py reads the code for them),
 # so a new action has to be placed.
-LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "purge", "cancel", "resume_operation",
-                "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume", "periodic_run_now")
+LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "edit_replay", "purge", "cancel",
+                "resume_operation", "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume", "periodic_run_now")
 NO_LOAD_CHANGES = ("login", "user_add", "user_update", "user_disable", "user_enable", "sessions_revoke",
                    "token_create", "token_revoke", "alert_acknowledge", "alert_silence", "alert_unsilence",
                    "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete",
@@ -182,6 +182,8 @@ _CHANGE_FIX = {
     "set limits": "a limit holds its queue's jobs back at the head of the claim index: raise or clear it if it is not meant",
     "clear limits": "the queue's held-back jobs are claimed at once: the figure should settle when that backlog is gone",
     "resume": "the queue's backlog is claimed at once: the figure should settle when it is gone",
+    "edit_replay": ("a dead letter was edited and replayed (perhaps into another queue or at another priority): "
+                    "see whether it failed again, and whether its new queue keeps up"),
 }
 _BULK_FIX = ("a change of many rows leaves dead rows and WAL until vacuum catches up: see whether the figure settles "
              "once it has finished and vacuum has run; if it stays, it is the workload's")

@@ -110,6 +110,7 @@ PRIMARY_READS: dict[str, str] = {
     "why.queue_fragment": "why a queue waits turns on workers' heartbeats and leases as they are now",
     "why.api_job": "why a job waits turns on workers' heartbeats and leases as they are now",
     "why.api_queue": "why a queue waits turns on workers' heartbeats and leases as they are now",
+    "editreplay.form": "the edit form binds a later preview and apply to the job's state as it is now",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.
