@@ -237,3 +237,37 @@ def test_the_migration_applies_on_a_database_with_jobs_held_across_it(make_datab
                  "dropped": 0, "records": [{"at": "2026-01-01T00:00:00.000+00:00", "level": "INFO", "logger": "app", "message": "hello"}]}
         assert q.fail(conn, claimed[held], RuntimeError("after"), logs=entry) == "failed"
         assert logs_of(conn, held) == [entry]
+
+
+def test_the_capture_adds_to_the_applications_logging_and_changes_nothing_of_it():
+    # In-process, no worker: the application's own handler still gets every record, in clear
+    # and at its level; the root logger's level is untouched; outside a job nothing is kept.
+    import logging
+
+    from console.queue import joblogs
+
+    seen: list[str] = []
+
+    class Mine(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    root, mine = logging.getLogger(), Mine()
+    level, handlers = root.level, list(root.handlers)
+    root.addHandler(mine)
+    joblogs.install()
+    try:
+        assert root.level == level and root.handlers == [*handlers, mine, joblogs._handler]
+        slot = joblogs.slot_for(joblogs.LogLimits(records=5))
+        logging.getLogger("app").warning("before password=one")
+        slot.active = True
+        logging.getLogger("app").warning("during password=two")
+        capture = slot.take()
+        logging.getLogger("app").warning("after password=three")
+        assert [r["message"] for r in capture.records] == ["during password=[redacted]"]
+        assert seen == ["before password=one", "during password=two", "after password=three"]
+        assert slot.capture is None and not slot.active
+    finally:
+        joblogs.uninstall()
+        root.removeHandler(mine)
+    assert root.handlers == handlers

@@ -133,9 +133,9 @@ class AsyncRuntime:
 
     async def _run(self, job: q.Job) -> None:
         started = time.monotonic()
-        capture = None if self._log_limits is None else joblogs.Capture(self._log_limits)
-        if capture is not None:
-            joblogs.current.set(capture)  # this task's context only: no reset needed
+        slot = None if self._log_limits is None else joblogs.Slot(self._log_limits, active=True)
+        if slot is not None:
+            joblogs.current.set(slot)  # this task's context only: no reset needed
         token = self._hooks[0](job) if self._hooks else None
         error: BaseException | None = None
         timeout = tasks.timeout_for(job.kind)
@@ -165,8 +165,7 @@ class AsyncRuntime:
             self._hooks[1](token, error)
         if self._stopping:
             return  # released by the worker already: nothing to report
-        if capture is not None:
-            joblogs.current.set(None)  # nothing the loop logs after the run is the job's
+        capture = None if slot is None else slot.take()  # nothing logged after the run is the job's
         logs = None if capture is None else capture.entry(job.attempts, job.locked_by, "completed" if error is None else "failed")
         self._finished.append(Outcome(job, error, time.monotonic() - started, logs))
         if not self._report_scheduled:

@@ -1,11 +1,13 @@
 """Per-attempt logs: the `logging` records a handler emits while it runs, kept with the attempt.
 
-While the worker runs a job (a handler thread, the main loop for inline handlers, or the
-asyncio task of an `async def` handler) a `Capture` is the current value of a context
-variable; `JobLogHandler`, one handler on the root logger, appends each record that reaches it
-to the current capture, and does nothing when there is none. A context variable, not a
-thread-local: each asyncio task runs in its own copy of the context, so two jobs awaited on
-one loop never see each other's capture, and neither do two handler threads.
+Each thread that runs handlers (the handler threads, the main loop for inline handlers) and
+each asyncio task of an `async def` handler has a `Slot` as the value of a context variable;
+while it runs a job the slot is active. `JobLogHandler`, one handler on the root logger, files
+each record that reaches it under the current slot's `Capture` (made at the first record), and
+does nothing outside an active slot. A context variable, not a thread-local: each asyncio task
+runs in its own copy of the context, so two jobs awaited on one loop never see each other's
+records, and neither do two handler threads. A job that logs nothing costs two attribute
+writes: no capture is made for it (the worker's no-op throughput is unchanged).
 
 What is captured: the records that reach the root logger's handlers, as the application's
 logging configuration lets them through (levels, `propagate`); the application's own handlers
@@ -181,7 +183,36 @@ def _json_safe(value: dict[str, Any], chars: int) -> Any:
         return {str(k): cut(str(v), chars) for k, v in value.items()}
 
 
-current: contextvars.ContextVar[Capture | None] = contextvars.ContextVar("skiplock_attempt_logs", default=None)
+class Slot:
+    """Where the records of the job running in this context go: `active` while it runs,
+    `capture` made at its first record. One per handler thread (reused job after job) or
+    per asyncio task."""
+
+    __slots__ = ("limits", "capture", "active")
+
+    def __init__(self, limits: LogLimits, *, active: bool = False) -> None:
+        self.limits = limits
+        self.capture: Capture | None = None
+        self.active = active
+
+    def take(self) -> Capture | None:
+        """The capture of the run that just ended (None if it logged nothing); the slot is
+        inactive and empty afterwards."""
+        self.active = False
+        capture, self.capture = self.capture, None
+        return capture
+
+
+current: contextvars.ContextVar[Slot | None] = contextvars.ContextVar("skiplock_attempt_logs", default=None)
+
+
+def slot_for(limits: LogLimits) -> Slot:
+    """This context's slot for `limits` (made and set on first use in a thread)."""
+    slot = current.get()
+    if slot is None or slot.limits is not limits:
+        slot = Slot(limits)
+        current.set(slot)
+    return slot
 
 
 class JobLogHandler(logging.Handler):
@@ -189,10 +220,13 @@ class JobLogHandler(logging.Handler):
     never raises into the code that logged (a record it cannot keep is counted as dropped)."""
 
     def handle(self, record: logging.LogRecord) -> bool:
-        capture = current.get()
-        if capture is None:
+        slot = current.get()
+        if slot is None or not slot.active:
             return False
         try:
+            capture = slot.capture
+            if capture is None:
+                capture = slot.capture = Capture(slot.limits)
             capture.add(record)
         except Exception:  # the application's logging call must never fail because of us
             pass
@@ -225,4 +259,4 @@ def uninstall() -> None:
 
 
 __all__ = ["DEFAULT_ATTEMPT_CHARS", "DEFAULT_MESSAGE_CHARS", "DEFAULT_RECORDS", "Capture", "JobLogHandler", "LogLimits",
-           "current", "install", "uninstall"]
+           "Slot", "current", "install", "slot_for", "uninstall"]

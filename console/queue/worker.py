@@ -280,13 +280,14 @@ class Worker:
         limits_ = self.log_limits
         if limits_ is None:
             return Worker._run_plain(job, started)
-        capture = joblogs.Capture(limits_)
-        token = joblogs.current.set(capture)
+        slot = joblogs.slot_for(limits_)  # this thread's, reused job after job
+        slot.active = True
         try:
             outcome = Worker._run_plain(job, started)
         finally:
-            joblogs.current.reset(token)
-        outcome.logs = capture.entry(job.attempts, job.locked_by, "completed" if outcome.error is None else "failed")
+            capture = slot.take()
+        if capture is not None:  # it logged
+            outcome.logs = capture.entry(job.attempts, job.locked_by, "completed" if outcome.error is None else "failed")
         return outcome
 
     @staticmethod
