@@ -274,7 +274,8 @@ RETURNING j.id;
 -- name: complete_logged
 -- Complete jobs whose attempt logged records, with those records, fenced like complete_many.
 -- Only these jobs pay for it: the others complete through complete_and_claim / complete_many,
--- unchanged. %(logs)s holds one entry per id, in the same order.
+-- unchanged. %(done)s is one JSON array of {id, attempt, entry} (one value to send, not three
+-- arrays of which one is jsonb[]: each jsonb element would be adapted on its own).
 UPDATE skiplock.jobs AS j
 SET status = 'completed',
     finished_at = now(),
@@ -282,7 +283,7 @@ SET status = 'completed',
     attempt_logs = CASE WHEN jsonb_array_length(coalesce(j.attempt_logs, '[]')) >= %(history)s
                         THEN (j.attempt_logs - 0) || jsonb_build_array(d.entry)
                         ELSE coalesce(j.attempt_logs, '[]') || jsonb_build_array(d.entry) END
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(logs)s::jsonb[]) AS d (id, attempt, entry)
+FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, attempt integer, entry jsonb)
 WHERE j.id = d.id
   AND j.attempts = d.attempt
   AND j.locked_by = %(worker)s

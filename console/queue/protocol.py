@@ -305,8 +305,8 @@ def complete_logged(conn: psycopg.Connection, jobs: Sequence[Job], logs: Sequenc
     with _one_statement(conn), conn.cursor() as cur:
         rows = cur.execute(
             query("queue", "complete_logged"),
-            {"worker": jobs[0].locked_by, "ids": [j.id for j in jobs], "attempts": [j.attempts for j in jobs],
-             "logs": [Jsonb(entry) for entry in logs], "history": history},
+            {"worker": jobs[0].locked_by, "history": history,
+             "done": Jsonb([{"id": j.id, "attempt": j.attempts, "entry": entry} for j, entry in zip(jobs, logs, strict=True)])},
         ).fetchall()
     return [r[0] for r in rows]
 

@@ -645,12 +645,13 @@ class Worker:
                     self._limits.poke(queue=outcome.job.queue, kind=kind)
                 if outcome.error is not None:
                     failures.append(outcome)
-                elif outcome.logs is not None:  # completed with its records, this round
-                    self._logged.append(outcome)
-                else:
-                    if not done and since is None:
-                        since = time.monotonic()
+                    continue
+                if not done and not self._logged and since is None:
+                    since = time.monotonic()
+                if outcome.logs is None:
                     done.append(outcome.job)
+                else:  # completed with its records, when `done` is (its own statement)
+                    self._logged.append(outcome)
 
     def _free_async(self) -> int:
         return self.async_concurrency - self._async_held
@@ -740,10 +741,10 @@ class Worker:
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
-                self._complete_logged(conn)
                 free = self.slots - len(self._in_flight)  # handler threads and loop slots
                 room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
-                overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
+                finished = bool(done or self._logged)  # jobs that ran and wait for their completion
+                overdue = finished and time.monotonic() - done_since >= BATCH_WAIT
                 if stopping or room <= 0:
                     limit = 0
                 elif room >= (min(self.batch_size, self.slots + self.batch_size) if self._ahead else target) \
@@ -755,6 +756,9 @@ class Worker:
                 completed: list[int] | None = None
                 if limit > 0:
                     self._refresh_limits(conn)
+                    # the jobs that logged complete with their records just before the claim
+                    # that completes the others: one more statement in such a round, never per job
+                    self._complete_logged(conn)
                     started = time.monotonic()
                     # A worker with both runtimes gives limited units only what both have room
                     # for: their claims take any kind.
@@ -777,8 +781,9 @@ class Worker:
                                                                    cursor=self._cur)
                         claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
-                elif done and (stopping or overdue):
-                    completed = q.complete_many(conn, done)
+                elif finished and (stopping or overdue):
+                    self._complete_logged(conn)
+                    completed = q.complete_many(conn, done) if done else []
                 if done and completed is not None:
                     self._completions(done, completed)
                     done = []
@@ -811,7 +816,7 @@ class Worker:
             look_again = self._split_long_groups()
             if look_again is not None:  # a group is running: look when it may need splitting
                 timeout = min(timeout, look_again)
-            if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
+            if done or self._logged:  # finished jobs wait for their completion: not longer than BATCH_WAIT
                 timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
             last_flush = self._idle(time.monotonic() + timeout, last_flush)
 
