@@ -134,8 +134,9 @@ class Capture:
             "message": message,
         }
         size = len(message)
-        extra = {k: v for k, v in record.__dict__.items() if k not in _STANDARD and not k.startswith("_")}
-        if extra:
+        fields = record.__dict__
+        added = fields.keys() - _STANDARD  # one set difference in C: most records have none
+        if added and (extra := {k: fields[k] for k in sorted(added) if not k.startswith("_")}):
             value = bounded(_json_safe(extra, limits.message_chars),
                             Bounds(depth=EXTRA_DEPTH, items=EXTRA_ITEMS, chars=limits.message_chars),
                             hide_keys=keys, hidden=REDACTED, text=lambda s: redact_text(s, keys))

@@ -307,6 +307,7 @@ def complete_logged(conn: psycopg.Connection, jobs: Sequence[Job], logs: Sequenc
             query("queue", "complete_logged"),
             {"worker": jobs[0].locked_by, "history": history,
              "done": Jsonb([{"id": j.id, "attempt": j.attempts, "entry": entry} for j, entry in zip(jobs, logs, strict=True)])},
+            prepare=True,  # a worker whose handlers log runs it every round
         ).fetchall()
     return [r[0] for r in rows]
 
