@@ -21,6 +21,11 @@ One process runs:
   handler threads: the main loop hands it each claimed job of an async kind and it reports the
   outcomes back like a handler thread, so leases, heartbeats, fenced completion, retries,
   limits, counters and shutdown are the same code for both;
+- the `logging` records each run emits, kept for its attempt (console.queue.joblogs): each
+  handler thread and each awaited job has its own capture; the main loop writes a failed
+  attempt's records with its failure, and completes the jobs that logged with their records
+  by one more statement (`complete_logged`) just before the round's complete-and-claim, so the
+  jobs that log nothing complete exactly as before;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
   main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
 - a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
