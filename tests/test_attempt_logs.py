@@ -271,3 +271,29 @@ def test_the_capture_adds_to_the_applications_logging_and_changes_nothing_of_it(
         joblogs.uninstall()
         root.removeHandler(mine)
     assert root.handlers == handlers
+
+
+def test_an_application_without_logging_config_still_gets_the_last_resort(capsys):
+    # No handler anywhere: logging prints WARNING and above to stderr (logging.lastResort).
+    # The capture's handler on the root logger must not silence that, in a job or out of one.
+    import logging
+
+    from console.queue import joblogs
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers[:] = []
+    joblogs.install()
+    try:
+        slot = joblogs.slot_for(joblogs.LogLimits(records=5))
+        logging.getLogger("bare").warning("outside a job")
+        slot.active = True
+        logging.getLogger("bare").warning("inside a job")
+        logging.getLogger("bare").info("not printed: below the last resort's level")
+        capture = slot.take()
+    finally:
+        joblogs.uninstall()
+        root.handlers[:] = saved
+    assert capsys.readouterr().err.splitlines() == ["outside a job", "inside a job"]
+    assert [r["message"] for r in capture.records] == ["inside a job"]
+

@@ -222,6 +222,8 @@ class JobLogHandler(logging.Handler):
 
     def handle(self, record: logging.LogRecord) -> bool:
         slot = current.get()
+        if len(_root.handlers) == 1:  # ours alone: keep logging's last resort as it was
+            _last_resort(record)
         if slot is None or not slot.active:
             return False
         try:
@@ -235,6 +237,26 @@ class JobLogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:  # handle() does the work, without the lock
         self.handle(record)
+
+
+_root = logging.getLogger()
+
+
+def _last_resort(record: logging.LogRecord) -> None:
+    """What logging does with a record no handler takes (`logging.lastResort`: WARNING and
+    above to stderr) stops once any handler is on the way, ours included. So when ours is the
+    only handler the record meets, hand it to the last resort as logging would have."""
+    last = logging.lastResort
+    if last is None or record.levelno < last.level:
+        return
+    logger: logging.Logger | None = logging.getLogger(record.name) if record.name != "root" else _root
+    while logger is not None:
+        if any(h is not _handler for h in logger.handlers):
+            return  # logging found a handler of the application's
+        if not logger.propagate:
+            break
+        logger = logger.parent
+    last.handle(record)
 
 
 _handler = JobLogHandler()
