@@ -93,6 +93,7 @@ from console.maintenance.deadletters import (
     Previewed,
     Selection,
     groups,
+    last_attempt_logs,
     list_dead_letters,
     preview,
     selection_hash,
@@ -112,7 +113,7 @@ from console.maintenance.settings import MaintenanceSettings
 __all__ = [
     "InvalidSelection", "InvalidSettings", "MaintenanceError", "MaintenanceSettings", "NothingMatches",
     "OperationState", "Preview", "Previewed", "PreviewMismatch", "RunResult", "Selection", "apply_retention", "archive_completed",
-    "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "list_dead_letters",
+    "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "last_attempt_logs", "list_dead_letters",
     "pause_queue", "preview", "progress", "purge", "reap", "recent_operations", "replay",
     "resume", "resume_abandoned", "resume_queue", "run", "run_in_thread", "selection_hash", "start",
     "UnknownQueue", "check_known_queue", "known_queues",
