@@ -156,6 +156,9 @@ ROUTES = [
     ("POST", "/admin/users", "admin", 302),
     ("POST", "/admin/users/{name}/{action}", "admin", 302),
     ("POST", "/admin/tokens/{token_id}/revoke", "admin", 302),
+    ("GET", "/timeline", "viewer", 200),
+    ("GET", "/timeline.md", "viewer", 200),
+    ("GET", "/api/v1/timeline", "viewer", 200),
 ]
 
 
@@ -195,7 +198,7 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "timeline")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"

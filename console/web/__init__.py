@@ -134,6 +134,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.fleet:bp",        # /databases, /api/v1/databases: one row per configured database
     "console.web.docs:bp",         # /docs/: the operator docs (runbooks), rendered from docs/*.md
     "console.web.why:bp",          # /jobs/<id>/_why, /queues/<name>/_why (+ /api/v1/.../why): why it is not running
+    "console.web.timeline:bp",     # /timeline, /timeline.md (+ /api/v1/timeline): the incident timeline, the postmortem draft
 )
 
 
