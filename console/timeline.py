@@ -47,6 +47,7 @@ from urllib.parse import quote, urlencode
 
 import psycopg
 
+from console.audit import selection_text
 from console.db import time_limited
 from console.sqlfiles import query
 from console.timefmt import duration
@@ -265,8 +266,9 @@ def summary_of(kind: str, d: Mapping[str, Any]) -> str:
         parts = [f"{d['actor']}: {d['action']}"]
         if d.get("target"):
             parts.append(f"on {d['target']}")
-        if d.get("selection_text"):
-            parts.append(f"[{d['selection_text']}]")
+        selection = selection_text(d.get("selection"))
+        if selection:
+            parts.append(f"[{selection}]")
         if d.get("rows") is not None:
             parts.append(f"({d['rows']} row{'' if d['rows'] == 1 else 's'})")
         if d.get("outcome") not in (None, "ok"):

@@ -30,7 +30,7 @@ from tests.alert_links_data import DEFAULTS, fire_default
 from tests.collector_helpers import cycle
 from tests.oncall_data import make_dead_letters
 from tests.web_fixtures import CSRF
-from tests.workers import WorkerProcs, wait_for
+from tests.workers import WorkerProcs, cli, wait_for
 
 SESSION = "SESSION-SEKRET-77"
 
@@ -236,7 +236,7 @@ def test_the_alert_page_links_its_timeline_and_the_window_is_around_the_alert(cl
     assert "Timeline of alert" in html and 'data-event="worker"' in html and f'/timeline.md?alert={incident["alert_id"]}' in html
 
 
-def test_the_postmortem_draft_has_its_sections_and_rows(client_as, incident):
+def test_the_postmortem_draft_has_its_sections_and_rows(client_as, incident, subprocess_env):
     response = client_as("operator").get(f"/timeline.md?alert={incident['alert_id']}")
     assert response.status_code == 200 and response.mimetype == "text/markdown"
     assert f'filename="postmortem-alert-{incident["alert_id"]}.md"' in response.headers["Content-Disposition"]
@@ -255,6 +255,18 @@ def test_the_postmortem_draft_has_its_sections_and_rows(client_as, incident):
     assert any("| Worker |" in row and "lost" in row for row in rows)
     impact = text[text.index("## Impact"):]
     assert "_Who or what was affected" in impact and "- [ ] " in impact
+    # The command line prints the same draft (its links made absolute with --console-url).
+    env = {**subprocess_env, "SKIPLOCK_WEB_STALE_WORKER_AFTER": "1", "SKIPLOCK_WORKER_FLUSH_INTERVAL": "0.3"}
+    out = cli(env, "timeline", "--alert", str(incident["alert_id"]), "--markdown",
+              "--console-url", "http://localhost")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == text
+    lines = cli(env, "timeline", "--alert", str(incident["alert_id"]))
+    assert lines.returncode == 0 and "Operator action  operator: pause on queue:mail" in lines.stdout
+    missing = cli(subprocess_env, "timeline", "--alert", "4242")
+    assert missing.returncode == 2 and "alert 4242 does not exist" in missing.stderr
+    backwards = cli(subprocess_env, "timeline", "--from", "1h", "--to", "2h")
+    assert backwards.returncode == 2 and "must be before to" in backwards.stderr
 
 
 def test_viewers_read_the_page_the_draft_and_the_api_redacted(client_as, incident):

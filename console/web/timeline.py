@@ -27,7 +27,7 @@ from console.alerts import evaluate as ev
 from console.alerts import rules as r
 from console.browse import parse_time
 from console.web.api import INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
-from console.web.auditlog import selection_text, target_path
+from console.web.auditlog import target_path
 from console.web.auth import requires
 from console.web.database import current_database, get_conn, timeout_ms
 from console.web.redact import audit_row_for, fingerprint_for, fingerprint_hidden, text_for
@@ -66,7 +66,7 @@ def _shape(event: timeline.Event) -> timeline.Event:
     if event.kind == "action":
         row = audit_row_for(d, user)
         shown = text_for(row.get("target"), user)
-        row = {**row, "target": shown, "selection_text": selection_text(row.get("selection"))}
+        row = {**row, "target": shown}
         return timeline.Event(event.at, event.kind, row, event.path)
     if event.kind == "alert" and (d.get("labels") or {}).get("fingerprint"):
         labels = {**d["labels"], "fingerprint": fingerprint_for(d["labels"]["fingerprint"], user)}
