@@ -75,7 +75,8 @@ def incident(dsn, conn, client_as, subprocess_env):
     # A replica's lag crosses 60 s (the default replica_lag rule's threshold) and comes back.
     lag = {"standby": "replica-1", "client": "10.0.0.2"}
     samples.store(conn, [Sample("replica_lag_seconds", lag, 5.0, now - timedelta(seconds=50)),
-                         Sample("replica_lag_seconds", lag, 120.0, now - timedelta(seconds=40)),
+                         Sample("replica_lag_seconds", lag, 120.0, now - timedelta(seconds=45)),
+                         Sample("replica_lag_seconds", lag, 130.0, now - timedelta(seconds=40)),  # still above: no event
                          Sample("replica_lag_seconds", lag, 10.0, now - timedelta(seconds=30))])
 
     # A scheduler that led for ten minutes and died two minutes ago without saying so (SIGKILL:
