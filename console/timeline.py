@@ -42,7 +42,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -217,7 +217,7 @@ def build(conn: psycopg.Connection, since: datetime, until: datetime, *, timeout
     for kind in kinds:
         try:
             with time_limited(conn, timeout_ms) as cur:
-                rows = cur.execute(query("timeline", names[kind]), params).fetchall()
+                rows = cast(list[dict[str, Any]], cur.execute(query("timeline", names[kind]), params).fetchall())
         except psycopg.errors.QueryCanceled:
             tl.unavailable[kind] = f"the query took longer than {timeout_ms} ms"
             continue
@@ -327,11 +327,16 @@ def _time(value: Any) -> str:
 
 # --- the postmortem draft --------------------------------------------------------------------
 
-def _cell(text: Any) -> str:
-    """A Markdown table cell: one line, pipes and backslashes escaped, HTML brackets too."""
+def _inline(text: Any) -> str:
+    """Text on one Markdown line: whitespace folded, HTML brackets as entities (a reason or an
+    error quoted in the draft never becomes markup where it is pasted)."""
     s = " ".join(str(text if text is not None else "").split())
-    return (s.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-            .replace("`", "\\`"))
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cell(text: Any) -> str:
+    """A Markdown table cell: one line, backslashes, pipes and backquotes escaped."""
+    return _inline(text).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`")
 
 
 def alert_spans(tl: Timeline) -> list[dict[str, Any]]:
@@ -365,7 +370,7 @@ def markdown(tl: Timeline, *, base_url: str = "") -> str:
     operator actions, the other events by kind), the timeline as a table (links absolute when
     `base_url` is given), and the sections a human writes. Built from the events as given: the
     caller redacts them first."""
-    lines = [f"# {title_of(tl)}", "",
+    lines = [f"# {_inline(title_of(tl))}", "",
              f"- Database: {tl.database}",
              f"- Window: {_time(tl.since)} to {_time(tl.until)} ({duration((tl.until - tl.since).total_seconds())})"]
     if tl.alert:
@@ -377,14 +382,14 @@ def markdown(tl: Timeline, *, base_url: str = "") -> str:
         for s in spans:
             labels = _labels(s["labels"])
             end = f"resolved {_time(s['resolved'])}" if s["resolved"] else "still firing at the window's end"
-            lines.append(f"- Alert {s['alert_id']} {s['rule']}{' ' + labels if labels else ''} fired {_time(s['fired'])}, "
-                         f"{end}: {s['lasted']}.")
+            lines.append(_inline(f"- Alert {s['alert_id']} {s['rule']}{' ' + labels if labels else ''} fired "
+                                 f"{_time(s['fired'])}, {end}: {s['lasted']}."))
     else:
         lines.append("- No alert fired in the window.")
     actions = [e for e in tl.events if e.kind == "action"]
     if actions:
         lines.append(f"- Actions taken ({len(actions) + tl.more.get('action', 0)}):")
-        lines += [f"  - {_time(e.at)} {e.summary}" for e in actions]
+        lines += [f"  - {_time(e.at)} {_inline(e.summary)}" for e in actions]
     else:
         lines.append("- No operator action in the audit log in the window.")
     counts = tl.counts()

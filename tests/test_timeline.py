@@ -13,7 +13,7 @@ import signal
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -323,3 +323,18 @@ def test_a_slow_kind_is_not_available_and_the_rest_shows(dsn, conn, client_as):
     assert 'data-unavailable="action"' in page.get_data(as_text=True)
     assert set(data["unavailable"]) == {"action"}
     assert [e["kind"] for e in data["events"]] == ["alert"]
+
+
+def test_the_draft_keeps_each_row_on_one_line_and_quotes_no_markup():
+    at = datetime(2026, 12, 3, 3, 12, tzinfo=UTC)
+    tl = timeline.Timeline(since=at - timedelta(minutes=30), until=at + timedelta(minutes=5), database="east", events=[
+        timeline.Event(at, "action", {"id": 7, "actor": "alice", "action": "pause", "target": "queue:mail",
+                                      "selection": {"queue": "mail"}, "reason": "relay | down\n<script>x</script>",
+                                      "rows": 1, "outcome": "ok"}, "/audit?before=8")])
+    text = timeline.markdown(tl, base_url="https://console.example")
+    [row] = [line for line in text.splitlines() if line.startswith("| 2026")]
+    assert row == ("| 2026-12-03 03:12:00 | Operator action | alice: pause on queue:mail [queue mail] (1 row) — why: "
+                   "relay \\| down &lt;script&gt;x&lt;/script&gt; | [open](https://console.example/audit?before=8) |")
+    assert "<script>" not in text
+    assert text.startswith("# Incident on east, 2026-12-03 02:42:00 UTC to 2026-12-03 03:17:00 UTC\n")
+    assert "- No alert fired in the window." in text

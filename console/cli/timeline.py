@@ -41,7 +41,7 @@ def timeline_cmd(obj, alert_id: int | None, since: str | None, until: str | None
     database = obj.database.name if (config.tables.get("databases") or obj.database_name) else "default"
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        now = conn.execute("SELECT now()").fetchone()[0]
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]  # one row, always
         alert, start, end = None, None, None
         if alert_id is not None:
             alert = ev.get_alert(conn, alert_id)

@@ -84,8 +84,8 @@ def timeline_for() -> timeline.Timeline:
     from console.web import state
 
     conn = get_conn()
-    now = conn.execute("SELECT now()").fetchone()[0]
-    raw_alert = _arg("alert")
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]  # one row, always
+    raw_alert, raw_from, raw_to = _arg("alert"), _arg("from"), _arg("to")
     alert = None
     since = until = None
     if raw_alert is not None:
@@ -95,10 +95,10 @@ def timeline_for() -> timeline.Timeline:
         if alert is None:
             abort(404, f"alert {raw_alert} does not exist")
         since, until = timeline.alert_window(alert, now)
-    if _arg("from"):
-        since = parse_time(_arg("from"), "from", now=now)
-    if _arg("to"):
-        until = parse_time(_arg("to"), "to", now=now)
+    if raw_from:
+        since = parse_time(raw_from, "from", now=now)
+    if raw_to:
+        until = parse_time(raw_to, "to", now=now)
     try:
         since, until = timeline.window(since, until, now)
     except timeline.WindowError as exc:
