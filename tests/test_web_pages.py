@@ -163,6 +163,9 @@ ROUTES = [
     ("POST", "/jobs/{job_id}/edit-replay/apply", "admin", 303),
     ("POST", "/api/v1/jobs/{job_id}/edit-replay/preview", "admin", 200),
     ("POST", "/api/v1/jobs/{job_id}/edit-replay/apply", "admin", 200),
+    ("GET", "/timeline", "viewer", 200),
+    ("GET", "/timeline.md", "viewer", 200),
+    ("GET", "/api/v1/timeline", "viewer", 200),
 ]
 
 
@@ -205,7 +208,7 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"
