@@ -377,6 +377,13 @@ def test_demo_handlers_retry_transient_failures_and_dead_letter_permanent_ones(d
     groups = conn.execute(
         "SELECT count(DISTINCT error_fingerprint) FROM skiplock.jobs WHERE status = 'failed'").fetchone()[0]
     assert groups == 3
+    # The handlers that fail log what they tried: each dead letter's page shows it per attempt.
+    logged = {i: [(e["attempt"], [r["message"] for r in e["records"]]) for e in entries or []] for i, entries in
+              conn.execute("SELECT id, attempt_logs FROM skiplock.jobs WHERE id = ANY(%s)", (ids,))}
+    assert logged[ids[0]] == [(1, ["charging order 1, card ending 0002", "the issuer declined order 1: not retried"])]
+    assert [a for a, _ in logged[ids[3]]] == [1, 2, 3] and all(
+        m == [f"POST https://hooks.partner-c.example/v2/notify (attempt {a})"] for a, m in logged[ids[3]])
+    assert logged[ids[5]] == [(1, ["building report refunds"]), (2, ["building report refunds"])]
 
 
 def test_seed_history_fills_hours_of_catalogued_samples_that_end_at_todays_dead_letters(conn):

@@ -14,11 +14,18 @@ Each handler sleeps for `payload["ms"]` milliseconds to stand for I/O: no CPU is
 on the job's cancel event rather than sleeping blind, so the console's "Request cancel" stops a
 long one at the worker's next heartbeat: the handler raises `console.Cancelled` and the job
 becomes a dead letter with error class Cancelled (replayable), as a real handler should.
+
+The handlers that can fail log what they try, as an application would, so a dead letter's page
+shows the records of each attempt (per-attempt logs, docs/queue.md).
 """
 
 from __future__ import annotations
 
+import logging
+
 import console
+
+log = logging.getLogger("shop")
 
 
 class CardDeclined(console.DoNotRetry):
@@ -43,8 +50,10 @@ def _work(job) -> None:
 
 @console.task("billing.charge_card")
 def charge_card(job):
+    log.info("charging order %s, card ending %s", job.payload.get("order"), job.payload.get("card_last4"))
     _work(job)
     if job.payload.get("card_last4") == "0002":
+        log.warning("the issuer declined order %s: not retried", job.payload.get("order"))
         raise CardDeclined(f"card ending 0002 declined for order {job.payload.get('order')}")
 
 
@@ -57,8 +66,9 @@ def send_receipt(job):
 
 @console.task("webhooks.deliver")
 def deliver_webhook(job):
-    _work(job)
     endpoint = str(job.payload.get("endpoint", ""))
+    log.info("POST %s (attempt %d)", endpoint, job.attempt)
+    _work(job)
     if "partner-c" in endpoint:
         raise ConnectionRefusedError(f"connection refused by {endpoint.split('/')[2]}:443")
     if "partner-b" in endpoint and job.attempt == 1:
@@ -67,6 +77,7 @@ def deliver_webhook(job):
 
 @console.task("reports.build")
 def build_report(job):
+    log.info("building report %s", job.payload.get("report", "?"))
     _work(job)
     customer = job.payload["customer_id"]  # malformed requests lack it: a KeyError, every attempt
     return customer
