@@ -156,6 +156,9 @@ ROUTES = [
     ("POST", "/admin/users", "admin", 302),
     ("POST", "/admin/users/{name}/{action}", "admin", 302),
     ("POST", "/admin/tokens/{token_id}/revoke", "admin", 302),
+    # a pid no backend has: the admin passes the role check and is told it has ended (404)
+    ("POST", "/health/backends/{pid}/end", "admin", 404),
+    ("POST", "/api/v1/health/backends/{pid}/end", "admin", 404),
 ]
 
 
@@ -166,7 +169,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
         client = client_as(persona)
         token_id = conn.execute("INSERT INTO skiplock.api_tokens (user_name, token_sha256) VALUES ('viewer', md5(random()::text)) RETURNING id").fetchone()[0] if persona else 1
         action = "enable" if "/admin/" in rule else "run_now"
-        url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id)
+        url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id,
+                          pid=2**31 - 2)
         data = {"reason": "persona matrix"}  # the actions that need one (console.actions) get one
         if rule == "/admin/users":
             data.update(name="newbie", role="viewer", password="long-enough-pw")
@@ -174,6 +178,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(kind="send_mail")
         if rule.endswith("/limits"):
             data.update(concurrency="2")
+        if "/backends/" in rule:
+            data.update(mode="cancel", backend_start="2026-12-03T09:00:00+00:00")
         body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
         response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=None if body else data, json=body)
         response.get_data()  # consume streamed exports
@@ -195,7 +201,7 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "health")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"
