@@ -286,7 +286,7 @@ def end_backend(conn: psycopg.Connection, pid: int, backend_start: datetime, mod
     selection = {"pid": pid, "backend_start": backend_start.isoformat(), "application_name": found["application_name"],
                  "usename": found["usename"], "state": found["state"]}
     detail = {"query": found["query"], "message": message, "ended": after is None,
-              "price": _jsonable(cost)}
+              "price": jsonable(cost)}
     with conn.transaction():
         audit_id = audit.record(conn, actor=actor, action=action, target=f"pid {pid}", selection=selection,
                                 reason=reason, rows=1 if signalled else 0, outcome="ok" if signalled else "error",
@@ -325,11 +325,12 @@ def _outcome(pid: int, mode: str, signalled: bool, after: dict[str, Any] | None)
     return f"pid {pid}'s query was cancelled; it is {after['state']} and holds back nothing now"
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """`value` with its datetimes as ISO 8601 in UTC (for the audit log's detail and --json)."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
     if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: jsonable(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value

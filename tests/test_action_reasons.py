@@ -369,12 +369,15 @@ SCENARIOS: dict[str, Scenario] = {
         "api": lambda c: Call(web=post("/api/v1/deadletters/operations/{op}/resume"), rows=2),
     }),
     "backend_cancel": Scenario(a_holder(True), HOLDERS, {
+        "cli": lambda c: Call(cli=["backends", "cancel", str(c["pid"]), "--backend-start", c["backend_start"]], rows=1),
         "ui": lambda c: Call(web=post("/health/backends/{pid}/end", mode="cancel", backend_start=lambda x: x["backend_start"]),
                              rows=1),
         "api": lambda c: Call(web=post_json("/api/v1/health/backends/{pid}/end", mode="cancel",
                                             backend_start=c["backend_start"]), rows=1),
     }),
     "backend_terminate": Scenario(a_holder(False), HOLDERS, {
+        "cli": lambda c: Call(cli=["backends", "terminate", str(c["pid"]), "--backend-start", c["backend_start"]],
+                              rows=1),
         "ui": lambda c: Call(web=post("/health/backends/{pid}/end", mode="terminate",
                                       backend_start=lambda x: x["backend_start"]), rows=1),
         "api": lambda c: Call(web=post_json("/api/v1/health/backends/{pid}/end", mode="terminate",

@@ -344,3 +344,30 @@ def test_refusal_names_why():
     assert "own session" in holders.refusal({**base, "is_me": True})
     assert "walsender" in holders.refusal({**base, "backend_type": "walsender"})
     assert "autovacuum worker" in holders.refusal({**base, "backend_type": "autovacuum worker"})
+
+
+def test_the_cli_shows_the_price_and_ends_the_backend_bound_to_its_start(dsn, conn):
+    from click.testing import CliRunner
+
+    from console.cli import main
+
+    runner = CliRunner()
+    with snapshot_holder(dsn, "cli-holder") as holder:
+        pid = holder.info.backend_pid
+        started, _ = identity(conn, pid)
+        shown = runner.invoke(main, ["--dsn", dsn, "backends", "show", str(pid)])
+        assert shown.exit_code == 0, shown.output
+        assert f"--backend-start {started.isoformat()}" in shown.output and "held for" in shown.output
+        other = (started - timedelta(seconds=1)).isoformat()
+        refused = runner.invoke(main, ["--dsn", dsn, "backends", "terminate", str(pid), "--backend-start", other,
+                                       "--reason", REASON])
+        assert refused.exit_code == 1 and "now another backend" in refused.output and alive(conn, pid)
+        bad = runner.invoke(main, ["--dsn", dsn, "backends", "terminate", str(pid), "--backend-start", "soon",
+                                   "--reason", REASON])
+        assert bad.exit_code == 2 and "backend_start" in bad.output
+        done = runner.invoke(main, ["--dsn", dsn, "backends", "terminate", str(pid), "--backend-start",
+                                    started.isoformat(), "--reason", REASON])
+        assert done.exit_code == 0 and f"pid {pid} terminated" in done.output, done.output
+        assert not alive(conn, pid)
+    [row] = audited(conn, "backend_terminate")
+    assert row[0].startswith("cli:") and row[2] == REASON
