@@ -19,7 +19,9 @@ import pytest
 from playwright.sync_api import expect
 
 from console import queue as q
+from console import samples
 from console.db import connect
+from console.samples import Sample
 from tests.collector_helpers import cycle, eventually, flush_stats
 from tests.oncall_data import horizon_rule
 
@@ -58,6 +60,15 @@ def test_the_admin_reads_the_price_types_a_reason_through_the_polls_and_terminat
         flush_stats(conn)
         conn.execute("SELECT 1")
         eventually(lambda: dead_in_jobs(dsn) >= before + 40)
+        # the workers' figures, as their collector stores them: 3 cycles before it started, 2 since
+        since = conn.execute("SELECT xact_start FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+        for offset, done, p95 in ((-200, 38.0, 0.004), (-100, 41.0, 0.004), (-5, 41.0, 0.005),
+                                  (0.1, 14.0, 0.029), (0.2, 10.0, 0.033)):
+            samples.store(conn, [
+                Sample("throughput", {"outcome": "completed"}, done, since + timedelta(seconds=offset)),
+                Sample("throughput", {"outcome": "failed"}, 0.0, since + timedelta(seconds=offset)),
+                Sample("claim_latency_seconds", {"queue": "all", "source": "workers", "quantile": "p95"}, p95,
+                       since + timedelta(seconds=offset))])
 
         page = page_as("admin")
         page.set_default_timeout(15_000)
@@ -65,9 +76,10 @@ def test_the_admin_reads_the_price_types_a_reason_through_the_polls_and_terminat
         page.goto(f"{live_server}/health")
         row = page.locator(f"#horizon-holders tr[data-holder='{pid}']")
         expect(row).to_contain_text("nightly-report")
-        price = row.locator(f"dl.price[data-price-pid='{pid}']")
+        price = page.locator(f"#horizon-holders dl.price[data-price-pid='{pid}']")
         expect(price.locator("[data-price=dead]")).to_contain_text("40")
-        expect(price.locator("[data-price=throughput]")).to_contain_text("not enough samples")
+        expect(price.locator("[data-price=throughput]")).to_contain_text("-70 %")  # 40 jobs/s before, 12 since
+        expect(price.locator("[data-price=claim]")).to_contain_text("+615 %")  # 4.3 ms before, 31 ms since
         if os.environ.get("SKIPLOCK_SCREENSHOTS"):
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.locator("#panel-holders").screenshot(path=str(SHOTS / "holder-price.png"))
