@@ -191,6 +191,18 @@ def test_terminate_ends_that_backend_and_is_audited(dsn, conn, client_as):
     assert detail["ended"] is True and detail["price"]["held_s"] >= 0.3
     listed = client_as("viewer").get("/api/v1/health").get_json()["holders"]["holders"]
     assert pid not in [h["pid"] for h in listed]
+    # the advisor names it among the operator's changes that explain a figure that moved
+    from psycopg.rows import dict_row
+
+    from console.advisor import causes
+
+    with conn.cursor(row_factory=dict_row) as cur:
+        now = conn.execute("SELECT now()").fetchone()[0]
+        [change] = [c for c in causes.operator_changes(cur, now - timedelta(minutes=5), now + timedelta(minutes=1))
+                    if c["action"] == "backend_terminate"]
+    cause = causes.change_cause(change)
+    assert f"ran 'backend_terminate' on pid {pid}" in cause.text and REASON in cause.text
+    assert "vacuum can remove the dead rows" in cause.fix
 
 
 def test_cancel_ends_the_running_query_of_a_snapshot_holder(dsn, conn, client_as):

@@ -184,6 +184,11 @@ _CHANGE_FIX = {
     "set limits": "a limit holds its queue's jobs back at the head of the claim index: raise or clear it if it is not meant",
     "clear limits": "the queue's held-back jobs are claimed at once: the figure should settle when that backlog is gone",
     "resume": "the queue's backlog is claimed at once: the figure should settle when it is gone",
+    "backend_cancel": ("a holder's or a blocker's query was cancelled: vacuum can remove the dead rows it held and "
+                       "waiting claims go through; the figure should settle once autovacuum has run"),
+    "backend_terminate": ("a holder's or a blocker's session was ended: vacuum can remove the dead rows it held and "
+                          "waiting claims go through (a worker's session: its leases expire to the reaper); the figure "
+                          "should settle once autovacuum has run"),
 }
 _BULK_FIX = ("a change of many rows leaves dead rows and WAL until vacuum catches up: see whether the figure settles "
              "once it has finished and vacuum has run; if it stays, it is the workload's")
