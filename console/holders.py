@@ -104,7 +104,7 @@ def dead_tuples(conn, since: datetime, now: datetime, *, lookback_s: float = LOO
     """Dead tuples added to each watched table between the sample just before `since` and the
     latest one: {total, tables: [{table, before, now, added, before_at, now_at}], note}."""
     before = _values_at(conn, "table_dead_tuples", since, lookback_s)
-    latest = _values_at(conn, "table_dead_tuples", now, max((now - since).total_seconds(), 0.0) + lookback_s)
+    latest = _values_at(conn, "table_dead_tuples", now, lookback_s)  # older than that: the collectors are down
     tables = []
     for table, then in sorted(before.items()):
         last = latest.get(table)
@@ -119,7 +119,8 @@ def dead_tuples(conn, since: datetime, now: datetime, *, lookback_s: float = LOO
             note = (f"not enough samples: no table_dead_tuples sample within {_span(lookback_s)} before it started "
                     "(is `skiplock scheduler` running, and for how long?)")
         else:
-            note = "not enough samples: no table_dead_tuples sample since it started"
+            note = (f"not enough samples: no table_dead_tuples sample since it started (within the last "
+                    f"{_span(lookback_s)})")
     return {"total": sum(t["added"] for t in tables) if tables else None, "tables": tables, "note": note}
 
 

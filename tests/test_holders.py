@@ -270,6 +270,7 @@ def test_the_consoles_own_and_replication_sessions_are_refused(dsn, conn, client
         assert response.status_code == 403 and "the console's own session" in response.get_json()["error"]
         assert alive(conn, pid)
         console.rollback()
+    eventually(lambda: not alive(conn, pid))  # closed: not listed below as the pool's
     # the console's pool connections (the request's own among them)
     own = conn.execute("SELECT pid, backend_start FROM pg_stat_activity WHERE application_name = 'skiplock-web'"
                        " AND datname = current_database()").fetchall()

@@ -37,7 +37,7 @@ def show_cmd(obj, pid: int, as_json: bool) -> None:
     since its transaction started."""
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        with time_limited(conn, holders.TIMEOUT_MS):
+        with time_limited(conn, obj.config.database.statement_timeout_ms):
             found = holders.backends(conn, [pid], own_pids=[conn.info.backend_pid]).get(pid)
             if found is None or not found["this_database"]:
                 raise click.ClickException(f"no backend with pid {pid} in database {conn.info.dbname!r}")
@@ -78,7 +78,8 @@ def _end(obj, mode: str, pid: int, backend_start: str, actor: str, reason: str |
         require_schema(conn)
         try:
             result = holders.end_backend(conn, pid, started, mode, actor=actor, reason=reason,
-                                         own_pids=[conn.info.backend_pid])
+                                         own_pids=[conn.info.backend_pid],
+                                         timeout_ms=obj.config.database.statement_timeout_ms)
         except REFUSED as exc:
             raise click.ClickException(str(exc)) from None
     click.echo(f"{result['message']} (audit entry {result['audit_id']})")

@@ -41,7 +41,7 @@ from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, obj, opt, panel
 from console.web.auth import requires
 from console.web.charts import format_value
-from console.web.database import get_conn, home_conn, run_panel
+from console.web.database import get_conn, home_conn, run_panel, timeout_ms
 from console.web.overview import Judge, Latest, default_judge, load_judge
 
 bp = Blueprint("health", __name__)
@@ -420,7 +420,7 @@ def _end(pid: int) -> dict[str, Any]:
     conn = get_conn()
     try:
         return holders_mod.end_backend(conn, pid, backend_start, mode, actor=actor(), reason=reason,
-                                       own_pids=_own_pids())
+                                       own_pids=_own_pids(), timeout_ms=timeout_ms())
     except (holders_mod.BackendRefused, holders_mod.BackendGone, holders_mod.BackendChanged) as exc:
         abort(exc.status, str(exc))
 
