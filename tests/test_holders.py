@@ -106,6 +106,7 @@ def test_the_dead_rows_behind_a_holder_are_the_updates_made_while_it_holds(dsn, 
         assert row["level"] != "good"
         assert row["price"]["dead_tuples"]["total"] == 90
         assert row["backend"]["backend_start"] == identity(conn, pid)[0].astimezone(UTC).isoformat()
+        assert 0.3 <= row["backend"]["idle_s"] <= row["price"]["held_s"]  # idle since its last statement
         html = client_as("viewer").get("/health").get_data(as_text=True)
         assert f'data-price-pid="{pid}"' in html and "<strong>90</strong> (jobs 90," in html
         assert "end-backend" not in html, "a viewer is offered the admin's form"

@@ -226,6 +226,8 @@ def _priced(conn, rows: list[dict[str, Any]]) -> None:
         if b is not None:
             r["backend"] = {"pid": b["pid"], "backend_start": b["backend_start"], "backend_type": b["backend_type"],
                             "state": b["state"], "xact_start": b["xact_start"], "state_change": b["state_change"],
+                            "idle_s": (now - b["state_change"]).total_seconds()
+                            if b["state_change"] and (b["state"] or "").startswith("idle in transaction") else None,
                             "refused": b["refused"]}
         since = r.get("since")
         estimated = bool(r.get("age_estimated"))
