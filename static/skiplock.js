@@ -40,7 +40,8 @@
   // A poll never swaps away what the operator is typing: while a field inside the polled element
   // has the focus, or holds text typed into it (a reason for an action, a filter), that
   // element's polls are skipped (marked data-poll-held) and resume once the field is left empty
-  // and unfocused, or once the form's own request has swapped the fragment.
+  // and unfocused, or once the form's own request has swapped the fragment. A poll already on
+  // its way when the typing began is answered but not swapped in (htmx:beforeSwap below).
   function typedIn(el) {
     var active = document.activeElement;
     if (active && active !== body && el.contains(active) && typing(active)) { return true; }
@@ -63,6 +64,15 @@
     }
     if (el) { el.removeAttribute("data-poll-held"); }
     e.detail.headers["X-Skiplock-Poll"] = "1";
+  });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var config = e.detail.requestConfig;
+    var trigger = config && config.triggeringEvent;
+    var el = e.detail.target;
+    if (trigger && trigger.type === "poll" && el && typedIn(el)) {
+      el.setAttribute("data-poll-held", "");
+      e.preventDefault();
+    }
   });
 
   // The tab title carries the state: the first [data-tab-state] on the page, if any.
