@@ -27,9 +27,11 @@ from console.queue import periodic
 from tests.alert_receiver import Receiver
 from tests.test_action_reasons import (
     DEST,
+    HOLDERS,
     JOBS,
     RULE,
     USERS,
+    a_holder,
     a_queue,
     cancelled_operation,
     carol,
@@ -155,6 +157,8 @@ FORMS: dict[str, Form] = {
                            "test_bullmq_pause_and_resume_forms_with_and_without_htmx"),
     "external.resume_queue": Form("/external/bq/queues/flaky/resume", covered_by="tests/test_external_actions_node.py::"
                                   "test_bullmq_pause_and_resume_forms_with_and_without_htmx"),
+    "health.end_backend": Form("/health/backends/{pid}/end", {"mode": "terminate", "backend_start": "{backend_start}",
+                                                              "reason": WHY}, a_holder(False), HOLDERS),
     "jobs.act": Form("/jobs/{id}/run_now", setup=later_job, probe="SELECT run_at > now() FROM skiplock.jobs"),
     "maintenance.run": Form("/maintenance/run/reap", probe="SELECT count(*) FROM skiplock.maintenance_runs"),
     "periodic.pause": Form("/periodic/nightly/pause", {"reason": WHY}, a_schedule(False), "SELECT paused FROM skiplock.periodic"),
