@@ -253,10 +253,12 @@ def end_backend(conn: psycopg.Connection, pid: int, backend_start: datetime, mod
     """Cancel or terminate backend `pid` if it is still the one started at `backend_start`
     (module docstring); audited. Returns {pid, backend_start, mode, signalled, ended, state,
     holds_horizon, message, audit_id, price}."""
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
     action, statement = MODES[mode]
     reason = require_reason(action, reason)
+    if not 0 < pid < 2**31:  # no backend has it (and int4 would overflow in the query)
+        raise BackendGone(f"no backend with pid {pid}")
     own = [int(p) for p in own_pids]
     with time_limited(conn, timeout_ms):
         found = backends(conn, [pid], own_pids=own).get(pid)

@@ -307,11 +307,14 @@ def test_roles_reason_and_bad_input(dsn, conn, client_as):
         for bad in ("yesterday", "", "2026-12-03T09:00:00", "x" * 100, "2026-13-45T99:00:00+00:00"):
             response = end(admin, pid, "terminate", bad)
             assert response.status_code == 400 and "backend_start" in response.get_json()["error"], bad
-        for mode in ("kill", "", None):
+        for mode in ("kill", "", None, ["terminate"], {"a": 1}):
             response = admin.post(f"/api/v1/health/backends/{pid}/end", json={"mode": mode, "backend_start": started.isoformat(),
                                                                             "reason": REASON}, headers={"X-CSRF-Token": CSRF})
             assert response.status_code == 400 and "mode" in response.get_json()["error"]
         assert admin.post("/api/v1/health/backends/abc/end", json={}, headers={"X-CSRF-Token": CSRF}).status_code == 404
+        huge = end(admin, 99_999_999_999, "terminate", started)  # past int4: no backend, not a 500
+        assert huge.status_code == 404
+        assert end(admin, pid, "terminate", started, reason=["why"]).status_code == 400
         assert admin.post(f"/api/v1/health/backends/{pid}/end", data="[1]", content_type="application/json",
                           headers={"X-CSRF-Token": CSRF}).status_code == 400
         # no CSRF token: refused for a signed-in browser

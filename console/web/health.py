@@ -415,7 +415,7 @@ def _end(pid: int) -> dict[str, Any]:
     404 gone, 409 the pid names another backend now."""
     body = _end_body()
     mode = body.get("mode")
-    if mode not in holders_mod.MODES:
+    if not isinstance(mode, str) or mode not in holders_mod.MODES:
         raise ValueError(f"mode: must be one of {', '.join(holders_mod.MODES)} (got {str(mode)[:20]!r})")
     backend_start = holders_mod.parse_backend_start(body.get("backend_start"))
     reason = reason_for(holders_mod.MODES[mode][0], body)
