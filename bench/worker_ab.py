@@ -13,9 +13,11 @@ pg_stat_statements mean. For decisions on a shared machine: pair the rounds, not
 
     .venv/bin/python bench/worker_ab.py 20000 4 bare=. before=PATH after=.
     .venv/bin/python bench/worker_ab.py 20000 3 after=. inline=.:inline   # noop_inline_tasks
+    .venv/bin/python bench/worker_ab.py 20000 3 before=PATH after=. logs-before=PATH:logging logs-after=.:logging
 
 A name starting with `bare` runs the bare loop (its tree is ignored); `:inline` after a tree
-registers the no-op inline. PROF=/tmp/p writes a cProfile (thread CPU time) of each Worker's
+registers the no-op inline; `:logging` a no-op that logs one INFO record per job
+(bench/noop_logging_tasks.py: the cost of per-attempt logs, docs/queue.md). PROF=/tmp/p writes a cProfile (thread CPU time) of each Worker's
 main thread to /tmp/p.<name>.<round>.
 """
 
@@ -62,7 +64,7 @@ if mode == "bare":
         cpu, wall = time.process_time() - c0, time.time() - t0
 else:
     from console.queue.worker import Worker
-    __import__("noop_inline_tasks" if mode == "inline" else "noop_tasks")
+    __import__({"inline": "noop_inline_tasks", "logging": "noop_logging_tasks"}.get(mode, "noop_tasks"))
     worker = Worker(dsn, concurrency=10, batch_size=10, poll_interval=0.2, flush_interval=1)
 
     def stopper():

@@ -59,6 +59,8 @@ ACTIONS: dict[str, Requirement] = {
                       "Puts many jobs back to work at once; the review needs to know what was fixed first."),
     "replay_one": _r("replay", False, "cli ui api", "Replay one dead letter (by its id)",
                      "One job, and its own error is the context; a retry at 3 a.m. stays one click."),
+    "edit_replay": _r("edit_replay", True, "cli ui api", "Fix and replay one dead letter (edit its payload, priority, queue or run-at)",
+                      "Changes what a job does before it runs again; the review needs to know why the data was wrong."),
     "run_now": _r("run_now", False, "ui api", "Run one pending job now",
                   "One job, moved earlier; nothing is lost."),
     "cancel_job": _r("cancel", False, "ui api", "Cancel one pending job",

@@ -6,6 +6,7 @@ scheduler alike. Rows are only ever inserted (the table refuses UPDATE and DELET
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any
 
@@ -74,3 +75,22 @@ def search(
             query("audit", "search"),
             {"actor": actor, "action": action, "since": since, "until": until, "before_id": before_id, "limit": limit},
         ).fetchall()
+
+
+def selection_text(selection: Any) -> str:
+    """A selection in words, one `name value` pair after another, strings as typed (no JSON
+    escapes): "fingerprint KeyError: <str> · queue mail", "ids 41, 42"."""
+    if not selection:
+        return ""
+    if not isinstance(selection, dict):
+        return json.dumps(selection, ensure_ascii=False)
+    parts = []
+    for key, value in selection.items():
+        if isinstance(value, list):
+            shown = ", ".join(str(v) for v in value[:10]) + (f" and {len(value) - 10} more" if len(value) > 10 else "")
+        elif isinstance(value, str):
+            shown = value
+        else:
+            shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
+        parts.append(f"{key.replace('_', ' ')} {shown}")
+    return " · ".join(parts)

@@ -111,6 +111,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "shutdown_grace", float, 30.0, "Seconds SIGTERM waits for in-flight jobs before releasing them.", non_negative),
     Setting("worker", "flush_interval", float, 5.0, "Seconds between writes of the worker's counters to its registry row.", positive),
     Setting("worker", "registry_grace", duration, timedelta(hours=1), "How long a worker's registry row is kept after it stopped or last sent a heartbeat (a killed worker never says it stopped), e.g. 1h; the scheduler's retention job deletes older rows in bounded batches.", positive_duration),
+    Setting("worker", "log_records", int, 100, "Most log records kept per attempt of a job (the `logging` records its handler emits, shown on the job page); past it the first and the last records are kept and the ones between counted as dropped. 0 captures nothing.", non_negative),
+    Setting("worker", "log_message_chars", int, 2000, "Characters kept of one captured log message (and of its traceback); the rest is cut, saying how much.", positive),
+    Setting("worker", "log_attempt_chars", int, 20000, "Characters of captured log records kept per attempt, all records together; records past it are dropped and counted.", positive),
     Setting("worker", "vacuum_interval", float, 10.0, "Seconds between the workers' own VACUUMs of skiplock.jobs (one worker at a time, only while jobs are claimed); 0 leaves it to autovacuum.", non_negative),
     # [scheduler]
     Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),

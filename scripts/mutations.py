@@ -342,7 +342,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("console/web/auth.py", "            if user.read_only:\n", "            if False:\n"),)),
     # --- signals (issue 25): each breaks one definition; a named scenario goes red ----------------
     Mutation("signal-dead-letter-one-interval", "dead letters per hour from two samples one interval apart (as before)",
-             "tests/test_scenarios_queue.py::test_a_dead_letter_stream",
+             "tests/test_scenarios_failures.py::test_a_dead_letter_stream",
              (("console/collectors/queue.py",
                '            Sample("dead_letter_growth", q, per_hour.get(name, 0.0)),\n',
                '            Sample("dead_letter_growth", q, (dead - ctx.previous.get("dead_letters", {}).get(name, 0.0))'
@@ -360,7 +360,7 @@ MUTATIONS: tuple[Mutation, ...] = (
              (("console/signals.py", "    if last_busy is not None and now - last_busy < window:\n        return False, None\n",
                ""),)),
     Mutation("signal-retry-rate-one-interval", "the retry rate over the last interval only",
-             "tests/test_scenarios_queue.py::test_a_retry_storm",
+             "tests/test_scenarios_failures.py::test_a_retry_storm",
              (("console/collectors/workers.py", '    out.append(Sample("retry_rate", {}, retry_rate(recent)))\n',
                '    out.append(Sample("retry_rate", {}, retry_rate(recent[-1:]) if int(ctx.now.timestamp()) % 2 else 0.0))\n'),)),
     Mutation("signal-reaper-charges-nobody", "the reaper does not charge the worker whose job it rescued",

@@ -411,7 +411,7 @@ WHERE d.id IN (
 -- name: prune_events
 -- Retention, one bounded batch: alert history older than the cutoff, except events of alerts
 -- that are not ok now (a live alert keeps its story) and events a notification still points to
--- (the outbox is pruned on its own schedule; migration 019 indexes alert_outbox.event_id).
+-- (the outbox is pruned on its own schedule; migration 013 indexes alert_outbox.event_id).
 DELETE FROM skiplock.alert_events AS e
 WHERE e.id IN (
     SELECT x.id

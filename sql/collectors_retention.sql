@@ -108,6 +108,20 @@ WHERE w.id = ANY(ARRAY(
     LIMIT %(batch)s
 ));
 
+-- name: delete_scheduler_nodes_batch
+-- Rows of scheduler processes gone longer than raw samples are kept: one row is added per
+-- process start, so without this a scheduler restarted by its supervisor grows the table for
+-- ever. Within the window they still count restarts (collectors/restarts.py) and mark them on
+-- the timeline; a live node's last_seen is seconds old, so it is never a candidate.
+DELETE FROM skiplock.scheduler_nodes AS n
+WHERE n.id = ANY(ARRAY(
+    SELECT o.id
+    FROM skiplock.scheduler_nodes AS o
+    WHERE o.last_seen < %(cutoff)s
+    ORDER BY o.last_seen
+    LIMIT %(batch)s
+));
+
 -- name: delete_error_groups_batch
 -- Error groups (skiplock.error_groups) not seen since %(cutoff)s and not ignored, oldest first:
 -- one that fails again after that is new again.

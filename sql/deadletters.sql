@@ -67,6 +67,18 @@ WHERE
 ORDER BY j.finished_at DESC, j.id DESC
 LIMIT %(limit)s;
 
+-- name: last_attempt_logs
+-- The last attempt's log records of one dead letter (the sample a group's page shows, issue 33
+-- "per-attempt logs"): one primary-key probe, and only this job's attempt_logs is read.
+SELECT
+    j.id,
+    j.attempts,
+    j.attempt_logs -> -1 AS entry
+FROM skiplock.jobs AS j
+WHERE j.id = %(id)s
+  AND j.status = 'failed'
+ORDER BY j.id;
+
 -- name: groups
 -- Error groups: dead letters by fingerprint, largest first. The aggregate is an index-only scan
 -- of jobs_failed_groups_idx (error_fingerprint, finished_at) INCLUDE (queue, kind) in group
@@ -231,12 +243,12 @@ archived AS (
     INSERT INTO skiplock.jobs_archive (
         id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
         idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
-        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, purged, purged_at, purged_by
+        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, purged, purged_at, purged_by
     )
     SELECT
         r.id, r.queue, r.kind, r.payload, r.status, r.priority, r.run_at, r.attempts, r.max_attempts,
         r.idempotency_key, r.locked_by, r.locked_at, r.lease_until, r.last_error, r.errors,
-        r.error_fingerprint, r.created_at, r.finished_at, r.cancel_requested_at, r.headers, true, now(), %(actor)s::text
+        r.error_fingerprint, r.created_at, r.finished_at, r.cancel_requested_at, r.headers, r.attempt_logs, true, now(), %(actor)s::text
     FROM removed AS r
     WHERE %(to_archive)s::boolean
     RETURNING 1

@@ -271,6 +271,25 @@ WHERE j.id = d.id
   AND j.status = 'running'
 RETURNING j.id;
 
+-- name: complete_logged
+-- Complete jobs whose attempt logged records, with those records, fenced like complete_many.
+-- Only these jobs pay for it: the others complete through complete_and_claim / complete_many,
+-- unchanged. %(done)s is one JSON array of {id, attempt, entry} (one value to send, not three
+-- arrays of which one is jsonb[]: each jsonb element would be adapted on its own).
+UPDATE skiplock.jobs AS j
+SET status = 'completed',
+    finished_at = now(),
+    lease_until = NULL,
+    attempt_logs = CASE WHEN jsonb_array_length(coalesce(j.attempt_logs, '[]')) >= %(history)s
+                        THEN (j.attempt_logs - 0) || jsonb_build_array(d.entry)
+                        ELSE coalesce(j.attempt_logs, '[]') || jsonb_build_array(d.entry) END
+FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, attempt integer, entry jsonb)
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = %(worker)s
+  AND j.status = 'running'
+RETURNING j.id;
+
 -- name: fail
 -- Record a failed attempt, fenced like completion. Retry with backoff while attempts remain
 -- (and the error allows it); otherwise the job becomes a dead letter ('failed').
@@ -285,7 +304,13 @@ SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' 
     error_fingerprint = %(fingerprint)s,
     errors = CASE WHEN jsonb_array_length(j.errors) >= %(history)s
                   THEN (j.errors - 0) || jsonb_build_array(%(entry)s::jsonb)
-                  ELSE j.errors || jsonb_build_array(%(entry)s::jsonb) END
+                  ELSE j.errors || jsonb_build_array(%(entry)s::jsonb) END,
+    -- The attempt's log records (console/queue/joblogs.py), NULL when it logged nothing: the
+    -- same bounded history as `errors`.
+    attempt_logs = CASE WHEN %(logs)s::jsonb IS NULL THEN j.attempt_logs
+                        WHEN jsonb_array_length(coalesce(j.attempt_logs, '[]')) >= %(history)s
+                        THEN (j.attempt_logs - 0) || jsonb_build_array(%(logs)s::jsonb)
+                        ELSE coalesce(j.attempt_logs, '[]') || jsonb_build_array(%(logs)s::jsonb) END
 WHERE j.id = %(id)s
   AND j.attempts = %(attempt)s
   AND j.locked_by = %(worker)s

@@ -226,5 +226,15 @@ def subprocess_env(dsn) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def workers(subprocess_env):
+    """Real worker processes (tests/workers.py) for the test's database, all stopped at its end."""
+    from tests.workers import WorkerProcs
+
+    procs = WorkerProcs(subprocess_env)
+    yield procs
+    procs.stop_all()
+
+
 # The web console's fixtures (app, personas, signed-in clients, live server, Chromium args).
 from tests.web_fixtures import *  # noqa: E402,F401,F403

@@ -46,6 +46,7 @@ from console.alerts.model import format_duration
 from console.config import load_config
 from tests.alert_receiver import Receiver
 from tests.web_fixtures import CSRF
+from tests.workers import wait_for
 
 INTERVAL = 1.0      # seconds between collection cycles (the scheduler's collect_interval)
 RATE_WINDOW = 20.0  # [scheduler] rate_window of every scenario
@@ -84,11 +85,11 @@ COVERED: dict[str, tuple[str, ...]] = {
                   "test_scenarios_queue.py::test_a_limited_queue_at_its_limit",
                   "test_scenarios_external.py::test_an_external_queue_nobody_consumes"),
     "stuck_leases": ("test_scenarios_queue.py::test_stuck_leases_after_a_kill_9",),
-    "dead_letter_growth": ("test_scenarios_queue.py::test_a_dead_letter_stream",
-                           "test_scenarios_queue.py::test_a_poison_kind",
+    "dead_letter_growth": ("test_scenarios_failures.py::test_a_dead_letter_stream",
+                           "test_scenarios_failures.py::test_a_poison_kind",
                            "test_scenarios_external.py::test_dead_letter_growth_of_an_external_queue"),
-    "new_error_group": ("test_scenarios_queue.py::test_new_and_regressed_error_groups",),
-    "retry_rate": ("test_scenarios_queue.py::test_a_retry_storm",),
+    "new_error_group": ("test_scenarios_failures.py::test_new_and_regressed_error_groups",),
+    "retry_rate": ("test_scenarios_failures.py::test_a_retry_storm",),
     "claim_latency_p95": ("test_scenarios_database.py::test_claims_wait_on_a_table_lock",),
     "workers_zero": ("test_scenarios_queue.py::test_the_worker_fleet_gone",),
     "periodic_late": ("test_scenarios_queue.py::test_a_periodic_job_that_keeps_failing",),
@@ -107,7 +108,7 @@ COVERED: dict[str, tuple[str, ...]] = {
 # The converse: conditions that must fire nothing and read healthy.
 QUIET = ("test_scenarios_queue.py::test_healthy_busy_traffic_fires_nothing",
          "test_scenarios_queue.py::test_a_slow_but_steady_queue_fires_nothing",
-         "test_scenarios_queue.py::test_a_known_error_group_failing_now_and_then_fires_nothing",
+         "test_scenarios_failures.py::test_a_known_error_group_failing_now_and_then_fires_nothing",
          "test_scenarios_database.py::test_a_long_transaction_that_holds_no_horizon_fires_nothing")
 
 # Time to fire measured by this run: rule -> [(scenario, seconds after the condition held,
@@ -405,3 +406,14 @@ def scenario_console(dsn: str, tmp_path: Path, *, name: str, overrides: Mapping[
         finally:
             scheduler.close()
             app.extensions["skiplock"].close()
+
+
+def live_workers(conn, n: int = 1) -> None:
+    """Wait until `n` workers have reported within the last 2 s (the scenario's traffic is running)."""
+    wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.workers WHERE last_seen > now() - interval '2 seconds' "
+                                  "AND stopped_at IS NULL").fetchone()[0] >= n, timeout=30, what=f"{n} live worker(s)")
+
+
+def shows_all(ids: list[int]):
+    """An `offender` check: the page names every one of these jobs."""
+    return lambda html: all(f">{i}<" in html for i in ids)

@@ -117,6 +117,14 @@ def dead(n: int):
     return setup
 
 
+def fixable(conn):
+    """A dead letter and the version a preview of its edit gives (fix and replay)."""
+    from console.maintenance import edit_replay
+
+    ctx = dead(1)(conn)
+    return {**ctx, "version": edit_replay.read_job(conn, ctx["id"])["version"]}
+
+
 def later_job(conn):
     return {"id": q.enqueue(conn, "report", {}, queue="mail", run_at=datetime.now(UTC) + timedelta(hours=1))}
 
@@ -255,6 +263,13 @@ SCENARIOS: dict[str, Scenario] = {
         "cli": lambda c: Call(cli=["replay", "--id", str(c["id"])], rows=1),
         "ui": lambda c: Call(web=post("/deadletters/jobs/{id}/replay"), ok=303, rows=1),
         "api": lambda c: Call(web=post("/api/v1/jobs/{id}/replay"), rows=1),
+    }),
+    "edit_replay": Scenario(fixable, "SELECT status, priority, count(*) FROM skiplock.jobs GROUP BY 1, 2 ORDER BY 1, 2", {
+        "cli": lambda c: Call(cli=["replay", "--id", str(c["id"]), "--set-priority", "7", "--yes"], rows=1),
+        "ui": lambda c: Call(web=post("/jobs/{id}/edit-replay/apply", priority="7", version=lambda x: x["version"]),
+                             ok=303, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/jobs/{id}/edit-replay/apply", priority="7",
+                                       version=lambda x: x["version"]), rows=1),
     }),
     "run_now": Scenario(later_job, "SELECT run_at > now() FROM skiplock.jobs", {
         "ui": lambda c: Call(web=post("/jobs/{id}/run_now"), ok=302, rows=1),

@@ -66,7 +66,9 @@ def fill_every_column(conn, job_id: int) -> None:
             last_error = coalesce(last_error, 'RuntimeError: filled'),
             error_fingerprint = coalesce(error_fingerprint, 'RuntimeError: filled'),
             cancel_requested_at = coalesce(cancel_requested_at, now() - interval '90 seconds'),
-            headers = coalesce(headers, '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')
+            headers = coalesce(headers, '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'),
+            attempt_logs = coalesce(attempt_logs, '[{"attempt": 1, "worker": "w-fill", "outcome": "failed", "dropped": 0,
+                                                     "records": [{"level": "INFO", "logger": "app", "message": "filled"}]}]')
         WHERE id = %s
         """,
         (job_id,),

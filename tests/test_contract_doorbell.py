@@ -15,19 +15,12 @@ import pytest
 
 from console import queue as q
 from console.queue.limits import LIMITS_CHANNEL
-from tests.workers import WorkerProcs, wait_for
+from tests.workers import wait_for
 
 pytestmark = pytest.mark.slow
 
 SLOW_POLL = {"SKIPLOCK_WORKER_POLL_INTERVAL": "30", "SKIPLOCK_WORKER_VACUUM_INTERVAL": "0"}
 PICKUP_LIMIT = 3.0  # seconds; NOTIFY takes milliseconds, a poll would take up to 30 s
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    procs = WorkerProcs(subprocess_env)
-    yield procs
-    procs.stop_all()
 
 
 def status(conn, job_id) -> str:

@@ -20,7 +20,7 @@ from psycopg import sql
 from console import queue as q
 from console.db import connect
 from console.queue import limits
-from tests.workers import EXECUTIONS_TABLE, WorkerProcs, wait_for
+from tests.workers import EXECUTIONS_TABLE, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,13 +41,6 @@ def db(conn):
     conn.execute(EXECUTIONS_TABLE)
     conn.execute(SPANS_TABLE)
     return conn
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    procs = WorkerProcs(subprocess_env)
-    yield procs
-    procs.stop_all()
 
 
 class Sampler(threading.Thread):

@@ -175,6 +175,20 @@ def test_retention_rolls_up_then_deletes_in_bounded_batches(conn):
     assert (old.replace(minute=0), 11.5) in [(p["at"], p["value"]) for p in points]
 
 
+def test_retention_prunes_rows_of_scheduler_processes_gone_longer_than_raw_samples_are_kept(conn):
+    conn.execute("""INSERT INTO skiplock.scheduler_nodes (id, host, pid, started_at, last_seen, stopped_at) VALUES
+        ('crashed-long-ago', 'h', 1, now() - interval '60 hours', now() - interval '50 hours', NULL),
+        ('stopped-long-ago', 'h', 2, now() - interval '60 hours', now() - interval '49 hours', now() - interval '49 hours'),
+        ('crashed-lately', 'h', 3, now() - interval '10 hours', now() - interval '1 hour', NULL),
+        ('live', 'h', 4, now() - interval '70 hours', now(), NULL)""")
+    result = retention.run(conn, retention.RetentionSettings(batch_size=1, max_batches=1))
+    assert result.deleted["scheduler_nodes"] == 1  # one bounded batch, the oldest first
+    assert "crashed-long-ago" not in {r[0] for r in conn.execute("SELECT id FROM skiplock.scheduler_nodes")}
+    retention.run(conn, retention.RetentionSettings(batch_size=1))
+    left = {r[0] for r in conn.execute("SELECT id FROM skiplock.scheduler_nodes")}
+    assert left == {"crashed-lately", "live"}  # a live node started 70 h ago stays
+
+
 def _leader(conn):
     row = conn.execute("SELECT id, pid, leader_since FROM skiplock.scheduler_nodes WHERE is_leader AND stopped_at IS NULL").fetchone()
     return row

@@ -109,6 +109,14 @@ EXTERNAL_FAILED = "SELECT count(*) FROM pgqueuer WHERE status = 'failed'"
 EXTERNAL_OPS = "SELECT state FROM skiplock.external_operations"
 
 
+def a_dead_letter(conn):
+    """A failed job and the version a preview of its edit gives (console.maintenance.edit_replay)."""
+    from console.maintenance import edit_replay
+
+    ctx = dead(1)(conn)
+    return {**ctx, "version": edit_replay.read_job(conn, ctx["id"])["version"]}
+
+
 def receiving_destination(conn):
     """A destination that is a real local receiver (the test starts it)."""
     return {"receiver": True}
@@ -159,6 +167,10 @@ FORMS: dict[str, Form] = {
                                   "test_bullmq_pause_and_resume_forms_with_and_without_htmx"),
     "health.end_backend": Form("/health/backends/{pid}/end", {"mode": "terminate", "backend_start": "{backend_start}",
                                                               "reason": WHY}, a_holder(False), HOLDERS),
+    "editreplay.preview": Form("/jobs/{id}/edit-replay/preview", {"priority": "7"}, a_dead_letter,
+                               changes_nothing='id="edit-replay-confirm"'),
+    "editreplay.apply": Form("/jobs/{id}/edit-replay/apply", {"priority": "7", "version": "{version}", "reason": WHY},
+                             a_dead_letter, JOBS),
     "jobs.act": Form("/jobs/{id}/run_now", setup=later_job, probe="SELECT run_at > now() FROM skiplock.jobs"),
     "maintenance.run": Form("/maintenance/run/reap", probe="SELECT count(*) FROM skiplock.maintenance_runs"),
     "periodic.pause": Form("/periodic/nightly/pause", {"reason": WHY}, a_schedule(False), "SELECT paused FROM skiplock.periodic"),

@@ -9,6 +9,7 @@ import pytest
 
 from console import queue as q
 from console.browse import Drain, drain_estimate
+from console.maintenance import edit_replay
 from console.samples import Sample, store
 from console.users import has_role
 from tests.web_fixtures import CSRF
@@ -159,6 +160,15 @@ ROUTES = [
     # a pid no backend has: the admin passes the role check and is told it has ended (404)
     ("POST", "/health/backends/{pid}/end", "admin", 404),
     ("POST", "/api/v1/health/backends/{pid}/end", "admin", 404),
+    # Fix and replay (a failed job): admins only, on every route (tests/test_edit_replay.py: per field).
+    ("GET", "/jobs/{job_id}/edit-replay", "admin", 200),
+    ("POST", "/jobs/{job_id}/edit-replay/preview", "admin", 200),
+    ("POST", "/jobs/{job_id}/edit-replay/apply", "admin", 303),
+    ("POST", "/api/v1/jobs/{job_id}/edit-replay/preview", "admin", 200),
+    ("POST", "/api/v1/jobs/{job_id}/edit-replay/apply", "admin", 200),
+    ("GET", "/timeline", "viewer", 200),
+    ("GET", "/timeline.md", "viewer", 200),
+    ("GET", "/api/v1/timeline", "viewer", 200),
 ]
 
 
@@ -180,6 +190,9 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(concurrency="2")
         if "/backends/" in rule:
             data.update(mode="cancel", backend_start="2026-12-03T09:00:00+00:00")
+        if "/edit-replay" in rule:  # a dead letter, and the version its preview would give
+            conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now() WHERE id = %s", (job,))
+            data.update(priority="7", version=edit_replay.read_job(conn, job)["version"])
         body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
         response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=None if body else data, json=body)
         response.get_data()  # consume streamed exports
@@ -201,7 +214,7 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "health")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline", "health")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"

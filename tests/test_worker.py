@@ -15,7 +15,7 @@ import pytest
 
 from console import queue as q
 from console.db import connect
-from tests.workers import EXECUTIONS_TABLE, WorkerProcs, cli, scalar, wait_for
+from tests.workers import EXECUTIONS_TABLE, cli, scalar, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -24,13 +24,6 @@ pytestmark = pytest.mark.slow
 def db(conn):
     conn.execute(EXECUTIONS_TABLE)
     return conn
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    procs = WorkerProcs(subprocess_env)
-    yield procs
-    procs.stop_all()
 
 
 def count_status(conn, status: str) -> int:

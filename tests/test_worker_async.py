@@ -15,7 +15,7 @@ import pytest
 
 from console import queue as q
 from tests.async_runs import RUNS_TABLE
-from tests.workers import WorkerProcs, wait_for
+from tests.workers import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -27,13 +27,6 @@ MIXED = "tests.sample_tasks,tests.sample_async_tasks"
 def db(conn):
     conn.execute(RUNS_TABLE)
     return conn
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    procs = WorkerProcs(subprocess_env)
-    yield procs
-    procs.stop_all()
 
 
 def status_of(db, job_id: int) -> str:

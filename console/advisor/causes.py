@@ -44,9 +44,9 @@ CHANGES_LIMIT = 20
 # or a lock blocker (vacuum catches up, waiting claims go through, a worker's session may die). Every action the code
 # records is in one of these two lists (tests/test_advisor_causes.py reads the code for them),
 # so a new action has to be placed.
-LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "purge", "cancel", "resume_operation",
-                "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume", "periodic_run_now",
-                "backend_cancel", "backend_terminate")
+LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "edit_replay", "purge", "cancel",
+                "resume_operation", "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume",
+                "periodic_run_now", "backend_cancel", "backend_terminate")
 NO_LOAD_CHANGES = ("login", "user_add", "user_update", "user_disable", "user_enable", "sessions_revoke",
                    "token_create", "token_revoke", "alert_acknowledge", "alert_silence", "alert_unsilence",
                    "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete",
@@ -189,6 +189,8 @@ _CHANGE_FIX = {
     "backend_terminate": ("a holder's or a blocker's session was ended: vacuum can remove the dead rows it held and "
                           "waiting claims go through (a worker's session: its leases expire to the reaper); the figure "
                           "should settle once autovacuum has run"),
+    "edit_replay": ("a dead letter was edited and replayed (perhaps into another queue or at another priority): "
+                    "see whether it failed again, and whether its new queue keeps up"),
 }
 _BULK_FIX = ("a change of many rows leaves dead rows and WAL until vacuum catches up: see whether the figure settles "
              "once it has finished and vacuum has run; if it stays, it is the workload's")

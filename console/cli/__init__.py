@@ -18,6 +18,7 @@ import click
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
 # groups: groups list|ignore|unignore · periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
 # queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
+# timeline: timeline [--alert N] [--markdown|--json] ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
     advisor,
@@ -33,6 +34,7 @@ from console.cli import (  # noqa: F401
     queues,
     scheduler,
     settings,
+    timeline,
     users,
     web,
     why,

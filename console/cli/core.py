@@ -95,6 +95,10 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         vacuum_interval=cfg.worker.vacuum_interval,
         # Fingerprints hide what viewers may not see (the defaults and web.redact_keys).
         secret_keys=DEFAULT_KEYS | key_set(cfg.web.redact_keys),
+        # Per-attempt logs, redacted with the same keys before they are stored.
+        log_records=cfg.worker.log_records,
+        log_message_chars=cfg.worker.log_message_chars,
+        log_attempt_chars=cfg.worker.log_attempt_chars,
     )
     worker.install_signal_handlers()
     sys.exit(worker.run())

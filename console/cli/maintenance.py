@@ -36,8 +36,10 @@ from console.cli.common import (
 )
 from console.db import connect, require_schema
 from console.maintenance import bulk
+from console.maintenance import edit_replay as er
 from console.maintenance.archive import check_batching
 from console.maintenance.deadletters import group_hint
+from console.redaction import DEFAULT_KEYS, key_set
 
 
 def _settings(obj) -> m.MaintenanceSettings:
@@ -313,12 +315,81 @@ def _follow(conn, dsn: str, op_id: int, history: int, actor: str) -> None:
 @main_group.command("replay")
 @dsn_option
 @_selection_options
+@click.option("--set-payload", default=None, metavar="JSON",
+              help="Fix and replay one job (--id N): its new payload. [redacted] at a sensitive key keeps the stored value.")
+@click.option("--set-priority", default=None, metavar="P", help="Fix and replay one job: its new priority.")
+@click.option("--set-queue", default=None, metavar="Q", help="Fix and replay one job: its new queue (one that exists).")
+@click.option("--set-run-at", default=None, metavar="TS", help="Fix and replay one job: when it runs (ISO 8601; default now).")
+@click.option("--yes", is_flag=True, help="Fix and replay: apply after printing the diff, without asking.")
 @who_and_why()
 @friendly_errors
 @click.pass_obj
-def replay_cmd(obj, **options) -> None:
-    """Return dead letters to pending with a fresh attempt budget (previewed, batched, audited)."""
+def replay_cmd(obj, set_payload, set_priority, set_queue, set_run_at, yes, **options) -> None:
+    """Return dead letters to pending with a fresh attempt budget (previewed, batched, audited).
+
+    With --set-payload/--set-priority/--set-queue/--set-run-at and one --id: fix and replay
+    that job (the diff is printed, redacted; a reason is required; asks before applying unless
+    --yes)."""
+    edits = {"payload": set_payload, "priority": set_priority, "queue": set_queue, "run_at": set_run_at}
+    if any(v is not None for v in edits.values()):
+        _edit_replay(obj, {k: v for k, v in edits.items() if v is not None}, yes=yes, **options)
+        return
+    if yes:
+        raise click.UsageError("--yes goes with the --set-... options (fix and replay); a replay prints its preview "
+                               "and runs")
     _bulk(obj, "replay", "delete", **options)
+
+
+def _edit_replay(obj, fields: dict[str, str], *, yes: bool, ids, queue, kind, group, failed_since, failed_before,
+                 payload, select_all, dry_run, actor, reason, batch_size, rate, sample) -> None:
+    """`skiplock replay --id N --set-...`: console.maintenance.edit_replay, as the console's page does it."""
+    job_ids = [i for chunk in ids for i in str(chunk).split(",") if i.strip()]
+    others = {"--queue": queue, "--kind": kind, "--group": group, "--failed-since": failed_since,
+              "--failed-before": failed_before, "--payload": payload, "--all": select_all or None,
+              "--batch-size": batch_size, "--rate": rate}
+    given = [name for name, value in others.items() if value is not None]
+    if len(job_ids) != 1 or given:
+        raise click.UsageError("the --set-... options fix and replay one job: give exactly one --id"
+                               + (f" and no {', '.join(given)}" if given else ""))
+    if not job_ids[0].strip().isdigit():
+        raise click.UsageError(f"--id: {job_ids[0]!r} is not a job id")
+    job_id = int(job_ids[0])
+    edit = er.parse_edit(fields, payload_is_text=True)  # InvalidEdit: exit 2 naming the field
+    if not dry_run and not interactive():
+        reason = resolve_reason("edit_replay", reason)  # refuse before connecting
+    keys = DEFAULT_KEYS | key_set(obj.config.web.redact_keys)
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        try:
+            shown = er.preview(conn, job_id, edit, keys=keys)
+        except er.JobNotFound as exc:
+            raise click.UsageError(str(exc)) from None
+        except er.EditConflict as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"fix and replay job {job_id} ({shown.job['kind']} in {shown.job['queue']}), "
+                   f"{len(shown.changes)} change{'s' if len(shown.changes) != 1 else ''}:")
+        for change in shown.changes:
+            where = change["path"] or ""
+            old = "" if change["old"] is None else json.dumps(change["old"], ensure_ascii=False, default=str)
+            new = "" if change["new"] is None else json.dumps(change["new"], ensure_ascii=False, default=str)
+            click.echo(f"  {change['field']:<8} {where:<24} {change['change']:<8} {old} -> {new}")
+        if shown.more:
+            click.echo(f"  ... and {shown.more} more changes")
+        if dry_run:
+            click.echo("dry run: nothing changed")
+            return
+        if not yes:
+            if not interactive():
+                raise click.UsageError("pass --yes to apply (nothing changed: the diff above is what would be done)")
+            click.confirm(f"Apply and replay job {job_id}?", abort=True)
+        reason = resolve_reason("edit_replay", reason)
+        try:
+            done = er.apply(conn, job_id, edit, version=shown.version, actor=actor, reason=reason, keys=keys,
+                            history=_settings(obj).error_history)
+        except er.EditConflict as exc:
+            raise click.ClickException(str(exc)) from None
+    click.echo(f"job {job_id} edited ({', '.join(done['fields'])}) and replayed: {done['status']} in queue "
+               f"{done['queue']} (audit row {done['audit_id']})")
 
 
 @main_group.command("purge")

@@ -54,7 +54,7 @@ class RetentionResult:
     minute_windows: int = 0
     hour_windows: int = 0
     deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0, "workers": 0,
-                                                                           "error_groups": 0})
+                                                                           "scheduler_nodes": 0, "error_groups": 0})
 
 
 def _floor(ts: datetime, unit: str) -> datetime:
@@ -129,6 +129,8 @@ def run(conn: psycopg.Connection, settings: RetentionSettings | None = None) -> 
     # Registry rows of workers that stopped, or were killed and never said so, longer ago than
     # the grace: the Workers page and the collectors stop carrying them.
     result.deleted["workers"] = _delete(conn, "delete_workers_batch", {"cutoff": now - settings.worker_grace}, settings)
+    # Rows of scheduler processes gone for as long as raw samples are kept (one row a start).
+    result.deleted["scheduler_nodes"] = _delete(conn, "delete_scheduler_nodes_batch", {"cutoff": now - settings.raw}, settings)
     # Error groups not seen for as long as the hourly rollups are kept (an ignored one stays).
     result.deleted["error_groups"] = _delete(conn, "delete_error_groups_batch", {"cutoff": now - settings.hour}, settings)
     return result

@@ -45,6 +45,12 @@ Bulk replay and purge (skiplock.bulk_operations; see bulk.py)
     recent_operations(conn, limit=20);  replay(dsn, selection, actor=, ...);  purge(dsn, ...)
     States: queued -> running -> done | cancelled | failed.
 
+Fix and replay (one dead letter edited, then replayed; see edit_replay.py)
+    edit_replay.parse_edit(fields, payload_is_text=False) -> Edit
+    edit_replay.preview(conn, job_id, edit, keys=) -> Preview(version, changes)  # redacted diff
+    edit_replay.apply(conn, job_id, edit, version=, actor=, reason=, keys=) -> {id, status, ...}
+    # one transaction: row locked, state and version checked, one guarded UPDATE, audit row
+
 Settings: MaintenanceSettings.from_config(config).archive_kwargs() / .retention_kwargs().
 
 Errors (ValueError subclasses; nothing was changed when one is raised): MaintenanceError,
@@ -87,6 +93,7 @@ from console.maintenance.deadletters import (
     Previewed,
     Selection,
     groups,
+    last_attempt_logs,
     list_dead_letters,
     preview,
     selection_hash,
@@ -106,7 +113,7 @@ from console.maintenance.settings import MaintenanceSettings
 __all__ = [
     "InvalidSelection", "InvalidSettings", "MaintenanceError", "MaintenanceSettings", "NothingMatches",
     "OperationState", "Preview", "Previewed", "PreviewMismatch", "RunResult", "Selection", "apply_retention", "archive_completed",
-    "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "list_dead_letters",
+    "archive_size", "archived_job", "cancel", "ensure_partitions", "groups", "last_attempt_logs", "list_dead_letters",
     "pause_queue", "preview", "progress", "purge", "reap", "recent_operations", "replay",
     "resume", "resume_abandoned", "resume_queue", "run", "run_in_thread", "selection_hash", "start",
     "UnknownQueue", "check_known_queue", "known_queues",

@@ -295,6 +295,15 @@ def list_dead_letters(
         return cur.execute(selection_query("list_matching"), params).fetchall()
 
 
+def last_attempt_logs(conn: psycopg.Connection, job_id: int, *, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> dict[str, Any] | None:
+    """The log records of a dead letter's last attempt that logged (an `attempt_logs` entry,
+    console.queue.joblogs), as stored, or None when it logged nothing or is no dead letter."""
+    with time_limited(conn, timeout_ms) as cur:
+        row = cur.execute(query("deadletters", "last_attempt_logs"), {"id": job_id}).fetchone()
+    entry = row["entry"] if row else None
+    return entry if isinstance(entry, dict) else None
+
+
 def preview(
     conn: psycopg.Connection,
     selection: Selection | Mapping[str, Any],

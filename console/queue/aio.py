@@ -35,19 +35,21 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from console.queue import joblogs, tasks
 from console.queue import protocol as q
-from console.queue import tasks
 
 log = logging.getLogger("skiplock.worker")
 
 
 @dataclass(slots=True)
 class Outcome:
-    """How one run ended: `error` None for a normal return; `seconds` its runtime."""
+    """How one run ended: `error` None for a normal return; `seconds` its runtime; `logs` the
+    attempt's log records (console.queue.joblogs), None when it logged nothing or capture is off."""
 
     job: q.Job
     error: BaseException | None
     seconds: float
+    logs: dict[str, Any] | None = None
 
 
 # What a run reports to the worker: a list of outcomes at a time (one put per loop pass).
@@ -60,9 +62,11 @@ RunHooks = tuple[Callable[[q.Job], Any], Callable[[Any, BaseException | None], N
 class AsyncRuntime:
     """One event loop in its own thread, running the async jobs the worker submits."""
 
-    def __init__(self, report: Report, *, hooks: RunHooks | None = None) -> None:
+    def __init__(self, report: Report, *, hooks: RunHooks | None = None, log_limits: joblogs.LogLimits | None = None) -> None:
         self._report = report
         self._hooks = hooks
+        # Each task runs in its own copy of the context: the capture it sets is its own.
+        self._log_limits = log_limits if log_limits is not None and log_limits.enabled else None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="asyncio", daemon=True)
         # (job id, attempt) -> its task (loop thread only): a run the reaper rescued and this
@@ -129,6 +133,9 @@ class AsyncRuntime:
 
     async def _run(self, job: q.Job) -> None:
         started = time.monotonic()
+        slot = None if self._log_limits is None else joblogs.Slot(self._log_limits, active=True)
+        if slot is not None:
+            joblogs.current.set(slot)  # this task's context only: no reset needed
         token = self._hooks[0](job) if self._hooks else None
         error: BaseException | None = None
         timeout = tasks.timeout_for(job.kind)
@@ -158,7 +165,9 @@ class AsyncRuntime:
             self._hooks[1](token, error)
         if self._stopping:
             return  # released by the worker already: nothing to report
-        self._finished.append(Outcome(job, error, time.monotonic() - started))
+        capture = None if slot is None else slot.take()  # nothing logged after the run is the job's
+        logs = None if capture is None else capture.entry(job.attempts, job.locked_by, "completed" if error is None else "failed")
+        self._finished.append(Outcome(job, error, time.monotonic() - started, logs))
         if not self._report_scheduled:
             self._report_scheduled = True
             self._loop.call_soon(self._flush_reports)

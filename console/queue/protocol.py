@@ -294,6 +294,24 @@ def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:
     return completed
 
 
+def complete_logged(conn: psycopg.Connection, jobs: Sequence[Job], logs: Sequence[dict[str, Any]], *,
+                    history: int = DEFAULT_HISTORY) -> list[int]:
+    """Complete `jobs` (one worker's, fenced like complete_many) and append each one's entry of
+    `logs` (the attempt's log records, console.queue.joblogs) to its `attempt_logs`, in one
+    statement. Returns the ids completed. The worker completes only the jobs whose handler
+    logged something this way; the others keep the one-statement complete-and-claim."""
+    if not jobs:
+        return []
+    with _one_statement(conn), conn.cursor() as cur:
+        rows = cur.execute(
+            query("queue", "complete_logged"),
+            {"worker": jobs[0].locked_by, "history": history,
+             "done": Jsonb([{"id": j.id, "attempt": j.attempts, "entry": entry} for j, entry in zip(jobs, logs, strict=True)])},
+            prepare=True,  # a worker whose handlers log runs it every round
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
 def complete(conn: psycopg.Connection, job: Job) -> bool:
     """Mark one job completed; False when the claim was lost (the job is not touched)."""
     return bool(complete_many(conn, [job]))
@@ -335,12 +353,15 @@ def fail(
     history: int = DEFAULT_HISTORY,
     error_class: str | None = None,
     secret_keys: Iterable[str] = DEFAULT_KEYS,
+    logs: dict[str, Any] | None = None,
 ) -> str | None:
     """Record a failed attempt. Returns the job's new status ('pending' for a retry, 'failed' for
     a dead letter), or None when the claim was lost and nothing was written.
 
     The error's fingerprint is made from the message with the values of `secret_keys` hidden
-    (console.fingerprint); `last_error` and the history keep the message as raised."""
+    (console.fingerprint); `last_error` and the history keep the message as raised. `logs`: the
+    attempt's log records (console.queue.joblogs), appended to `attempt_logs` by the same
+    statement."""
     if retry is None:
         retry = not isinstance(error, DoNotRetry)
     entry = error_entry(job, error, error_class=error_class)
@@ -354,6 +375,7 @@ def fail(
         "fingerprint": make_fingerprint(entry["error_class"], entry["message"], secret_keys),
         "entry": Jsonb(entry),
         "history": history,
+        "logs": None if logs is None else Jsonb(logs),
     }
     with _one_statement(conn), conn.cursor() as cur:
         row = cur.execute(query("queue", "fail"), params).fetchone()

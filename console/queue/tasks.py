@@ -54,7 +54,11 @@ def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
     thread (short, non-blocking sync handlers only); `timeout` (seconds) bounds one run: an
     async handler is cancelled at the deadline, a sync one sees `job.cancel_requested()`, and
     the attempt fails with `JobTimeout` (retried). A kind registered twice to different
-    functions raises ValueError."""
+    functions raises ValueError.
+
+    The `logging` records the function emits while it runs are kept with the attempt,
+    redacted and bounded (`[worker] log_records`, `log_message_chars`, `log_attempt_chars`),
+    and shown on the job's page: docs/queue.md, "Per-attempt logs"."""
     if not isinstance(kind, str) or not kind:
         raise ValueError("a task kind must be a non-empty string")
     if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1):

@@ -21,6 +21,11 @@ One process runs:
   handler threads: the main loop hands it each claimed job of an async kind and it reports the
   outcomes back like a handler thread, so leases, heartbeats, fenced completion, retries,
   limits, counters and shutdown are the same code for both;
+- the `logging` records each run emits, kept for its attempt (console.queue.joblogs): each
+  handler thread and each awaited job has its own capture; the main loop writes a failed
+  attempt's records with its failure, and completes the jobs that logged with their records
+  by one more statement (`complete_logged`) just before the round's complete-and-claim, so the
+  jobs that log nothing complete exactly as before;
 - a listener thread (LISTEN skiplock_jobs/skiplock_control/skiplock_limits) that only wakes the
   main loop: NOTIFY is a doorbell, the main loop also polls every `poll_interval`;
 - a heartbeat thread that extends the leases of long-running jobs and, in the same statement,
@@ -68,7 +73,7 @@ from psycopg.types.json import Jsonb  # also handy for handlers: console.queue.w
 
 from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
 from console.histogram import Histogram
-from console.queue import limits, tasks, telemetry
+from console.queue import joblogs, limits, tasks, telemetry
 from console.queue import protocol as q
 from console.queue.aio import AsyncRuntime, Outcome, timed_out
 from console.sqlfiles import query
@@ -189,6 +194,9 @@ class Worker:
         vacuum_interval: float = 10.0,
         name: str | None = None,
         secret_keys: Iterable[str] = q.DEFAULT_KEYS,
+        log_records: int = joblogs.DEFAULT_RECORDS,
+        log_message_chars: int = joblogs.DEFAULT_MESSAGE_CHARS,
+        log_attempt_chars: int = joblogs.DEFAULT_ATTEMPT_CHARS,
     ):
         if concurrency < 1 or async_concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
             raise ValueError("concurrency, async_concurrency, batch_size, lease and poll_interval must be positive")
@@ -219,6 +227,12 @@ class Worker:
         # Keys whose values an error's fingerprint hides (console.fingerprint): the fingerprint
         # is shown to viewers and sent in webhooks.
         self.secret_keys = frozenset(k.lower() for k in secret_keys)
+        # The log records each attempt keeps (console.queue.joblogs), redacted with the same
+        # keys; None (log_records 0): nothing is captured and no handler is added.
+        limits_ = joblogs.LogLimits(log_records, log_message_chars, log_attempt_chars, self.secret_keys)
+        if log_records < 0 or log_message_chars < 1 or log_attempt_chars < 1:
+            raise ValueError("log_records must be 0 or more, log_message_chars and log_attempt_chars positive")
+        self.log_limits: joblogs.LogLimits | None = limits_ if limits_.enabled else None
         self.vacuums = 0
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
@@ -239,6 +253,9 @@ class Worker:
         self._limits = limits.LimitedClaimer(self.id, self.queues, lease, rest=poll_interval)
         self._limits_stale = threading.Event()
         self._limits_read_at = float("-inf")
+        # Finished jobs whose handler logged: completed with their records by their own
+        # statement (q.complete_logged), so the others' complete-and-claim stays as it was.
+        self._logged: list[Outcome] = []
 
     # --- control -------------------------------------------------------------------------
 
@@ -262,8 +279,24 @@ class Worker:
 
     # --- threads -------------------------------------------------------------------------
 
+    def _run_one(self, job: q.Job, started: float | None = None) -> Outcome:
+        """Run one job here (a handler thread, or the main loop for inline handlers), its log
+        records captured for its attempt when capture is on."""
+        limits_ = self.log_limits
+        if limits_ is None:
+            return Worker._run_plain(job, started)
+        slot = joblogs.slot_for(limits_)  # this thread's, reused job after job
+        slot.active = True
+        try:
+            outcome = Worker._run_plain(job, started)
+        finally:
+            capture = slot.take()
+        if capture is not None:  # it logged
+            outcome.logs = capture.entry(job.attempts, job.locked_by, "completed" if outcome.error is None else "failed")
+        return outcome
+
     @staticmethod
-    def _run_one(job: q.Job, started: float | None = None) -> Outcome:
+    def _run_plain(job: q.Job, started: float | None = None) -> Outcome:
         if started is None:
             started = time.monotonic()
         error: BaseException | None = None
@@ -475,6 +508,16 @@ class Worker:
                 self._limits.poke_all()
             self._limits_read_at = time.monotonic()
 
+    def _complete_logged(self, conn: psycopg.Connection) -> None:
+        """Complete the finished jobs that logged, with their records, in one statement."""
+        logged = self._logged
+        if not logged:
+            return
+        jobs = [outcome.job for outcome in logged]
+        completed = q.complete_logged(conn, jobs, [outcome.logs or {} for outcome in logged], history=self.history)
+        self._logged = []
+        self._completions(jobs, completed)
+
     def _record_failures(self, conn: psycopg.Connection, failures: list[Outcome]) -> None:
         while failures:
             outcome = failures[0]
@@ -488,6 +531,7 @@ class Worker:
                 backoff_base=self.backoff_base, backoff_cap=self.backoff_cap, history=self.history,
                 error_class="UnknownTask" if isinstance(error, tasks.UnknownTask) else None,
                 secret_keys=self.secret_keys,
+                logs=outcome.logs,
             )
             failures.pop(0)
             self.counters.outcome(outcome.job.queue, status)
@@ -604,12 +648,15 @@ class Worker:
                     previous + RUNTIME_WEIGHT * (outcome.seconds - previous)
                 if self._limits.units:  # a slot of its queue (kind) is free now: try it
                     self._limits.poke(queue=outcome.job.queue, kind=kind)
-                if outcome.error is None:
-                    if not done and since is None:
-                        since = time.monotonic()
-                    done.append(outcome.job)
-                else:
+                if outcome.error is not None:
                     failures.append(outcome)
+                    continue
+                if not done and not self._logged and since is None:
+                    since = time.monotonic()
+                if outcome.logs is None:
+                    done.append(outcome.job)
+                else:  # completed with its records, when `done` is (its own statement)
+                    self._logged.append(outcome)
 
     def _free_async(self) -> int:
         return self.async_concurrency - self._async_held
@@ -660,7 +707,7 @@ class Worker:
             self._mixed = len(self._async_kinds) < len(tasks.registered())
             self.slots = self.async_concurrency + (self.concurrency if self._mixed else 0)
             self._async = AsyncRuntime(self._report, hooks=None if self._otel is None else
-                                       (self._otel.run_started, self._otel.run_ended))
+                                       (self._otel.run_started, self._otel.run_ended), log_limits=self.log_limits)
         if not self._declare_kinds():
             return 0  # stopped while the database was away
         if self._async is not None:
@@ -672,6 +719,8 @@ class Worker:
         ]
         if self.vacuum_interval > 0:
             threads.append(threading.Thread(target=self._vacuum_loop, name="vacuum", daemon=True))
+        if self.log_limits is not None:
+            joblogs.install()
         for thread in threads:
             thread.start()
         log.info("worker %s started: queues=%s concurrency=%d%s lease=%gs", self.id, ",".join(self.queues or ["*"]), self.concurrency,
@@ -699,7 +748,8 @@ class Worker:
                 self._record_failures(conn, failures)
                 free = self.slots - len(self._in_flight)  # handler threads and loop slots
                 room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
-                overdue = bool(done) and time.monotonic() - done_since >= BATCH_WAIT
+                finished = bool(done or self._logged)  # jobs that ran and wait for their completion
+                overdue = finished and time.monotonic() - done_since >= BATCH_WAIT
                 if stopping or room <= 0:
                     limit = 0
                 elif room >= (min(self.batch_size, self.slots + self.batch_size) if self._ahead else target) \
@@ -711,6 +761,9 @@ class Worker:
                 completed: list[int] | None = None
                 if limit > 0:
                     self._refresh_limits(conn)
+                    # the jobs that logged complete with their records just before the claim
+                    # that completes the others: one more statement in such a round, never per job
+                    self._complete_logged(conn)
                     started = time.monotonic()
                     # A worker with both runtimes gives limited units only what both have room
                     # for: their claims take any kind.
@@ -733,8 +786,9 @@ class Worker:
                                                                    cursor=self._cur)
                         claimed += more
                     self._dispatch(claimed, time.monotonic() - started)
-                elif done and (stopping or overdue):
-                    completed = q.complete_many(conn, done)
+                elif finished and (stopping or overdue):
+                    self._complete_logged(conn)
+                    completed = q.complete_many(conn, done) if done else []
                 if done and completed is not None:
                     self._completions(done, completed)
                     done = []
@@ -767,11 +821,15 @@ class Worker:
             look_again = self._split_long_groups()
             if look_again is not None:  # a group is running: look when it may need splitting
                 timeout = min(timeout, look_again)
-            if done:  # finished jobs are waiting for their completion: not longer than BATCH_WAIT
+            if done or self._logged:  # finished jobs wait for their completion: not longer than BATCH_WAIT
                 timeout = max(0.0, min(timeout, done_since + BATCH_WAIT - time.monotonic()))
             last_flush = self._idle(time.monotonic() + timeout, last_flush)
 
-        return self._shutdown()
+        try:
+            return self._shutdown()
+        finally:
+            if self.log_limits is not None:
+                joblogs.uninstall()
 
     def _idle(self, poll_at: float, last_flush: float) -> float:
         """Wait for the doorbell until `poll_at`, still writing the registry row every
@@ -808,12 +866,18 @@ class Worker:
             for outcome in self._results.get_nowait():
                 with self._lock:
                     self._in_flight.pop(outcome.job.id, None)
-                (finished.append(outcome.job) if outcome.error is None else failures.append(outcome))
+                if outcome.error is not None:
+                    failures.append(outcome)
+                elif outcome.logs is not None:
+                    self._logged.append(outcome)
+                else:
+                    finished.append(outcome.job)
         with self._lock:
             left = [job for job, _ in self._in_flight.values()]
         try:
             conn = self._connection()
             self._completions(finished, q.complete_many(conn, finished))
+            self._complete_logged(conn)
             self._record_failures(conn, failures)
             if left:
                 released = q.release(conn, left)

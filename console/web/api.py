@@ -79,7 +79,20 @@ COMPONENTS: dict[str, dict[str, Any]] = {
         "priority": INT, "run_at": TIME, "attempts": INT, "max_attempts": INT, "last_error": opt(STR),
         "error_fingerprint": opt(STR), "created_at": TIME, "finished_at": opt(TIME), "payload": ANY,
         "fingerprint_hidden": {**BOOL, "description": "the fingerprint is shown redacted (viewers): it cannot be a filter"},
-    }, optional=("payload", "priority", "run_at", "status", "fingerprint_hidden")),
+        "attempt_logs": {**arr(ref("AttemptLog")), "description": "one job's page only: the log records of each "
+                         "attempt that logged, oldest first (at most [queue] error_history attempts)"},
+    }, optional=("payload", "priority", "run_at", "status", "fingerprint_hidden", "attempt_logs")),
+    "AttemptLog": {**obj({
+        "attempt": INT, "worker": opt(STR), "at": STR, "outcome": {"enum": ["completed", "failed"]},
+        "records": arr(obj({"at": STR, "level": STR, "logger": STR, "message": STR, "extra": OBJ, "exc": STR},
+                           optional=("extra", "exc"))),
+        "dropped": {**INT, "description": "records left out by the worker's bounds, between the first "
+                    "`dropped_after` records and the last ones"},
+        "dropped_after": INT,
+    }, optional=("dropped_after",)),
+        "description": "One attempt's log records (the `logging` records its handler emitted), as the worker "
+                       "kept them: bounded ([worker] log_records, log_message_chars, log_attempt_chars) and "
+                       "redacted; viewers see them redacted again with web.redact_keys."},
     "Alert": obj({
         "id": INT, "rule": STR, "labels": OBJ, "state": STR, "state_since": TIME, "value": opt(NUM),
         "evaluated_at": opt(TIME), "fired_at": opt(TIME), "severity": opt(STR), "summary": opt(STR),

@@ -10,13 +10,13 @@ escapes) and each target as a link to the thing it names (`target_path`).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 from urllib.parse import quote
 
 from flask import Blueprint, g, jsonify, render_template, request, url_for
 
 from console import audit
+from console.audit import selection_text
 from console.browse import InvalidFilter, parse_time
 from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
@@ -47,25 +47,6 @@ def target_path(target: str | None) -> str | None:
     kind, sep, value = (target or "").partition(":")
     make = _TARGETS.get(kind) if sep else None
     return make(value) if make and value else None
-
-
-def selection_text(selection: Any) -> str:
-    """A selection in words, one `name value` pair after another, strings as typed (no JSON
-    escapes): "fingerprint KeyError: <str> · queue mail", "ids 41, 42"."""
-    if not selection:
-        return ""
-    if not isinstance(selection, dict):
-        return json.dumps(selection, ensure_ascii=False)
-    parts = []
-    for key, value in selection.items():
-        if isinstance(value, list):
-            shown = ", ".join(str(v) for v in value[:10]) + (f" and {len(value) - 10} more" if len(value) > 10 else "")
-        elif isinstance(value, str):
-            shown = value
-        else:
-            shown = json.dumps(value, ensure_ascii=False, sort_keys=True)
-        parts.append(f"{key.replace('_', ' ')} {shown}")
-    return " · ".join(parts)
 
 
 def audit_data() -> dict[str, Any]:

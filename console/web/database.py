@@ -108,8 +108,12 @@ PRIMARY_READS: dict[str, str] = {
     "external.api_operation": "external-queue operations in progress, and the cancel/resume they bind",
     "why.job_fragment": "why a job waits turns on workers' heartbeats and leases as they are now",
     "why.queue_fragment": "why a queue waits turns on workers' heartbeats and leases as they are now",
+    "timeline.index": "whether a worker or a scheduler is lost turns on its last heartbeat as it is now",
+    "timeline.postmortem": "whether a worker or a scheduler is lost turns on its last heartbeat as it is now",
+    "timeline.api_index": "whether a worker or a scheduler is lost turns on its last heartbeat as it is now",
     "why.api_job": "why a job waits turns on workers' heartbeats and leases as they are now",
     "why.api_queue": "why a queue waits turns on workers' heartbeats and leases as they are now",
+    "editreplay.form": "the edit form binds a later preview and apply to the job's state as it is now",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.

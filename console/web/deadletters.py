@@ -59,6 +59,7 @@ from console.web.auth import requires
 from console.web.database import get_conn, run_limited, run_panel
 from console.web.listing import LIST_FIELDS, LIST_PARAMS
 from console.web.redact import (
+    attempt_logs_for,
     fingerprint_for,
     group_for,
     may_filter_on,
@@ -229,6 +230,7 @@ def jobs_data() -> dict[str, Any]:
     rows = [dead_row_for(r) for r in run_limited(m.list_dead_letters, sel, limit=PAGE, before=_before())]
     total = run_panel(count_matching, sel)
     group = run_panel(_memory, sel.fingerprint) if sel.fingerprint else None
+    sample = _sample(rows[0]["id"]) if rows and _before() is None else None
     nxt = None
     if len(rows) == PAGE:
         last = rows[-1]
@@ -236,8 +238,18 @@ def jobs_data() -> dict[str, Any]:
     return {"selection": sel.to_dict(), "description": sel.describe(), "jobs": rows, "next": nxt,
             "total": total.data if total.ok else None, "total_error": total.error,
             "group": group.data if group is not None and group.ok else None,
-            "group_fingerprint": sel.fingerprint,
+            "group_fingerprint": sel.fingerprint, "sample": sample,
             "args": {k: v for k, v in sel.to_dict().items() if k != "all"}}
+
+
+def _sample(job_id: int) -> dict[str, Any]:
+    """Why the newest of these dead letters failed, in its handler's words: the log records of
+    its last attempt that logged (redacted for the reader), or `logs` None."""
+    found = run_panel(m.last_attempt_logs, job_id)
+    if not found.ok:
+        return {"job": job_id, "logs": None, "error": found.error}
+    shown = attempt_logs_for([found.data], g.user) if found.data else []
+    return {"job": job_id, "logs": shown[0] if shown else None, "error": None}
 
 
 def _memory(conn, fingerprint: str) -> dict[str, Any] | None:
@@ -291,7 +303,11 @@ def jobs():
 ], description="Payloads are not included; open a job for it (redacted for viewers). Error text is redacted for viewers.",
    response=obj({"selection": OBJ, "description": STR, "jobs": arr(ref("Job")), "next": opt(STR),
                  "total": opt(INT), "total_error": opt(STR), "group": opt(ref("ErrorGroup")),
-                 "group_fingerprint": opt(STR), "args": OBJ}))
+                 "group_fingerprint": opt(STR), "args": OBJ,
+                 "sample": {**opt(obj({"job": INT, "logs": opt(ref("AttemptLog")), "error": opt(STR)})),
+                            "description": "the first page only: the newest dead letter's last attempt "
+                                           "that logged, its records redacted (null: nothing matches)"}},
+                optional=("sample",)))
 def api_jobs():
     data = jobs_data()
     data["jobs"] = [{k: v for k, v in row.items() if k != "payload"} for row in data["jobs"]]

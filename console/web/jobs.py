@@ -2,7 +2,8 @@
 
 GET  /jobs                     filters in the query string (bookmarkable), keyset pages
 GET  /jobs/export.csv|.json    the filtered set, streamed, at most web.export_limit rows
-GET  /jobs/<id>                payload and error text (redacted for viewers), timeline, errors, actions
+GET  /jobs/<id>                payload and error text (redacted for viewers), timeline, errors, each
+                               attempt's log records (redacted), actions
 POST /jobs/<id>/<action>       replay | run_now | cancel | request_cancel | purge (operator; CSRF; audited)
 and the same under /api/v1/jobs, plus
 POST /api/v1/jobs              enqueue one job (operator; JSON body; audited with its reason). The
@@ -41,6 +42,7 @@ from console.web.database import get_conn, read_pool, run_limited, run_panel, ti
 from console.web.redact import (
     PAGE,
     WHOLE,
+    attempt_logs_for,
     error_entry_for,
     fingerprint_for,
     fingerprint_hidden,
@@ -324,6 +326,8 @@ def job_data(job_id: int, bounds=WHOLE) -> dict[str, Any]:
     # Redacted before the timeline is built from them: its details quote the messages.
     job["errors"] = [{**error_entry_for(e, g.user), "at_time": browse.parse_entry_time(e.get("at"))}
                      for e in job.get("errors") or [] if isinstance(e, dict)]
+    # The log records of each attempt that logged (console.queue.joblogs), redacted like error text.
+    job["attempt_logs"] = attempt_logs_for(job.get("attempt_logs"), g.user, bounds)
     window = run_panel(q.unique_window, job)
     return {
         "job": job,
@@ -349,7 +353,8 @@ def detail(job_id: int):
 @bp.get("/api/v1/jobs/<int:job_id>")
 @requires("viewer")
 @api_doc("One job: fields, payload and error text (redacted for viewers), error history, timeline, allowed actions",
-         response=obj({"job": {**ref("Job"), "description": "also errors (the history), archived, locked_by"},
+         response=obj({"job": {**ref("Job"), "description": "also errors (the history), attempt_logs (each attempt's "
+                                                  "log records, redacted; see AttemptLog), archived, locked_by"},
                        "timeline": arr(obj({"at": opt(TIME), "event": STR})), "actions_note": opt(STR),
                        "allowed": arr(STR), "redacted": BOOL, "cancel_requested": BOOL,
                        "unique_window": opt(obj({"kind": STR, "idempotency_key": STR, "created_at": TIME,

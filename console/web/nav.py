@@ -30,6 +30,7 @@ NAV: list[NavEntry] = [
     NavEntry("periodic.index", "Periodic", 55),
     NavEntry("health.index", "Database", 60),
     NavEntry("alerts.index", "Alerts", 70),
+    NavEntry("timeline.index", "Timeline", 75),
     NavEntry("advisor.index", "Advisor", 80),
     NavEntry("maintenance.index", "Maintenance", 90),
     NavEntry("auditlog.index", "Audit", 100),

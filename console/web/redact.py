@@ -14,6 +14,9 @@ returning the text to show) masks whatever else the deployment knows to be secre
 numbers without a key, e-mail addresses...). It is a second setting, not a new argument of
 `redact_hook`, so existing payload hooks keep working unchanged.
 
+A job's per-attempt log records (`attempt_logs_for`) are error text too: the worker stores
+them redacted with its keys, and viewers see them redacted again with web.redact_keys.
+
 Derived values are redacted like what they derive from (issue 26; docs/security.md lists
 them): an error fingerprint (`fingerprint_for`, and a viewer may not filter on a fingerprint
 that shows a redacted value: `may_filter_on_fingerprint`), stored records that quote payloads
@@ -39,7 +42,7 @@ from console.jsonbounds import PAGE, WHOLE, Bounds, bounded, keys_in
 from console.redaction import DEFAULT_KEYS, REDACTED, redact_text
 from console.users import User
 
-__all__ = ["PAGE", "REDACTED", "WHOLE", "audit_row_for", "error_entry_for", "fingerprint_for", "fingerprint_hidden", "group_for", "may_filter_on",
+__all__ = ["PAGE", "REDACTED", "WHOLE", "attempt_logs_for", "audit_row_for", "error_entry_for", "fingerprint_for", "fingerprint_hidden", "group_for", "may_filter_on",
            "may_filter_on_fingerprint", "notification_keys", "payload_for", "record_for", "selection_for", "text_for"]
 
 
@@ -144,6 +147,19 @@ def error_entry_for(entry: dict[str, Any], user: User | None) -> dict[str, Any]:
     """One entry of a job's error history, its message, traceback and fingerprint redacted."""
     texts = ("message", "traceback", "reason", "fingerprint")
     return {**entry, **{k: text_for(entry.get(k), user) for k in texts if k in entry}}
+
+
+def attempt_logs_for(entries: Any, user: User | None, bounds: Bounds = WHOLE) -> list[dict[str, Any]]:
+    """A job's per-attempt log records (`attempt_logs`) as `user` may see them. The worker
+    stored them redacted already, with its own keys (console.queue.joblogs); a viewer sees
+    them redacted again with web.redact_keys like any stored record (`record_for`: the keys'
+    values in `extra`, and every message, traceback and string of `extra` as error text), and
+    the text hook applies for everyone. Anything that is not an entry is left out."""
+    if not isinstance(entries, list):
+        return []
+    kept = [e for e in entries if isinstance(e, dict)]
+    shown = record_for(kept, user, bounds)
+    return [e for e in shown if isinstance(e, dict)] if isinstance(shown, list) else []
 
 
 def may_filter_on(payload_filter: dict[str, Any] | None, user: User | None) -> str | None:
