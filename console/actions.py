@@ -113,6 +113,12 @@ ACTIONS: dict[str, Requirement] = {
                            "Restarts a bulk change someone stopped, maybe on purpose; say why it is safe now."),
     "sessions_revoke": _r("sessions_revoke", True, "cli", "End a user's web sessions",
                           "Signs someone out everywhere; the review needs to know whether it answered a stolen cookie."),
+    "backend_cancel": _r("backend_cancel", True, "cli ui api",
+                         "Cancel the running query of a horizon holder or a lock blocker (pg_cancel_backend)",
+                         "Aborts someone else's work in the database; the review must know whose, why, and what it cost."),
+    "backend_terminate": _r("backend_terminate", True, "cli ui api",
+                            "Terminate the session of a horizon holder or a lock blocker (pg_terminate_backend)",
+                            "Ends someone else's session and rolls back its transaction: it cannot be undone."),
 }
 
 

@@ -37,9 +37,42 @@
   });
   // A poll says so with X-Skiplock-Poll: 1; the server does not count it as activity, so a tab
   // left open does not keep a sign-in alive past web.session_idle (console/web/auth.py).
+  // A poll never swaps away what the operator is typing: while a field inside the polled element
+  // has the focus, or holds text typed into it (a reason for an action, a filter), that
+  // element's polls are skipped (marked data-poll-held) and resume once the field is left empty
+  // and unfocused, or once the form's own request has swapped the fragment. A poll already on
+  // its way when the typing began is answered but not swapped in (htmx:beforeSwap below).
+  function typedIn(el) {
+    var active = document.activeElement;
+    if (active && active !== body && el.contains(active) && typing(active)) { return true; }
+    return Array.prototype.some.call(el.querySelectorAll("input, textarea"), function (f) {
+      var kind = (f.getAttribute("type") || "text").toLowerCase();
+      if (f.tagName === "INPUT" && !/^(text|search|email|url|number|tel|password|datetime-local|date|time)$/.test(kind)) {
+        return false;
+      }
+      return f.value !== f.defaultValue;
+    });
+  }
   document.addEventListener("htmx:configRequest", function (e) {
     var trigger = e.detail.triggeringEvent;
-    if (trigger && trigger.type === "poll") { e.detail.headers["X-Skiplock-Poll"] = "1"; }
+    if (!trigger || trigger.type !== "poll") { return; }
+    var el = e.detail.elt || e.target;
+    if (el && typedIn(el)) {
+      el.setAttribute("data-poll-held", "");
+      e.preventDefault();
+      return;
+    }
+    if (el) { el.removeAttribute("data-poll-held"); }
+    e.detail.headers["X-Skiplock-Poll"] = "1";
+  });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var config = e.detail.requestConfig;
+    var trigger = config && config.triggeringEvent;
+    var el = e.detail.target;
+    if (trigger && trigger.type === "poll" && el && typedIn(el)) {
+      el.setAttribute("data-poll-held", "");
+      e.preventDefault();
+    }
   });
 
   // The tab title carries the state: the first [data-tab-state] on the page, if any.

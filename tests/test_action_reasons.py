@@ -148,6 +148,39 @@ def running_job(conn):
     return {"id": job_id}
 
 
+HOLDER_APP = "reasons-holder"
+HOLDERS = ("SELECT count(*), count(*) FILTER (WHERE state = 'active') FROM pg_stat_activity "
+           "WHERE application_name = 'reasons-holder' AND datname = current_database()")
+
+
+def a_holder(active: bool):
+    """A session holding a REPEATABLE READ snapshot (and, when `active`, running a long query
+    in a thread): what backend_cancel and backend_terminate end."""
+    def setup(conn):
+        import threading
+
+        import psycopg
+
+        holder = psycopg.connect(conn.info.dsn, application_name=HOLDER_APP)
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        if active:
+            def sleep():
+                try:
+                    holder.execute("SELECT pg_sleep(60)")
+                except psycopg.Error:
+                    pass  # cancelled or terminated: the test's point
+            threading.Thread(target=sleep, daemon=True).start()
+            deadline = time.monotonic() + 10
+            while conn.execute(HOLDERS).fetchone()[1] == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        pid = holder.info.backend_pid
+        started = conn.execute("SELECT backend_start FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0]
+        return {"pid": pid, "backend_start": started.isoformat(), "holder": holder}
+
+    return setup
+
+
 def a_queue(paused: bool):
     def setup(conn):
         q.enqueue(conn, "send", {}, queue="mail")
@@ -349,6 +382,21 @@ SCENARIOS: dict[str, Scenario] = {
     "operation_resume": Scenario(cancelled_operation, "SELECT id, state FROM skiplock.bulk_operations", {
         "ui": lambda c: Call(web=post("/deadletters/operations/{op}/resume"), ok=303, rows=2),
         "api": lambda c: Call(web=post("/api/v1/deadletters/operations/{op}/resume"), rows=2),
+    }),
+    "backend_cancel": Scenario(a_holder(True), HOLDERS, {
+        "cli": lambda c: Call(cli=["backends", "cancel", str(c["pid"]), "--backend-start", c["backend_start"]], rows=1),
+        "ui": lambda c: Call(web=post("/health/backends/{pid}/end", mode="cancel", backend_start=lambda x: x["backend_start"]),
+                             rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/health/backends/{pid}/end", mode="cancel",
+                                            backend_start=c["backend_start"]), rows=1),
+    }),
+    "backend_terminate": Scenario(a_holder(False), HOLDERS, {
+        "cli": lambda c: Call(cli=["backends", "terminate", str(c["pid"]), "--backend-start", c["backend_start"]],
+                              rows=1),
+        "ui": lambda c: Call(web=post("/health/backends/{pid}/end", mode="terminate",
+                                      backend_start=lambda x: x["backend_start"]), rows=1),
+        "api": lambda c: Call(web=post_json("/api/v1/health/backends/{pid}/end", mode="terminate",
+                                            backend_start=c["backend_start"]), rows=1),
     }),
     "sessions_revoke": Scenario(carol(session=True), SESSIONS, {
         "cli": lambda c: Call(cli=["users", "sessions", "carol", "--revoke"], rows=1),

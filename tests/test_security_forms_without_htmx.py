@@ -27,9 +27,11 @@ from console.queue import periodic
 from tests.alert_receiver import Receiver
 from tests.test_action_reasons import (
     DEST,
+    HOLDERS,
     JOBS,
     RULE,
     USERS,
+    a_holder,
     a_queue,
     cancelled_operation,
     carol,
@@ -163,6 +165,8 @@ FORMS: dict[str, Form] = {
                            "test_bullmq_pause_and_resume_forms_with_and_without_htmx"),
     "external.resume_queue": Form("/external/bq/queues/flaky/resume", covered_by="tests/test_external_actions_node.py::"
                                   "test_bullmq_pause_and_resume_forms_with_and_without_htmx"),
+    "health.end_backend": Form("/health/backends/{pid}/end", {"mode": "terminate", "backend_start": "{backend_start}",
+                                                              "reason": WHY}, a_holder(False), HOLDERS),
     "editreplay.preview": Form("/jobs/{id}/edit-replay/preview", {"priority": "7"}, a_dead_letter,
                                changes_nothing='id="edit-replay-confirm"'),
     "editreplay.apply": Form("/jobs/{id}/edit-replay/apply", {"priority": "7", "version": "{version}", "reason": WHY},

@@ -31,6 +31,7 @@ ADMIN_ONLY = {
     "admin.revoke", "admin.save_user", "admin.user_action", "admin.revoke_sessions",
     "alerts.api_delete_rule", "alerts.api_save_destination", "alerts.api_save_rule",
     "alerts.delete_destination", "alerts.delete_rule", "alerts.save_destination", "alerts.save_rule",
+    "health.end_backend", "health.api_end_backend",  # cancel/terminate a database session
     "editreplay.preview", "editreplay.apply", "editreplay.api_preview", "editreplay.api_apply",
 }
 ANY_SIGNED_IN = {"auth.logout"}

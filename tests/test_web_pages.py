@@ -157,6 +157,9 @@ ROUTES = [
     ("POST", "/admin/users", "admin", 302),
     ("POST", "/admin/users/{name}/{action}", "admin", 302),
     ("POST", "/admin/tokens/{token_id}/revoke", "admin", 302),
+    # a pid no backend has: the admin passes the role check and is told it has ended (404)
+    ("POST", "/health/backends/{pid}/end", "admin", 404),
+    ("POST", "/api/v1/health/backends/{pid}/end", "admin", 404),
     # Fix and replay (a failed job): admins only, on every route (tests/test_edit_replay.py: per field).
     ("GET", "/jobs/{job_id}/edit-replay", "admin", 200),
     ("POST", "/jobs/{job_id}/edit-replay/preview", "admin", 200),
@@ -176,7 +179,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
         client = client_as(persona)
         token_id = conn.execute("INSERT INTO skiplock.api_tokens (user_name, token_sha256) VALUES ('viewer', md5(random()::text)) RETURNING id").fetchone()[0] if persona else 1
         action = "enable" if "/admin/" in rule else "run_now"
-        url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id)
+        url = rule.format(job_id=job, fmt="csv", name="viewer" if "/admin/" in rule else "mail", action=action, token_id=token_id,
+                          pid=2**31 - 2)
         data = {"reason": "persona matrix"}  # the actions that need one (console.actions) get one
         if rule == "/admin/users":
             data.update(name="newbie", role="viewer", password="long-enough-pw")
@@ -184,6 +188,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(kind="send_mail")
         if rule.endswith("/limits"):
             data.update(concurrency="2")
+        if "/backends/" in rule:
+            data.update(mode="cancel", backend_start="2026-12-03T09:00:00+00:00")
         if "/edit-replay" in rule:  # a dead letter, and the version its preview would give
             conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now() WHERE id = %s", (job,))
             data.update(priority="7", version=edit_replay.read_job(conn, job)["version"])
@@ -208,7 +214,7 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline", "health")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"

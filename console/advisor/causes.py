@@ -40,11 +40,13 @@ CHANGES_BEFORE = timedelta(minutes=30)  # "shortly before": as an alert's "what 
 CHANGES_LIMIT = 20
 
 # Audit actions that change the queue's load: pausing and limiting claims, bulk changes of many
-# rows (dead rows, WAL, a released backlog), maintenance run by hand. Every action the code
+# rows (dead rows, WAL, a released backlog), maintenance run by hand, and ending a horizon holder
+# or a lock blocker (vacuum catches up, waiting claims go through, a worker's session may die). Every action the code
 # records is in one of these two lists (tests/test_advisor_causes.py reads the code for them),
 # so a new action has to be placed.
 LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "edit_replay", "purge", "cancel",
-                "resume_operation", "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume", "periodic_run_now")
+                "resume_operation", "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume",
+                "periodic_run_now", "backend_cancel", "backend_terminate")
 NO_LOAD_CHANGES = ("login", "user_add", "user_update", "user_disable", "user_enable", "sessions_revoke",
                    "token_create", "token_revoke", "alert_acknowledge", "alert_silence", "alert_unsilence",
                    "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete",
@@ -182,6 +184,11 @@ _CHANGE_FIX = {
     "set limits": "a limit holds its queue's jobs back at the head of the claim index: raise or clear it if it is not meant",
     "clear limits": "the queue's held-back jobs are claimed at once: the figure should settle when that backlog is gone",
     "resume": "the queue's backlog is claimed at once: the figure should settle when it is gone",
+    "backend_cancel": ("a holder's or a blocker's query was cancelled: vacuum can remove the dead rows it held and "
+                       "waiting claims go through; the figure should settle once autovacuum has run"),
+    "backend_terminate": ("a holder's or a blocker's session was ended: vacuum can remove the dead rows it held and "
+                          "waiting claims go through (a worker's session: its leases expire to the reaper); the figure "
+                          "should settle once autovacuum has run"),
     "edit_replay": ("a dead letter was edited and replayed (perhaps into another queue or at another priority): "
                     "see whether it failed again, and whether its new queue keeps up"),
 }

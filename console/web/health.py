@@ -4,6 +4,9 @@ each, wraparound, lock waits as a tree, MultiXact/SLRU, WAL and replication.
 
 GET /health                 the page; GET /health/_panels the polled fragment
 GET /api/v1/health          the same as JSON
+POST /health/backends/<pid>/end, POST /api/v1/health/backends/<pid>/end
+                            an admin cancels or terminates a holder or a lock blocker
+                            (console.holders.end_backend: bound to pid AND backend_start, audited)
 
 Figures come from the latest stored samples (console.samples; names in console.catalog); the
 detail lists (holders, the blocking tree, vacuum progress, standbys) are live queries on
@@ -12,6 +15,11 @@ the horizon holders and the blocking tree, sql/health.sql for the rest — each 
 the panel's time limit,
 so a slow one says "not available" alone. Every panel states good news plainly, and says what
 red means and what to do.
+
+The holders the panel reports as holding back vacuum, and the roots of the blocking tree, carry
+their price (console.holders.price: how long, the dead tuples behind them, the throughput and
+claim latency change since they started) and their identity (pid, backend_start), which the
+admin's cancel/terminate form sends back so that the action ends that backend and no other.
 """
 
 from __future__ import annotations
@@ -19,18 +27,21 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from flask import Blueprint, jsonify, render_template
+from flask import Blueprint, abort, jsonify, render_template, request
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from console import holders as holders_mod
 from console import samples, signals
+from console.actions import MAX_REASON
 from console.collectors import database as collectors_db
 from console.collectors.base import CONSOLE_APPS
 from console.sqlfiles import query
-from console.web.api import STR, TIME, api_doc, obj, opt, panel
+from console.web.actor import actor, reason_for
+from console.web.api import BOOL, INT, OBJ, STR, TIME, Param, api_doc, obj, opt, panel
 from console.web.auth import requires
 from console.web.charts import format_value
-from console.web.database import run_panel
+from console.web.database import get_conn, home_conn, run_panel, timeout_ms
 from console.web.overview import Judge, Latest, default_judge, load_judge
 
 bp = Blueprint("health", __name__)
@@ -41,6 +52,8 @@ LOCK_WARN_S, LOCK_BAD_S = 5.0, 60.0
 LAG_WARN_S, LAG_BAD_S = 30.0, 300.0
 RETAINED_WARN, RETAINED_BAD = 1 << 30, 10 << 30   # WAL kept by a slot: 1 GiB, 10 GiB
 PANEL_MS = 2000
+PRICED = 10  # holders (and blocking roots) priced per page: each price is a few indexed reads
+BACKEND_KINDS = ("transaction", "idle_in_transaction")  # holders that are client backends
 
 
 def _rows(conn, name: str, **params: Any) -> list[dict[str, Any]]:
@@ -190,8 +203,39 @@ def holders_panel(conn, latest: Latest | None = None, judge: Judge | None = None
             lv = "bad"
         out.append({**r, "application": r["application_name"], "level": lv,
                     "advice": _holder_advice(conn, r) if lv != "good" else None})
+    _priced(conn, [h for h in out if h["level"] != "good"])
     return {"holders": out, "oldest_s": oldest, "threshold_s": threshold, "removed_nothing": removed_nothing,
             "level": _worst(h["level"] for h in out)}
+
+
+def _own_pids() -> list[int]:
+    """The pids of this request's own connections (the console refuses to end them)."""
+    return sorted({get_conn().info.backend_pid, home_conn().info.backend_pid})
+
+
+def _priced(conn, rows: list[dict[str, Any]]) -> None:
+    """Add `price` (console.holders.price) and, for a client backend, `backend` (its identity
+    and why the console refuses to end it, if it does) to the first PRICED rows, in place."""
+    pids = [r["pid"] for r in rows[:PRICED] if r.get("pid") and r.get("kind", "lock") in (*BACKEND_KINDS, "lock")]
+    found = holders_mod.backends(conn, pids, own_pids=_own_pids())
+    now = conn.execute("SELECT statement_timestamp()").fetchone()[0]
+    for r in rows:
+        r["backend"] = r["price"] = None
+    for r in rows[:PRICED]:
+        b = found.get(r.get("pid")) if r.get("kind", "lock") in (*BACKEND_KINDS, "lock") else None
+        if b is not None:
+            r["backend"] = {"pid": b["pid"], "backend_start": b["backend_start"], "backend_type": b["backend_type"],
+                            "state": b["state"], "xact_start": b["xact_start"], "state_change": b["state_change"],
+                            "idle_s": (now - b["state_change"]).total_seconds()
+                            if b["state_change"] and (b["state"] or "").startswith("idle in transaction") else None,
+                            "refused": b["refused"]}
+        since = r.get("since")
+        estimated = bool(r.get("age_estimated"))
+        if since is None and b is not None:
+            since = b["xact_start"] or b["backend_start"]
+        if since is None and r.get("age_s") is not None:
+            since, estimated = now - timedelta(seconds=r["age_s"]), True
+        r["price"] = holders_mod.price(conn, since, now=now, estimated=estimated)
 
 
 def lock_tree(waiters: list[dict[str, Any]], sessions: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -222,6 +266,7 @@ def locks_panel(conn, latest: Latest | None = None, judge: Judge | None = None) 
         pids = sorted({w["pid"] for w in waiters} | {b for w in waiters for b in (w["blocked_by"] or [])})
         sessions = {r["pid"]: r for r in cur.execute(query("collectors_database", "sessions"), {"pids": pids})} if pids else {}
     tree = lock_tree(waiters, sessions)
+    _priced(conn, [root for root in tree if root["pid"]])
     longest = max((w["waiting_s"] or 0 for w in waiters), default=0.0)
     lv = "good" if not waiters else "bad" if longest >= LOCK_BAD_S else "warn" if longest >= LOCK_WARN_S else "good"
     lv = _worst([lv, *_judged(judge, latest, "lock_waits", "relation")])
@@ -348,3 +393,67 @@ def api_index():
         p = data[key]
         out[key] = p.data if p.ok else {"available": False, "error": p.error}
     return jsonify(out)
+
+
+# --- ending a holder or a blocker (admin) --------------------------------------------------------
+
+END_FIELDS = {"mode": {"enum": list(holders_mod.MODES)},
+              "backend_start": {**STR, "format": "date-time", "description": "the backend's start, as listed"},
+              "reason": {**STR, "maxLength": MAX_REASON}}
+
+
+def _end_body() -> dict[str, Any]:
+    body = request.get_json(silent=True) if request.is_json else None
+    if isinstance(body, dict):
+        return body
+    return {k: v for k, v in request.form.items() if k != "csrf_token"}
+
+
+def _end(pid: int) -> dict[str, Any]:
+    """Cancel or terminate backend `pid` as the request asks: 400 bad input, 422 no reason,
+    403 refused (the console's own session, replication, not a client, no privilege),
+    404 gone, 409 the pid names another backend now."""
+    body = _end_body()
+    mode = body.get("mode")
+    if not isinstance(mode, str) or mode not in holders_mod.MODES:
+        raise ValueError(f"mode: must be one of {', '.join(holders_mod.MODES)} (got {str(mode)[:20]!r})")
+    backend_start = holders_mod.parse_backend_start(body.get("backend_start"))
+    reason = reason_for(holders_mod.MODES[mode][0], body)
+    conn = get_conn()
+    try:
+        return holders_mod.end_backend(conn, pid, backend_start, mode, actor=actor(), reason=reason,
+                                       own_pids=_own_pids(), timeout_ms=timeout_ms())
+    except (holders_mod.BackendRefused, holders_mod.BackendGone, holders_mod.BackendChanged) as exc:
+        abort(exc.status, str(exc))
+
+
+@bp.post("/health/backends/<int:pid>/end")
+@requires("admin")
+def end_backend(pid: int):
+    result = _end(pid)
+    data = health_data()
+    template = "health/_panels.html" if request.headers.get("HX-Request") else "health/index.html"
+    return render_template(template, tab_state=tab_state(data), fmt=format_value, result=result, **data)
+
+
+@bp.post("/api/v1/health/backends/<int:pid>/end")
+@requires("admin")
+@api_doc("Cancel (pg_cancel_backend) or terminate (pg_terminate_backend) a horizon holder or a lock blocker "
+         "(audited as backend_cancel / backend_terminate)",
+         description="Bound to the backend's identity: `backend_start` must be the one /api/v1/health lists for "
+                     "the pid (holders[].backend, locks.tree[].backend), so a pid reused by a new backend is "
+                     "refused (409). The console's own sessions, replication (walsender) and other non-client "
+                     "backends are refused (403). Send JSON, or the same fields form-encoded.",
+         body=obj(END_FIELDS),
+         params=[Param("pid", where="path", type="integer"), Param("mode", where="form", required=True, enum=tuple(holders_mod.MODES)),
+                 Param("backend_start", where="form", required=True, format="date-time",
+                       description="the backend's start, as /api/v1/health lists it"),
+                 Param("reason", where="form", required=True, max_length=MAX_REASON,
+                       description="why (kept in the audit log)")],
+         responses={"400": "bad mode or backend_start", "403": "refused (the console's own, replication, no privilege)",
+                    "404": "no such backend any more", "409": "the pid names another backend now",
+                    "422": "no reason"},
+         response=obj({"pid": INT, "backend_start": TIME, "mode": STR, "signalled": BOOL, "ended": BOOL,
+                       "state": opt(STR), "holds_horizon": BOOL, "message": STR, "audit_id": INT, "price": opt(OBJ)}))
+def api_end_backend(pid: int):
+    return jsonify(_end(pid))
