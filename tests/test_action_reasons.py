@@ -118,11 +118,11 @@ def dead(n: int):
 
 
 def fixable(conn):
-    """A dead letter and the version a preview of its edit gives (fix and replay)."""
+    """A dead letter and the version a preview of its edit (priority 7) gives (fix and replay)."""
     from console.maintenance import edit_replay
 
     ctx = dead(1)(conn)
-    return {**ctx, "version": edit_replay.read_job(conn, ctx["id"])["version"]}
+    return {**ctx, "version": edit_replay.preview(conn, ctx["id"], edit_replay.Edit(priority=7), keys=frozenset()).version}
 
 
 def later_job(conn):

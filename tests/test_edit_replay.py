@@ -135,7 +135,7 @@ def test_the_form_and_the_preview_show_the_diff_by_json_path_and_never_a_secret(
         {"field": "priority", "path": None, "change": "changed", "old": 0, "new": 5},
         {"field": "queue", "path": None, "change": "changed", "old": "billing", "new": "mail"},
     ]
-    assert data["confirm"] == {"version": data["version"]} and len(data["version"]) == 32
+    assert data["confirm"] == {"version": data["version"]} and len(data["version"]) == 64
     assert row(conn, job)["status"] == "failed" and audits(conn) == []  # a preview changes nothing
 
 
@@ -205,7 +205,7 @@ def test_a_payload_too_large_to_edit_keeps_the_other_fields_editable(client_as, 
     fields = {"payload": "", "priority": "3", "queue": "", "run_at": ""}  # as the form sends it
     preview = admin.post(f"/jobs/{job_id}/edit-replay/preview", data=fields, headers={**H, "HX-Request": "true"})
     assert preview.status_code == 200 and 'data-field="priority"' in preview.get_data(as_text=True)
-    version = er.read_job(conn, job_id)["version"]
+    version = er.read_job(conn, job_id)["version"] + er.edit_digest(er.parse_edit(fields, payload_is_text=True))
     done = admin.post(f"/jobs/{job_id}/edit-replay/apply", data={**fields, "version": version, "reason": REASON},
                       headers=H)
     assert done.status_code == 303
@@ -214,6 +214,26 @@ def test_a_payload_too_large_to_edit_keeps_the_other_fields_editable(client_as, 
 
 
 # --- bound to the preview; never a running or pending job --------------------------------------
+
+
+def test_apply_refuses_values_other_than_the_previewed_ones(client_as, conn, job):
+    """A preview binds the edit too: previewing priority 4 is no key to priority 9, nor to a
+    payload change sent beside it."""
+    admin = client_as("admin")
+    version = admin.post(f"/api/v1/jobs/{job}/edit-replay/preview", json={"priority": 4}, headers=H).get_json()["version"]
+    before = row(conn, job)
+    for body in ({"priority": 9}, {"priority": 4, "queue": "billing", "payload": {"order": 1}}):
+        for url, send in ((f"/api/v1/jobs/{job}/edit-replay/apply", {"json": {**body, "version": version, "reason": REASON}}),
+                          (f"/jobs/{job}/edit-replay/apply", {"data": {**{k: json.dumps(v) if k == "payload" else str(v)
+                                                                           for k, v in body.items()},
+                                                                        "version": version, "reason": REASON}})):
+            r = admin.post(url, headers=H, **send)
+            assert r.status_code == 409, (url, body, r.get_data(as_text=True)[:300])
+            assert "not the ones previewed" in html.unescape(r.get_data(as_text=True))
+    assert row(conn, job) == before and audits(conn) == []
+    ok = admin.post(f"/api/v1/jobs/{job}/edit-replay/apply", json={"priority": 4, "version": version, "reason": REASON},
+                    headers=H)
+    assert ok.status_code == 200 and row(conn, job)["priority"] == 4
 
 
 def test_apply_refuses_a_job_that_changed_since_the_preview(client_as, conn, job):
@@ -294,7 +314,7 @@ def test_never_a_running_pending_or_completed_job(client_as, conn, state):
         if state == "completed":
             q.complete(conn, claimed)
     # A version from when the job was failed is no key to it now.
-    version = conn.execute("SELECT md5('x')").fetchone()[0]
+    version = conn.execute("SELECT md5('x') || md5('y')").fetchone()[0]
     before = row(conn, job_id)
     admin = client_as("admin")
     answers = [admin.get(f"/jobs/{job_id}/edit-replay"),
@@ -337,7 +357,7 @@ BAD_FORM = [
 def test_bad_input_is_a_400_naming_the_problem_on_every_face(client_as, conn, job, fields, message):
     admin = client_as("admin")
     before = row(conn, job)
-    version = er.read_job(conn, job)["version"]
+    version = er.read_job(conn, job)["version"] + "0" * 32  # well formed: the input is refused first
     plain = admin.post(f"/jobs/{job}/edit-replay/preview", data=fields, headers=H)
     assert plain.status_code == 400 and message in html.unescape(plain.get_data(as_text=True))
     if "payload" in fields:  # the typed text comes back in the form
@@ -364,7 +384,7 @@ def test_bad_input_is_a_400_naming_the_problem_on_every_face(client_as, conn, jo
 ])
 def test_json_bodies_are_checked_field_by_field(client_as, conn, job, body, message):
     admin = client_as("admin")
-    version = er.read_job(conn, job)["version"]
+    version = er.read_job(conn, job)["version"] + "0" * 32  # well formed: the body is refused first
     for url, extra in ((f"/api/v1/jobs/{job}/edit-replay/preview", {}),
                        (f"/api/v1/jobs/{job}/edit-replay/apply", {"version": version, "reason": REASON})):
         r = admin.post(url, json={**body, **extra}, headers=H)
@@ -376,7 +396,7 @@ def test_apply_needs_the_preview_version_and_a_reason(client_as, conn, job):
     admin = client_as("admin")
     r = admin.post(f"/api/v1/jobs/{job}/edit-replay/apply", json={"priority": 2, "reason": REASON}, headers=H)
     assert r.status_code == 400 and r.get_json()["error"].startswith("version: required")
-    version = er.read_job(conn, job)["version"]
+    version = er.preview(conn, job, er.Edit(priority=2), keys=DEFAULT_KEYS).version
     for reason in (None, "", "\u200b", "ok"):
         body = {"priority": 2, "version": version, **({"reason": reason} if reason is not None else {})}
         r = admin.post(f"/api/v1/jobs/{job}/edit-replay/apply", json=body, headers=H)

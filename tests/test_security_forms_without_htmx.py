@@ -110,11 +110,11 @@ EXTERNAL_OPS = "SELECT state FROM skiplock.external_operations"
 
 
 def a_dead_letter(conn):
-    """A failed job and the version a preview of its edit gives (console.maintenance.edit_replay)."""
+    """A failed job and the version a preview of its edit (priority 7) gives (console.maintenance.edit_replay)."""
     from console.maintenance import edit_replay
 
     ctx = dead(1)(conn)
-    return {**ctx, "version": edit_replay.read_job(conn, ctx["id"])["version"]}
+    return {**ctx, "version": edit_replay.preview(conn, ctx["id"], edit_replay.Edit(priority=7), keys=frozenset()).version}
 
 
 def receiving_destination(conn):

@@ -192,7 +192,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(mode="cancel", backend_start="2026-12-03T09:00:00+00:00")
         if "/edit-replay" in rule:  # a dead letter, and the version its preview would give
             conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now() WHERE id = %s", (job,))
-            data.update(priority="7", version=edit_replay.read_job(conn, job)["version"])
+            data.update(priority="7", version=edit_replay.preview(conn, job, edit_replay.Edit(priority=7),
+                                                                  keys=frozenset()).version)
         body = {"kind": "send_mail", "reason": "matrix"} if rule == "/api/v1/jobs" else None
         response = client.open(url, method=method, headers={"X-CSRF-Token": CSRF}, data=None if body else data, json=body)
         response.get_data()  # consume streamed exports

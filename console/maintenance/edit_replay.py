@@ -7,9 +7,11 @@
 
 The faces (web page, API, CLI) call these three; they decide who may (admins only) and how to
 ask. Only a failed job is edited (`EditConflict`, HTTP 409, names why: running, pending,
-completed), and only the version a preview showed: `apply` locks the row, checks its status
-and version, and updates it in one statement guarded by both (sql/edit_replay.sql), with the
-audit row in the same transaction. The job keeps its id: nothing is copied, so nothing is lost
+completed), and only the edit a preview showed, on the job as it was: the preview's `version`
+is the job's version (a digest of its state and fields, sql/edit_replay.sql) followed by the
+edit's digest (`edit_digest`), so a client cannot preview one change and apply another.
+`apply` locks the row, checks its status, its version and the edit, and updates it in one
+statement guarded by the job's version, with the audit row in the same transaction. The job keeps its id: nothing is copied, so nothing is lost
 or run twice.
 
 Secrets never travel through an edit. The values of the redacted keys (`keys`: the defaults
@@ -24,6 +26,7 @@ This module does not know about users, roles or HTTP.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -296,6 +299,16 @@ def read_job(conn: psycopg.Connection, job_id: int, *, lock: bool = False) -> di
     return row
 
 
+def edit_digest(edit: Edit) -> str:
+    """32 hexadecimal digits that name the edit's values (its payload as sent, `[redacted]`
+    placeholders included), the second half of a preview's `version`."""
+    canonical = json.dumps({"payload": edit.payload if edit.payload_set else None, "payload_set": edit.payload_set,
+                            "priority": edit.priority, "queue": edit.queue,
+                            "run_at": edit.run_at.isoformat() if edit.run_at is not None else None},
+                           sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.md5(canonical.encode(), usedforsecurity=False).hexdigest()
+
+
 def check_state(job: Mapping[str, Any], version: str | None = None) -> None:
     """EditConflict unless the job is failed (and, with `version`, still the previewed one)."""
     status, job_id = job["status"], job["id"]
@@ -354,7 +367,7 @@ def preview(conn: psycopg.Connection, job_id: int, edit: Edit, *, keys: frozense
     check_state(job)
     changes, _ = _changes(job, edit, keys)
     _check_queue(conn, job, edit)
-    return Preview(job_id=job_id, version=job["version"], changes=changes[:MAX_CHANGES],
+    return Preview(job_id=job_id, version=job["version"] + edit_digest(edit), changes=changes[:MAX_CHANGES],
                    more=max(0, len(changes) - MAX_CHANGES),
                    job={"id": job["id"], "queue": job["queue"], "kind": job["kind"], "status": job["status"]})
 
@@ -365,16 +378,20 @@ def apply(conn: psycopg.Connection, job_id: int, edit: Edit, *, version: str, ac
     old and new values masked), in one short transaction on an autocommit connection.
 
     Refused before anything changes: ReasonRequired (no reason), InvalidEdit, JobNotFound,
-    EditConflict (not failed, or not the previewed `version`)."""
+    EditConflict (not failed, not the previewed job's version, or not the previewed edit)."""
     reason = require_reason("edit_replay", reason)
-    if not isinstance(version, str) or not re.fullmatch(r"[0-9a-f]{32}", version):
-        raise InvalidEdit("version: required, as the preview gave it (32 hexadecimal digits)")
+    if not isinstance(version, str) or not re.fullmatch(r"[0-9a-f]{64}", version):
+        raise InvalidEdit("version: required, as the preview gave it (64 hexadecimal digits)")
+    version, previewed_edit = version[:32], version[32:]
     if edit.queue is not None:  # before the row lock: a bounded look at the indexes and samples
         _check_queue(conn, read_job(conn, job_id, lock=False), edit)
     with conn.transaction():
         job = read_job(conn, job_id, lock=True)
         check_state(job, version)
         changes, payload = _changes(job, edit, keys)
+        if previewed_edit != edit_digest(edit):
+            raise EditConflict(f"job {job_id}: these values are not the ones previewed: preview this edit, "
+                               "then apply it")
         fields = [name for name in EDITABLE if any(c["field"] == name for c in changes)]
         with conn.cursor(row_factory=dict_row) as cur:
             row = cur.execute(query("edit_replay", "edit_and_replay"), {
