@@ -56,6 +56,10 @@ def positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
+def short_text(value: Any) -> str | None:
+    return None if len(value) <= 200 else "must be at most 200 characters"
+
+
 def non_negative(value: Any) -> str | None:
     return None if value >= 0 else "must be 0 or more"
 
@@ -114,6 +118,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "log_records", int, 100, "Most log records kept per attempt of a job (the `logging` records its handler emits, shown on the job page); past it the first and the last records are kept and the ones between counted as dropped. 0 captures nothing.", non_negative),
     Setting("worker", "log_message_chars", int, 2000, "Characters kept of one captured log message (and of its traceback); the rest is cut, saying how much.", positive),
     Setting("worker", "log_attempt_chars", int, 20000, "Characters of captured log records kept per attempt, all records together; records past it are dropped and counted.", positive),
+    Setting("worker", "release", str, "", "The application's release this worker runs (a git sha, a build tag), written to its registry row with Skiplock's version: the Workers page shows it and the incident timeline shows a change as a deploy. Set it in the deploy's environment ($SKIPLOCK_WORKER_RELEASE); empty: not reported.", short_text),
     Setting("worker", "vacuum_interval", float, 10.0, "Seconds between the workers' own VACUUMs of skiplock.jobs (one worker at a time, only while jobs are claimed); 0 leaves it to autovacuum.", non_negative),
     # [scheduler]
     Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),

@@ -198,12 +198,19 @@ class MigrationsPending(MigrationError):
         )
 
 
+def package_version() -> str | None:
+    """'0.2.0', the installed package's version (what `skiplock --version` says); None for a
+    checkout run without installing it. Workers write it to their registry row (migration 024)."""
+    try:
+        return importlib.metadata.version("skiplock")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def installed_release() -> str:
     """'skiplock 0.2.0', from the installed package's metadata (what `skiplock --version` says)."""
-    try:
-        return f"skiplock {importlib.metadata.version('skiplock')}"
-    except importlib.metadata.PackageNotFoundError:  # a checkout run without installing it
-        return "skiplock, version unknown"
+    version = package_version()
+    return f"skiplock {version}" if version else "skiplock, version unknown"
 
 
 @dataclass(frozen=True)

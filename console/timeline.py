@@ -13,6 +13,9 @@ Kinds, each read from what the console already stores (sql/timeline.sql):
   action        an operator action (the audit log; sign-ins left out)
   scheduler     a scheduler process started (and which dead one it replaced), stopped, went
                 silent (dead), or became leader (skiplock.scheduler_nodes)
+  deploy        a worker started running another version or release than the worker that
+                started before it on an overlapping set of queues (workers.version and
+                .release, migration 024; workers that report neither, as 0.1.0's, are left out)
   worker        a worker process started, exited, or went silent without exiting (lost), from
                 the workers registry (rows live [worker] registry_grace after the worker ends)
   autovacuum    autovacuum ran on one of the queue's tables (table_vacuum_count went up
@@ -23,9 +26,9 @@ Kinds, each read from what the console already stores (sql/timeline.sql):
   replica_lag   a replica's replay lag went above the threshold, or back below it
   error_group   an error group became new or regressed (skiplock.error_groups)
 
-Not here, because nothing stores it: the version or release a worker runs (the registry has no
-such column, so a deploy shows only as workers exiting and starting), and leadership a
-scheduler held and then gave up (its row forgets it; the next leader's start is shown).
+Not here, because nothing stores it: leadership a scheduler held and then gave up (its row
+forgets it; the next leader's start is shown), and a deploy among workers that do not report
+their version (an earlier release's: it shows only as workers exiting and starting).
 
 Bounded: every query reads its window on an index; each kind returns at most `cap` events
 and says how many more the window holds; each kind runs in its own short transaction under
@@ -54,9 +57,9 @@ from console.timefmt import duration
 
 log = logging.getLogger(__name__)
 
-KINDS = ("alert", "action", "scheduler", "worker", "autovacuum", "xmin_holder", "lock_wait", "replica_lag",
+KINDS = ("alert", "action", "scheduler", "deploy", "worker", "autovacuum", "xmin_holder", "lock_wait", "replica_lag",
          "error_group")
-LABELS = {"alert": "Alert", "action": "Operator action", "scheduler": "Scheduler", "worker": "Worker",
+LABELS = {"alert": "Alert", "action": "Operator action", "scheduler": "Scheduler", "deploy": "Deploy", "worker": "Worker",
           "autovacuum": "Autovacuum", "xmin_holder": "xmin holder", "lock_wait": "Lock waits",
           "replica_lag": "Replica lag", "error_group": "Error group"}
 CAP = 200               # events per kind shown
@@ -164,7 +167,14 @@ def _scheduler_event(r: dict[str, Any]) -> Event:
 
 def _worker_event(r: dict[str, Any]) -> Event:
     return Event(r["at"], "worker", {k: r[k] for k in ("what", "id", "host", "pid", "queues", "concurrency",
-                                                        "completed", "failed", "lost")},
+                                                        "completed", "failed", "lost", "version", "release")},
+                 "/workers#worker-" + _q(r["id"]))
+
+
+def _deploy_event(r: dict[str, Any]) -> Event:
+    return Event(r["at"], "deploy", {k: r[k] for k in ("id", "host", "pid", "queues", "version", "release", "previous_id",
+                                                        "previous_version", "previous_release",
+                                                        "previous_started_at")},
                  "/workers#worker-" + _q(r["id"]))
 
 
@@ -207,11 +217,12 @@ def build(conn: psycopg.Connection, since: datetime, until: datetime, *, timeout
               "lookback": LOOKBACK.total_seconds(), "live_within": float(live_within),
               "threshold": float(replica_lag_threshold)}
     makers: dict[str, Callable[[dict[str, Any]], Event]] = {
-        "alert": _alert_event, "action": _action_event, "scheduler": _scheduler_event, "worker": _worker_event,
+        "alert": _alert_event, "action": _action_event, "scheduler": _scheduler_event, "deploy": _deploy_event,
+        "worker": _worker_event,
         "autovacuum": _autovacuum_event, "xmin_holder": _holder_event, "lock_wait": _lock_event,
         "replica_lag": lambda r: _lag_event(r, float(replica_lag_threshold)), "error_group": _group_event,
     }
-    names = {"alert": "alerts", "action": "actions", "scheduler": "scheduler", "worker": "workers",
+    names = {"alert": "alerts", "action": "actions", "scheduler": "scheduler", "deploy": "deploys", "worker": "workers",
              "autovacuum": "autovacuum", "xmin_holder": "xmin_holders", "lock_wait": "lock_waits",
              "replica_lag": "replica_lag", "error_group": "error_groups"}
     for kind in kinds:
@@ -287,11 +298,20 @@ def summary_of(kind: str, d: Mapping[str, Any]) -> str:
         if d["what"] == "lost":
             return f"{who} went silent without stopping (crashed or killed)"
         return f"{who} became the leader"
+    if kind == "deploy":
+        changes = []
+        if d.get("release") != d.get("previous_release"):
+            changes.append(f"release {d.get('previous_release') or '(none)'} → {d.get('release') or '(none)'}")
+        if d.get("version") != d.get("previous_version"):
+            changes.append(f"skiplock {d.get('previous_version')} → {d.get('version')}")
+        queues = ",".join(d.get("queues") or []) or "every queue"
+        return f"deploy: {', '.join(changes) or 'release changed'} (worker {d['id']} on {queues})"
     if kind == "worker":
         who = f"worker {d['id']} ({d['host']}, pid {d['pid']})"
         queues = ", ".join(d.get("queues") or []) or "every queue"
         if d["what"] == "start":
-            return f"{who} started on {queues}, {d['concurrency']} slots"
+            release = f", release {d['release']}" if d.get("release") else ""
+            return f"{who} started on {queues}, {d['concurrency']} slots{release}"
         done = f"{d['completed']} completed, {d['failed']} failed, {d['lost']} lost"
         if d["what"] == "stop":
             return f"{who} exited ({done})"
@@ -367,7 +387,7 @@ def title_of(tl: Timeline) -> str:
 
 def markdown(tl: Timeline, *, base_url: str = "") -> str:
     """The postmortem draft: title, window, summary (the alerts that fired and how long, the
-    operator actions, the other events by kind), the timeline as a table (links absolute when
+    operator actions, the deploys, the other events by kind), the timeline as a table (links absolute when
     `base_url` is given), and the sections a human writes. Built from the events as given: the
     caller redacts them first."""
     lines = [f"# {_inline(title_of(tl))}", "",
@@ -392,8 +412,12 @@ def markdown(tl: Timeline, *, base_url: str = "") -> str:
         lines += [f"  - {_time(e.at)} {_inline(e.summary)}" for e in actions]
     else:
         lines.append("- No operator action in the audit log in the window.")
+    deploys = [e for e in tl.events if e.kind == "deploy"]
+    if deploys:  # a suspect as often as an operator action: each one named
+        lines.append(f"- Deploys ({len(deploys) + tl.more.get('deploy', 0)}):")
+        lines += [f"  - {_time(e.at)} {_inline(e.summary)}" for e in deploys]
     counts = tl.counts()
-    others = [f"{LABELS[k].lower()} {counts[k]}" for k in KINDS if k not in ("alert", "action") and counts[k]]
+    others = [f"{LABELS[k].lower()} {counts[k]}" for k in KINDS if k not in ("alert", "action", "deploy") and counts[k]]
     if others:
         lines.append(f"- Other events: {', '.join(others)}.")
     for kind, error in tl.unavailable.items():

@@ -138,6 +138,8 @@ SELECT
     w.pid,
     w.queues,
     w.concurrency,
+    w.version,
+    w.release,
     w.started_at,
     w.last_seen,
     w.stopped_at,

@@ -425,12 +425,16 @@ WHERE j.id = %(id)s;
 
 -- name: register_worker
 -- kinds: what this worker's tasks modules register (console "why isn't this job running?").
-INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, kinds)
-VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(kinds)s)
+-- version, release: Skiplock's version and the application's release (`[worker] release`; NULL
+-- when unset), which the timeline compares to show deploys (migration 024).
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, kinds, version, release)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(kinds)s, %(version)s, %(release)s)
 ON CONFLICT (id) DO UPDATE
 SET last_seen = now(),
     stopped_at = NULL,
-    kinds = excluded.kinds;
+    kinds = excluded.kinds,
+    version = excluded.version,
+    release = excluded.release;
 
 -- name: flush_worker
 -- The worker process keeps its counters since start and writes them whole (a lost flush is

@@ -120,19 +120,19 @@ LIMIT %(cap)s;
 -- [worker] registry_grace has left the registry, and so the timeline.
 WITH hits AS (
     SELECT w.started_at AS at, 'start' AS what, w.id, w.host, w.pid, w.queues, w.concurrency,
-           w.completed, w.failed, w.lost + w.reaped AS lost
+           w.completed, w.failed, w.lost + w.reaped AS lost, w.version, w.release
     FROM skiplock.workers AS w
     WHERE w.started_at >= %(since)s::timestamptz
       AND w.started_at <= %(until)s::timestamptz
     UNION ALL
     SELECT w.stopped_at, 'stop', w.id, w.host, w.pid, w.queues, w.concurrency,
-           w.completed, w.failed, w.lost + w.reaped
+           w.completed, w.failed, w.lost + w.reaped, w.version, w.release
     FROM skiplock.workers AS w
     WHERE w.stopped_at >= %(since)s::timestamptz
       AND w.stopped_at <= %(until)s::timestamptz
     UNION ALL
     SELECT w.last_seen, 'lost', w.id, w.host, w.pid, w.queues, w.concurrency,
-           w.completed, w.failed, w.lost + w.reaped
+           w.completed, w.failed, w.lost + w.reaped, w.version, w.release
     FROM skiplock.workers AS w
     WHERE w.stopped_at IS NULL
       AND w.last_seen < now() - make_interval(secs => %(live_within)s)
@@ -150,6 +150,48 @@ SELECT
     count(*) OVER () AS total
 FROM capped AS c
 ORDER BY c.at, c.id, c.what
+LIMIT %(cap)s;
+
+-- name: deploys
+-- Deploys: a worker start whose (version, release) (migration 024) differs from that of the
+-- worker that started last before it serving an overlapping set of queues (a worker of every
+-- queue, queues NULL, overlaps all). Only workers that reported a version count, on both sides:
+-- a worker of an earlier release (NULL) is neither a deploy nor the thing one is compared with.
+-- Comparing within overlapping queues keeps two fleets with their own releases in one database
+-- (a billing app and a mail app) from reading as a deploy each time one of them starts a worker;
+-- the previous start may be before the window (the registry is small; rows leave it
+-- [worker] registry_grace after the worker ended, and then nothing is compared with them).
+WITH hits AS (
+    SELECT w.started_at AS at, w.id, w.host, w.pid, w.queues, w.version, w.release,
+           p.id AS previous_id, p.version AS previous_version, p.release AS previous_release,
+           p.started_at AS previous_started_at
+    FROM skiplock.workers AS w
+    CROSS JOIN LATERAL (
+        SELECT b.id, b.version, b.release, b.started_at
+        FROM skiplock.workers AS b
+        WHERE b.version IS NOT NULL
+          AND b.id <> w.id
+          AND (b.started_at, b.id) < (w.started_at, w.id)
+          AND (b.queues IS NULL OR w.queues IS NULL OR b.queues && w.queues)
+        ORDER BY b.started_at DESC, b.id DESC
+        LIMIT 1
+    ) AS p
+    WHERE w.version IS NOT NULL
+      AND w.started_at >= %(since)s::timestamptz
+      AND w.started_at <= %(until)s::timestamptz
+      AND (p.version, p.release) IS DISTINCT FROM (w.version, w.release)
+),
+capped AS (
+    SELECT h.*
+    FROM hits AS h
+    ORDER BY h.at, h.id
+    LIMIT %(count_cap)s
+)
+SELECT
+    c.*,
+    count(*) OVER () AS total
+FROM capped AS c
+ORDER BY c.at, c.id
 LIMIT %(cap)s;
 
 -- name: autovacuum

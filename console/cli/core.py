@@ -99,6 +99,8 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         log_records=cfg.worker.log_records,
         log_message_chars=cfg.worker.log_message_chars,
         log_attempt_chars=cfg.worker.log_attempt_chars,
+        # The application's release, shown on the Workers page and as deploys on the timeline.
+        release=cfg.worker.release,
     )
     worker.install_signal_handlers()
     sys.exit(worker.run())

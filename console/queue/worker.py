@@ -71,7 +71,14 @@ from collections.abc import Iterable, Sequence
 import psycopg
 from psycopg.types.json import Jsonb  # also handy for handlers: console.queue.worker.Jsonb
 
-from console.db import DatabaseError, MigrationError, SchemaMissing, connect, require_schema
+from console.db import (
+    DatabaseError,
+    MigrationError,
+    SchemaMissing,
+    connect,
+    package_version,
+    require_schema,
+)
 from console.histogram import Histogram
 from console.queue import joblogs, limits, tasks, telemetry
 from console.queue import protocol as q
@@ -197,6 +204,7 @@ class Worker:
         log_records: int = joblogs.DEFAULT_RECORDS,
         log_message_chars: int = joblogs.DEFAULT_MESSAGE_CHARS,
         log_attempt_chars: int = joblogs.DEFAULT_ATTEMPT_CHARS,
+        release: str | None = None,
     ):
         if concurrency < 1 or async_concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
             raise ValueError("concurrency, async_concurrency, batch_size, lease and poll_interval must be positive")
@@ -234,6 +242,11 @@ class Worker:
             raise ValueError("log_records must be 0 or more, log_message_chars and log_attempt_chars positive")
         self.log_limits: joblogs.LogLimits | None = limits_ if limits_.enabled else None
         self.vacuums = 0
+        # What this process runs, written to its registry row (migration 024): Skiplock's version
+        # ('unknown' for an uninstalled checkout) and the application's release ([worker] release,
+        # set by the deploy; None when not). The timeline shows a change of either as a deploy.
+        self.version = package_version() or "unknown"
+        self.release = (release or "").strip() or None
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.counters = Counters()
 
@@ -489,7 +502,8 @@ class Worker:
             self._conn.execute(
                 query("queue", "register_worker"),
                 {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
-                 "concurrency": self.slots, "kinds": sorted(tasks.registered())},
+                 "concurrency": self.slots, "kinds": sorted(tasks.registered()),
+                 "version": self.version, "release": self.release},
             )
             self._cur = q.claim_cursor(self._conn)
         return self._conn

@@ -150,7 +150,8 @@ EVENT = obj({"at": TIME, "kind": {"enum": list(timeline.KINDS)}, "summary": STR,
 @bp.get("/api/v1/timeline")
 @requires("viewer")
 @api_doc("The incident timeline of this database: alerts, operator actions, scheduler and worker starts and "
-         "exits, autovacuum runs, new xmin holders, lock waits, replica lag and new error groups, oldest first",
+         "exits, deploys (a worker running another version or release than the one before it), "
+         "autovacuum runs, new xmin holders, lock waits, replica lag and new error groups, oldest first",
          params=PARAMS, responses={"400": "a bad alert, from or to, or a window longer than two days",
                                    "404": "no such alert"},
          description="At most 200 events per kind; `more` says how many of a kind the window holds beyond them. "

@@ -1,4 +1,6 @@
-"""Workers: live processes, last seen, throughput, claim latency, in-flight jobs; stale ones
+"""Workers: live processes, what each runs (Skiplock's version, the application's release: null
+from a worker of an earlier release or when `[worker] release` is unset), last seen,
+throughput, claim latency, in-flight jobs; stale ones
 (no heartbeat within console.signals.live_worker_within: web.stale_worker_after, at least three
 flush intervals, as the workers_live metric counts them) are highlighted.
 
@@ -61,7 +63,8 @@ def table():
 
 @bp.get("/api/v1/workers")
 @requires("viewer")
-@api_doc("Workers (live and stopped within the hour) with counters, throughput, claim latency, stale flag; running jobs",
+@api_doc("Workers (live and stopped within the hour) with counters, throughput, claim latency, stale flag, the "
+         "Skiplock `version` and application `release` each runs (null when not reported); running jobs",
          response=obj({"workers": arr(OBJ), "workers_error": opt(STR), "running": arr(obj({"id": INT, "queue": STR})),
                        "running_error": opt(STR), "live": INT, "stale": INT, "in_flight": INT, "stale_after": NUM}))
 def api_index():
