@@ -22,6 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from console.demo.orchestrator import DEMO_RELEASE
 from console.demo.traffic import IDLE_APPLICATION_NAME, Shop, Traffic, TrafficOptions
 from console.pgcluster import PostgresNotFound, free_port
 
@@ -182,6 +183,8 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
                       60, f"{name} to complete jobs", proc, log)
         _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.workers WHERE queues @> ARRAY['reports', 'search']"),
                   60, "worker-reports to register on its queues", proc, log)
+        # Every worker reports the demo's release (the Workers page and the timeline's deploys read it).
+        assert _scalar(dsn, "SELECT array_agg(DISTINCT release) FROM skiplock.workers") == [DEMO_RELEASE]
         # The scheduler's collectors measured the traffic: a non-zero throughput sample is stored.
         _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.samples WHERE metric = 'throughput' AND value > 0"),
                   60, "a non-zero throughput sample", proc, log)

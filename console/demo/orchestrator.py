@@ -108,6 +108,7 @@ def default_data_dir() -> Path:
 
 
 # The `skiplock` commands the demo starts as child processes, and the module each one needs.
+DEMO_RELEASE = "shop 2026.12.3"
 COMPONENTS = {"scheduler": "console.scheduler", "serve": "console.web", "worker": "console.queue.worker",
               "users": "console.users"}
 
@@ -296,6 +297,8 @@ class Demo:
     def child_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_") and k != "DATABASE_URL"}
         env.update(DATABASE_URL=self.dsn, SKIPLOCK_CONFIG=str(self.config_path), PYTHONUNBUFFERED="1")
+        # The release a deploy would set ([worker] release): the Workers page and the timeline show it.
+        env["SKIPLOCK_WORKER_RELEASE"] = DEMO_RELEASE
         # The checkout on the path, so an uninstalled run (`python -m console demo`) works too.
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
