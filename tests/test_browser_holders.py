@@ -91,9 +91,12 @@ def test_the_admin_reads_the_price_types_a_reason_through_the_polls_and_terminat
 
         # Typing a reason across several polls: the form is not swapped away.
         form = page.locator(f"form.end-backend[data-end-pid='{pid}']")
-        form.evaluate("f => { f.dataset.marker = 'typed-here'; }")
         reason = form.locator("input[name=reason]")
-        reason.press_sequentially(REASON, delay=60)  # about 3.5 s: 7 polls
+        # The marker is set once the first character is in: a poll answered before any typing
+        # may swap the form (nothing typed yet), so a marker set earlier could go with it.
+        reason.press_sequentially(REASON[0])
+        form.evaluate("f => { f.dataset.marker = 'typed-here'; }")
+        reason.press_sequentially(REASON[1:], delay=60)  # about 3.5 s: 7 polls
         page.locator("h1").click()  # focus leaves the field; the typed text still holds the polls
         page.wait_for_timeout(1500)
         expect(reason).to_have_value(REASON)
