@@ -5,8 +5,10 @@
 # whose SQL depends on the server (the queue protocol's statements, migrations, the collectors'
 # and the advisor's reads of pg_stat_* views, and the version checks) run again on each of these
 # majors, whose binaries scripts/bootstrap.sh --test fetches (tests/conftest.py --postgresql).
-# About 45 s a major. The worker, archive and CLI maintenance files ran here too until CI neared
-# its 20 minutes: they add a minute a major, and their statements (batched DELETE ... RETURNING,
+# The majors run at once, each in one process (-n 0): their tests mostly wait (on sleeps,
+# locks and the server), so three at once take about as long as one (about 70 s in all,
+# where one after the other with two xdist workers each took about 45 s a major). The worker,
+# archive and CLI maintenance files ran here too until CI neared its 20 minutes: they add a minute a major, and their statements (batched DELETE ... RETURNING,
 # INSERT ... SELECT, the claim test_queue.py runs) use nothing a major changed.
 PG_MATRIX = 16 17 18
 PG_MATRIX_FILES = tests/test_migrate.py tests/test_queue.py \
@@ -26,11 +28,18 @@ test:
 	$(if $(ARGS),,$(MAKE) --no-print-directory test-matrix)
 
 test-matrix:
-	@for major in $(PG_MATRIX); do \
+	@logs=$$(mktemp -d); \
+	for major in $(PG_MATRIX); do \
+	  ( .venv/bin/python -m pytest -n 0 --postgresql $$major $(PG_MATRIX_FILES) > $$logs/$$major.log 2>&1; \
+	    echo $$? > $$logs/$$major.rc ) & \
+	done; \
+	wait; status=0; \
+	for major in $(PG_MATRIX); do \
 	  echo "== the PostgreSQL matrix on PostgreSQL $$major: $(PG_MATRIX_FILES)"; \
-	  .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --postgresql $$major \
-	    $(PG_MATRIX_FILES) || exit $$?; \
-	done
+	  cat $$logs/$$major.log; \
+	  rc=$$(cat $$logs/$$major.rc); [ "$$rc" -eq 0 ] || status=$$rc; \
+	done; \
+	rm -rf $$logs; exit $$status
 
 lint:
 	.venv/bin/ruff check .
