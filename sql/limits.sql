@@ -221,7 +221,7 @@ WITH candidates AS (
       AND j.run_at <= now()
       AND j.kind = %(kind)s
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -242,7 +242,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.
 -- keeps those it serves) and limited kinds.
 SELECT 'queue' AS unit, q.name
 FROM skiplock.queues AS q
-WHERE q.limited
+WHERE q.limited OR q.fair
 UNION ALL
 SELECT 'kind' AS unit, k.kind
 FROM skiplock.kind_limits AS k
@@ -300,7 +300,7 @@ SELECT
     q.limits_set_at,
     q.limits_set_by
 FROM skiplock.queues AS q
-WHERE q.limited
+WHERE q.limited OR q.fair
 ORDER BY q.name;
 
 -- name: kind_limits
@@ -344,7 +344,7 @@ RETURNING k.kind;
 SELECT
     EXISTS (SELECT 1 FROM skiplock.kind_limits) AS kind,
     EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.limited) AS queue,
-    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.group_concurrency IS NOT NULL) AS fair;
+    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.fair) AS fair;
 
 -- name: claim_indexes_present
 -- The limited path's indexes that exist, and whether each is valid (a CREATE INDEX

@@ -188,7 +188,7 @@ ORDER BY j.id;
 -- name: claim
 -- Claim up to %(limit)s eligible jobs in one statement. The inner SELECT walks the partial
 -- claim index in its own order and skips rows other workers hold; paused queues, queues with
--- limits and kinds with limits are left alone (hashed subplans, evaluated once per statement:
+-- limits, fair queues (025) and kinds with limits are left alone (hashed subplans, evaluated once per statement:
 -- console/limits.py claims limited queues and kinds under their own lock).
 WITH candidates AS (
     SELECT j.id
@@ -196,7 +196,7 @@ WITH candidates AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
@@ -235,7 +235,7 @@ candidates AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
       -- A worker with sync and async handlers claims for each runtime's free slots apart
       -- (console/queue/worker.py, "mixed"); NULL for every other worker.

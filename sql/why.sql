@@ -127,7 +127,7 @@ same AS (
 skipped AS (
     SELECT q.name
     FROM skiplock.queues AS q
-    WHERE q.paused OR q.limited
+    WHERE q.paused OR q.limited OR q.fair
 )
 SELECT
     (SELECT count(*) FROM higher) >= %(window)s AS higher_full,

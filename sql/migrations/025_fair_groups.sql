@@ -21,9 +21,10 @@ ALTER TABLE skiplock.queues
     -- the last fair claim served last; the next claim serves the groups after it first.
     ADD COLUMN fair_cursor text;
 
--- `limited` now includes group_concurrency. PostgreSQL 15 cannot change a generated column's
--- expression in place: drop and add it again (skiplock.queues holds one row per queue).
-ALTER TABLE skiplock.queues DROP COLUMN limited;
+-- Whether the queue is fair. `limited` (015) is left as it is: an earlier release's workers
+-- name it, and changing a generated column's expression means dropping it on PostgreSQL 15.
+-- This release's fast claim leaves `paused OR limited OR fair` queues alone. An earlier
+-- release's workers know nothing of groups (they would claim a fair queue as an ordinary one):
+-- give a queue a group_concurrency once every worker runs this release (docs/queue.md).
 ALTER TABLE skiplock.queues
-    ADD COLUMN limited boolean GENERATED ALWAYS AS
-        (concurrency IS NOT NULL OR rate_count IS NOT NULL OR group_concurrency IS NOT NULL) STORED;
+    ADD COLUMN fair boolean GENERATED ALWAYS AS (coalesce(group_concurrency, 0) > 0) STORED;
