@@ -373,3 +373,58 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_queue_claim_idx
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_group_claim_idx
     ON skiplock.jobs (queue, (coalesce(group_key, '')), priority DESC, run_at, id)
     WHERE status = 'pending';
+
+-- name: fair_groups
+-- A fair queue's groups for its page (console/queue/limits.py fair_groups): the groups with
+-- pending jobs, found by the fair claim's skip scan of jobs_group_claim_idx (at most %(groups)s
+-- of them, in key order), each with its eligible jobs (counted up to %(cap)s) and the oldest
+-- run_at among those, and its running jobs. Reads one probe per group plus at most %(cap)s
+-- index entries per group; the caller runs it under the page's statement timeout.
+WITH RECURSIVE groups (k) AS (
+    (SELECT coalesce(j.group_key, '')
+     FROM skiplock.jobs AS j
+     WHERE j.status = 'pending'
+       AND j.queue = %(queue)s
+     ORDER BY coalesce(j.group_key, '')
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(j.group_key, '')
+            FROM skiplock.jobs AS j
+            WHERE j.status = 'pending'
+              AND j.queue = %(queue)s
+              AND coalesce(j.group_key, '') > g.k
+            ORDER BY coalesce(j.group_key, '')
+            LIMIT 1)
+    FROM groups AS g
+    WHERE g.k IS NOT NULL
+),
+found AS (
+    SELECT g.k
+    FROM groups AS g
+    WHERE g.k IS NOT NULL
+    LIMIT %(groups)s
+),
+running AS (
+    SELECT coalesce(r.group_key, '') AS k, count(*) AS n
+    FROM skiplock.jobs AS r
+    WHERE r.status = 'running'
+      AND r.queue = %(queue)s
+    GROUP BY coalesce(r.group_key, '')
+)
+SELECT
+    f.k,
+    b.eligible,
+    extract(epoch FROM now() - b.oldest)::double precision AS age_seconds,
+    coalesce(r.n, 0) AS running
+FROM found AS f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS eligible, min(x.run_at) AS oldest
+    FROM (SELECT j.run_at
+          FROM skiplock.jobs AS j
+          WHERE j.status = 'pending'
+            AND j.queue = %(queue)s
+            AND coalesce(j.group_key, '') = f.k
+            AND j.run_at <= now()
+          LIMIT %(cap)s) AS x
+) AS b
+LEFT JOIN running AS r ON r.k = f.k;

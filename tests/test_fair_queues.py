@@ -374,3 +374,46 @@ def test_the_cli_sets_group_concurrency_and_enqueues_with_a_group(subprocess_env
     assert conn.execute("SELECT group_key FROM skiplock.jobs WHERE id = %s", (int(job.stdout),)).fetchone()[0] == "tenant-42"
     long = cli(subprocess_env, "enqueue", "noop", "--queue", "fair", "--group", "x" * 201)
     assert long.returncode == 2 and "at most 200" in long.stderr
+
+
+# --- see the tenants: the queue page and the API (issue 31, item 4) --------------------------------
+
+def test_the_queue_page_and_api_show_the_top_groups_and_flag_starvation(client_as, conn):
+    """Twelve groups: "big" with 50 eligible jobs, ten with 2 each waiting a minute, one
+    ("stuck") waiting an hour with nothing running: flagged, the others not. The NULL group shows
+    as null. At most 10 rows, by backlog."""
+    limits.set_limits(conn, "fair", group_concurrency=2, actor="t")
+    limits.keep_claim_indexes(conn)
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, group_key, run_at) SELECT 'fair', 'noop', 'big', "
+                 "now() - interval '70 seconds' FROM generate_series(1, 50)")
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, group_key, run_at) SELECT 'fair', 'noop', 't' || (g % 10), "
+                 "now() - interval '60 seconds' FROM generate_series(1, 20) AS g")
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, group_key, run_at) VALUES ('fair', 'noop', 'stuck', now() - interval '1 hour'),"
+                 " ('fair', 'noop', NULL, now() - interval '50 seconds')")
+    shown = limits.fair_groups(conn, "fair")
+    assert shown["groups_seen"] == 13 and len(shown["groups"]) == 10
+    assert shown["groups"][0]["group"] == "big" and shown["groups"][0]["eligible"] == 50
+    assert [g["group"] for g in shown["starving"]] == ["stuck"]
+    assert None in [g["group"] for g in limits.fair_groups(conn, "fair", top=20)["groups"]]
+    client = client_as("viewer")
+    api = client.get("/api/v1/queues/fair").get_json()
+    assert api["groups"]["groups"][0]["group"] == "big" and api["groups"]["starving"][0]["group"] == "stuck"
+    page = client.get("/queues/fair").get_data(as_text=True)
+    assert 'id="queue-groups"' in page and "Starving: stuck waits" in page
+    # An unfair queue has no groups panel.
+    q.enqueue(conn, "noop", {}, queue="plain", group="x")
+    assert "groups" not in client.get("/api/v1/queues/plain").get_json()
+
+
+def test_the_groups_panel_degrades_when_it_times_out(client_as, conn, monkeypatch):
+    from psycopg.errors import QueryCanceled
+
+    def slow(conn, name, **kw):
+        raise QueryCanceled("canceling statement due to statement timeout")
+    limits.set_limits(conn, "fair", group_concurrency=2, actor="t")
+    q.enqueue(conn, "noop", {}, queue="fair", group="a")
+    monkeypatch.setattr(limits, "fair_groups", slow)
+    client = client_as("viewer")
+    assert "took longer" in client.get("/api/v1/queues/fair").get_json()["groups"]["error"]
+    page = client.get("/queues/fair")
+    assert page.status_code == 200 and "Groups not available" in page.get_data(as_text=True)

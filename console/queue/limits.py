@@ -425,3 +425,36 @@ class LimitedClaimer:
                 self._resting[unit] = now + self.rest
             claimed += got
         return claimed
+
+
+# --- a fair queue's groups (the queue page, the API) -------------------------------------------
+
+GROUPS_SCANNED = 1000  # groups with pending jobs read per look (in key order)
+GROUP_COUNT_CAP = 10_000  # eligible jobs counted per group; more shows as "10,000+"
+STARVING_FACTOR = 5  # a group whose oldest eligible job waits this many times the median group's...
+STARVING_FLOOR = 60.0  # ...and at least this many seconds, with nothing running, is flagged
+
+
+def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10) -> dict[str, Any]:
+    """The top `top` groups of a fair queue by backlog, with each one's oldest eligible age and
+    running jobs, and the groups flagged as starving: oldest eligible job waiting more than
+    STARVING_FACTOR times the median group's wait (and at least STARVING_FLOOR seconds) with no
+    job of the group running. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per
+    group (`capped` says a count or age is a lower bound). The NULL group is `group: None`."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("limits", "fair_groups"),
+                           {"queue": queue_name, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP}).fetchall()
+    waiting = [r for r in rows if r["eligible"]]
+    ages = sorted(r["age_seconds"] for r in waiting)
+    median = ages[len(ages) // 2] if ages else None
+    out = []
+    for r in rows:
+        starving = bool(r["eligible"] and median is not None and r["running"] == 0 and len(waiting) > 1
+                        and r["age_seconds"] > max(STARVING_FLOOR, STARVING_FACTOR * median))
+        out.append({"group": r["k"] or None, "eligible": r["eligible"], "capped": r["eligible"] >= GROUP_COUNT_CAP,
+                    "age_seconds": None if r["age_seconds"] is None else round(r["age_seconds"], 1),
+                    "running": r["running"], "starving": starving})
+    out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), g["group"] or ""))
+    return {"groups": out[:top], "groups_seen": len(rows), "groups_truncated": len(rows) >= GROUPS_SCANNED,
+            "median_age_seconds": None if median is None else round(median, 1),
+            "starving": [g for g in sorted(out, key=lambda g: -(g["age_seconds"] or 0)) if g["starving"]][:top]}

@@ -38,6 +38,11 @@ LIMITS = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "gro
 USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "group_concurrency": opt(INT),
              "running": INT, "tokens": opt(NUM)},
             optional=("running", "tokens", "group_concurrency"))
+GROUP_ROW = obj({"group": opt(STR), "eligible": INT, "capped": BOOL, "age_seconds": opt(NUM), "running": INT,
+                 "starving": BOOL})
+GROUPS = obj({"groups": arr(GROUP_ROW), "groups_seen": INT, "groups_truncated": BOOL, "median_age_seconds": opt(NUM),
+              "starving": arr(GROUP_ROW), "error": opt(STR)},
+             optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "starving", "error"))
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
                  "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE),
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
@@ -208,7 +213,13 @@ def queue_data(name: str) -> dict[str, Any]:
     if row is None:
         abort(404, f"there is no queue {name!r} (no jobs and never paused)")
     with_details([row], source)
-    return {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
+    data = {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
+    if (row.get("limits") or {}).get("group_concurrency"):
+        # A fair queue: its top groups by backlog, their age and running jobs, starvation flagged
+        # (bounded, under the page's statement timeout: "not available" when it runs out).
+        groups = run_panel(limits.fair_groups, name)
+        data["groups"] = groups.data if groups.ok else {"error": groups.error}
+    return data
 
 
 @bp.get("/queues/<name>")
@@ -249,8 +260,12 @@ def enqueue(name: str):
 @bp.get("/api/v1/queues/<name>")
 @requires("viewer")
 @api_doc("One queue's figures and drain estimate", responses={"404": "no such queue (no jobs and never paused)"},
+         description="A fair queue (group_concurrency set) also has `groups`: its top 10 groups by backlog "
+                     "(eligible jobs counted up to 10,000 each), each one's oldest eligible age and running jobs, "
+                     "the median group's age, and the groups flagged as starving (waiting over 5 times the "
+                     "median and at least 60 s, with nothing running). The NULL group is `group: null`.",
          response=obj({"queue": QUEUE_ROW, "source": {"enum": ["live", "samples"]}, "error": opt(STR),
-                       "tab_state": STR}))
+                       "tab_state": STR, "groups": GROUPS}, optional=("groups",)))
 def api_detail(name: str):
     return jsonify(queue_data(name))
 
