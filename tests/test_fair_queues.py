@@ -16,12 +16,14 @@ bound: one tenant's 100,000 jobs ahead of ten tenants' 100 each.
 
 from __future__ import annotations
 
+import re
 import statistics
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from console import queue as q
 from console.db import connect
@@ -203,6 +205,22 @@ def test_a_fair_claim_reads_the_groups_heads_not_the_backlog(conn):
     buffers = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
     assert top["Actual Rows"] == 10
     assert buffers < 600, f"a fair claim over 21 groups read {buffers} buffers"
+    # The generic plan a worker's connection keeps once psycopg prepares the statement.
+    order: list[str] = []
+
+    def number(match):
+        if match.group(1) not in order:
+            order.append(match.group(1))
+        return f"${order.index(match.group(1)) + 1}"
+
+    conn.execute("PREPARE fair_claim AS " + re.sub(r"%\((\w+)\)s", number, query("limits", "claim_queue")))
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    values = ", ".join(sql.Literal(params[k]).as_string(conn) for k in order)
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE fair_claim({values})").fetchone()[0][0]
+    top = plan["Plan"]
+    generic = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    assert top["Actual Rows"] == 10 and generic < 600, f"the generic plan read {generic} buffers"
 
 
 # --- real worker processes ------------------------------------------------------------------------
