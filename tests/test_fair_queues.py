@@ -435,3 +435,17 @@ def test_the_groups_panel_degrades_when_it_times_out(client_as, conn, monkeypatc
     assert "took longer" in client.get("/api/v1/queues/fair").get_json()["groups"]["error"]
     page = client.get("/queues/fair")
     assert page.status_code == 200 and "Groups not available" in page.get_data(as_text=True)
+
+
+def test_why_says_a_job_waits_for_its_group(conn):
+    """"Why isn't this job running?" names the group at its limit (and not for another group)."""
+    from console import why
+
+    limits.set_limits(conn, "fair", group_concurrency=1, actor="t")
+    waiting = fill(conn, 2, group="t1")[1]
+    other = fill(conn, 1, group="t2")[0]
+    assert len(claim(conn, 1)) == 1  # t1's first job runs: t1 is at its limit
+    reasons = {r.code: r for r in why.why_job(conn, waiting, live_within=60).reasons}
+    assert "group_concurrency" in reasons and reasons["group_concurrency"].blocking
+    assert "'t1' is at its limit: 1 of 1 running" in reasons["group_concurrency"].title
+    assert "group_concurrency" not in {r.code for r in why.why_job(conn, other, live_within=60).reasons}
