@@ -61,7 +61,7 @@ RUNNING_CAP = 50_000  # running rows counted (at most the fleet's handler thread
 REAPER_NOTE = "the reaper rescues it at its next run (every 30 s by default: [scheduler] reap_interval)"
 
 # The order in which reasons are asked, and so which one is the verdict.
-ORDER = ("scheduled", "paused", "queue_concurrency", "queue_rate", "kind_concurrency", "no_worker",
+ORDER = ("scheduled", "paused", "queue_concurrency", "queue_rate", "group_concurrency", "kind_concurrency", "no_worker",
          "kind_unhandled", "behind", "ready", "lease_dead", "running", "unique", "finished", "empty")
 
 
@@ -203,6 +203,24 @@ def _queue_limits(queue: str, facts: Mapping[str, Any]) -> list[Reason]:
              "next_token_seconds": round(wait, 3), "set_by": state.get("limits_set_by"),
              "set_at": state.get("limits_set_at")}))
     return out
+
+
+def _group_limit(conn: psycopg.Connection, job: Mapping[str, Any], facts: Mapping[str, Any]) -> Reason | None:
+    """A fair queue's job whose group already runs its group_concurrency (docs/queue.md, "Fair queues")."""
+    limit = facts["state"].get("group_concurrency")
+    if limit is None:
+        return None
+    group = job.get("group_key")
+    running = int((_row(conn, "group_running", {"queue": job["queue"], "group": group}) or {}).get("running") or 0)
+    if running < limit:
+        return None
+    name = f"group {group!r}" if group is not None else "the jobs without a group"
+    return Reason(
+        "group_concurrency", True,
+        f"Queue {job['queue']} is fair and {name} is at its limit: {running} of {limit} running; "
+        "the group's next job starts when one of them finishes (other groups are not held up).",
+        {"queue": job["queue"], "group": group, "limit": limit, "running": running,
+         "set_by": facts["state"].get("limits_set_by"), "set_at": facts["state"].get("limits_set_at")})
 
 
 def _kind_limit(kind: str, facts: Mapping[str, Any]) -> Reason | None:
@@ -380,12 +398,15 @@ def _pending_reasons(conn: psycopg.Connection, job: Mapping[str, Any], workers: 
     facts = _queue_facts(conn, job["queue"], job["kind"])
     reasons = [r for r in (_scheduled(job, now), _paused(job["queue"], facts)) if r is not None]
     reasons += _queue_limits(job["queue"], facts)
+    group = _group_limit(conn, job, facts)
+    reasons += [group] if group else []
     kind = _kind_limit(job["kind"], facts)
     reasons += [kind] if kind else []
     found, serving = _workers_for(job["queue"], job["kind"], workers, live_within)
     reasons += found
     if serving and job["run_at"] <= now:
-        limited = facts["state"].get("concurrency") is not None or facts["state"].get("rate_count") is not None
+        limited = (facts["state"].get("concurrency") is not None or facts["state"].get("rate_count") is not None
+                   or facts["state"].get("group_concurrency") is not None)
         position = _position(conn, job, serving, limited, window)
         reasons.append(_behind(job, position, serving, live_within, any(r.blocking for r in reasons), head))
     if head and facts["expired"]:

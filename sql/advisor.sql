@@ -256,7 +256,7 @@ WITH held AS (
         q.paused,
         q.paused_at,
         q.paused_by,
-        q.limited,
+        q.limited OR q.fair AS limited,
         q.concurrency,
         q.rate_count,
         q.rate_period,
@@ -268,7 +268,7 @@ WITH held AS (
         q.limits_set_at AS limited_since,
         q.limits_set_by AS limited_by
     FROM skiplock.queues AS q
-    WHERE q.paused OR q.limited
+    WHERE q.paused OR q.limited OR q.fair
     UNION ALL
     SELECT 'kind', k.kind, false, NULL, NULL, true, k.concurrency, NULL, NULL, NULL, k.updated_at, k.declared_by
     FROM skiplock.kind_limits AS k

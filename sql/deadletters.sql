@@ -243,12 +243,12 @@ archived AS (
     INSERT INTO skiplock.jobs_archive (
         id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
         idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
-        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, purged, purged_at, purged_by
+        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, group_key, purged, purged_at, purged_by
     )
     SELECT
         r.id, r.queue, r.kind, r.payload, r.status, r.priority, r.run_at, r.attempts, r.max_attempts,
         r.idempotency_key, r.locked_by, r.locked_at, r.lease_until, r.last_error, r.errors,
-        r.error_fingerprint, r.created_at, r.finished_at, r.cancel_requested_at, r.headers, r.attempt_logs, true, now(), %(actor)s::text
+        r.error_fingerprint, r.created_at, r.finished_at, r.cancel_requested_at, r.headers, r.attempt_logs, r.group_key, true, now(), %(actor)s::text
     FROM removed AS r
     WHERE %(to_archive)s::boolean
     RETURNING 1

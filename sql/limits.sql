@@ -19,7 +19,18 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));
 -- jobs_lease_idx: they are at most the fleet's handler threads. The candidates come from
 -- jobs_queue_claim_idx (queue, then the claim order; `claim_indexes_wanted` below); with no room, LIMIT 0
 -- reads no job at all.
-WITH clock AS (
+--
+-- A fair queue (group_concurrency set; docs/queue.md, "Fair queues") takes the `fair` branch
+-- instead (the other one gets LIMIT 0 and reads nothing): the groups that have pending jobs are
+-- found by a skip scan of jobs_group_claim_idx (queue, coalesce(group_key, ''), claim order), one probe per
+-- group; each group gives at most group_concurrency - its running jobs (and at most the room)
+-- of its head, ranked in the claim order; the candidates are taken by (running + rank: the
+-- least loaded groups first, the rotation from `fair_cursor`: the groups after the one served
+-- last, then the claim order). So every group gets one job before any gets a second, and among
+-- equally loaded groups the turn goes round, whatever their backlog. The NULL group (jobs
+-- enqueued without a group) is one group, keyed '' in the rotation. The statement reads
+-- (groups with pending jobs) probes plus the heads it ranks, never a group's whole backlog.
+WITH RECURSIVE clock AS (
     SELECT clock_timestamp() AS at
 ),
 bucket AS (
@@ -27,6 +38,8 @@ bucket AS (
         q.name,
         q.paused,
         q.concurrency,
+        q.group_concurrency,
+        q.fair_cursor,
         clock.at,
         CASE WHEN q.rate_count IS NOT NULL THEN
             least(q.burst,
@@ -43,6 +56,9 @@ room AS (
         b.name,
         b.at,
         b.tokens,
+        b.group_concurrency,
+        b.fair_cursor,
+        b.group_concurrency IS NOT NULL AS fair,
         CASE WHEN b.paused THEN 0
              ELSE greatest(0, least(
                  %(limit)s,
@@ -54,7 +70,7 @@ room AS (
         END AS n
     FROM bucket AS b
 ),
-candidates AS (
+plain AS (
     SELECT j.id
     FROM skiplock.jobs AS j
     WHERE j.status = 'pending'
@@ -63,8 +79,91 @@ candidates AS (
       AND ((%(kind)s::text IS NULL AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k))
            OR j.kind = %(kind)s::text)
     ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT coalesce((SELECT room.n FROM room), 0)
+    LIMIT coalesce((SELECT CASE WHEN room.fair THEN 0 ELSE room.n END FROM room), 0)
     FOR UPDATE SKIP LOCKED
+),
+-- The fair branch. The groups with pending jobs (a skip scan: one index probe per group); the
+-- NULL group is '' (a group key is never empty: console/queue/producer.py check_group).
+groups (k) AS (
+    (SELECT coalesce(j.group_key, '')
+     FROM skiplock.jobs AS j
+     WHERE j.status = 'pending'
+       AND j.queue = %(queue)s
+       AND (SELECT room.fair AND room.n > 0 FROM room)
+     ORDER BY coalesce(j.group_key, '')
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(j.group_key, '')
+            FROM skiplock.jobs AS j
+            WHERE j.status = 'pending'
+              AND j.queue = %(queue)s
+              AND coalesce(j.group_key, '') > g.k
+            ORDER BY coalesce(j.group_key, '')
+            LIMIT 1)
+    FROM groups AS g
+    WHERE g.k IS NOT NULL
+),
+running_groups AS (
+    SELECT coalesce(r.group_key, '') AS k, count(*)::integer AS n
+    FROM skiplock.jobs AS r
+    WHERE r.status = 'running'
+      AND r.queue = %(queue)s
+    GROUP BY coalesce(r.group_key, '')
+),
+allowed AS (
+    -- How many more of each group may start: group_concurrency - running, and at most the room.
+    SELECT
+        g.k,
+        coalesce(rg.n, 0) AS running,
+        greatest(0, least(room.n, room.group_concurrency - coalesce(rg.n, 0))) AS more
+    FROM groups AS g
+    CROSS JOIN room
+    LEFT JOIN running_groups AS rg ON rg.k = g.k
+    WHERE g.k IS NOT NULL
+),
+ranked AS (
+    -- Each group's head, at most `more` jobs, ranked in the claim order.
+    SELECT a.k, a.running, h.id, h.priority, h.run_at, h.rank
+    FROM allowed AS a
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.priority, j.run_at,
+               row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS rank
+        FROM skiplock.jobs AS j
+        WHERE j.status = 'pending'
+          AND j.run_at <= now()
+          AND j.queue = %(queue)s
+          AND coalesce(j.group_key, '') = a.k
+          AND ((%(kind)s::text IS NULL AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k))
+               OR j.kind = %(kind)s::text)
+        ORDER BY j.priority DESC, j.run_at, j.id
+        LIMIT a.more
+    ) AS h
+),
+picked AS (
+    -- The round-robin: the least loaded groups first (running + rank), then the groups after
+    -- the one served last (`fair_cursor`), then the claim order.
+    SELECT r.id, r.k, r.running + r.rank AS load,
+           (cur.fair_cursor IS NOT NULL AND r.k <= cur.fair_cursor) AS wrapped
+    FROM ranked AS r
+    CROSS JOIN (SELECT room.fair_cursor FROM room) AS cur
+    ORDER BY r.running + r.rank, (cur.fair_cursor IS NOT NULL AND r.k <= cur.fair_cursor), r.k,
+             r.priority DESC, r.run_at, r.id
+    LIMIT coalesce((SELECT CASE WHEN room.fair THEN room.n ELSE 0 END FROM room), 0)
+),
+fair AS (
+    -- Locked by primary key (a join could pick a hash join over the whole table). Under the
+    -- queue's lock no other claimer holds them; a row another statement locked (a cancel) is
+    -- skipped and this claim takes one job fewer, never one more.
+    SELECT j.id
+    FROM skiplock.jobs AS j
+    WHERE j.id = ANY(ARRAY(SELECT p.id FROM picked AS p))
+      AND j.status = 'pending'
+    FOR UPDATE SKIP LOCKED
+),
+candidates AS (
+    SELECT plain.id FROM plain
+    UNION ALL
+    SELECT fair.id FROM fair
 ),
 claimed AS (
     -- Clock time (when the slot was granted), so the jobs' locked_at show the rate kept.
@@ -74,19 +173,24 @@ claimed AS (
         locked_at = clock.at,
         lease_until = clock.at + make_interval(secs => %(lease)s),
         attempts = j.attempts + 1
-    FROM candidates AS c
-    CROSS JOIN clock
-    WHERE j.id = c.id
+    FROM clock
+    -- By primary key: a join could pick a hash join over the whole table.
+    WHERE j.id = ANY(ARRAY(SELECT c.id FROM candidates AS c))
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
               j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers
 ),
 spent AS (
+    -- The bucket's tokens, and the fair rotation's place: the last group served.
     UPDATE skiplock.queues AS q
-    SET tokens = room.tokens - (SELECT count(*) FROM claimed),
-        refilled_at = room.at
+    SET tokens = CASE WHEN room.tokens IS NOT NULL THEN room.tokens - (SELECT count(*) FROM claimed) ELSE q.tokens END,
+        refilled_at = CASE WHEN room.tokens IS NOT NULL THEN room.at ELSE q.refilled_at END,
+        fair_cursor = coalesce((SELECT p.k FROM picked AS p
+                                WHERE p.id IN (SELECT fair.id FROM fair)
+                                ORDER BY p.load DESC, p.wrapped DESC, p.k DESC
+                                LIMIT 1), q.fair_cursor)
     FROM room
     WHERE q.name = room.name
-      AND room.tokens IS NOT NULL
+      AND (room.tokens IS NOT NULL OR (room.fair AND EXISTS (SELECT 1 FROM fair)))
     RETURNING q.tokens
 )
 SELECT
@@ -117,7 +221,7 @@ WITH candidates AS (
       AND j.run_at <= now()
       AND j.kind = %(kind)s
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -138,7 +242,7 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.
 -- keeps those it serves) and limited kinds.
 SELECT 'queue' AS unit, q.name
 FROM skiplock.queues AS q
-WHERE q.limited
+WHERE q.limited OR q.fair
 UNION ALL
 SELECT 'kind' AS unit, k.kind
 FROM skiplock.kind_limits AS k
@@ -148,11 +252,13 @@ ORDER BY 1, 2;
 -- Set (or, with both NULL, remove) a queue's limits. A new or changed rate starts with a full
 -- bucket; an unchanged rate keeps its tokens.
 INSERT INTO skiplock.queues AS q (name, concurrency, rate_count, rate_period, burst, tokens, refilled_at,
-                                  limits_set_at, limits_set_by, updated_at)
+                                  group_concurrency, limits_set_at, limits_set_by, updated_at)
 VALUES (%(queue)s, %(concurrency)s, %(rate_count)s, %(rate_period)s, %(burst)s, %(burst)s,
-        CASE WHEN %(rate_count)s::integer IS NOT NULL THEN clock_timestamp() END, now(), %(actor)s, now())
+        CASE WHEN %(rate_count)s::integer IS NOT NULL THEN clock_timestamp() END, %(group_concurrency)s,
+        now(), %(actor)s, now())
 ON CONFLICT (name) DO UPDATE
 SET concurrency = excluded.concurrency,
+    group_concurrency = excluded.group_concurrency,
     tokens = CASE WHEN q.rate_count IS NOT DISTINCT FROM excluded.rate_count
                    AND q.rate_period IS NOT DISTINCT FROM excluded.rate_period
                   THEN q.tokens ELSE excluded.tokens END,
@@ -168,7 +274,7 @@ SET concurrency = excluded.concurrency,
 RETURNING q.name;
 
 -- name: get_limits
-SELECT q.name, q.concurrency, q.rate_count, q.rate_period, q.burst
+SELECT q.name, q.concurrency, q.rate_count, q.rate_period, q.burst, q.group_concurrency
 FROM skiplock.queues AS q
 WHERE q.name = %(queue)s;
 
@@ -180,6 +286,7 @@ SELECT pg_notify('skiplock_limits', %(queue)s);
 SELECT
     q.name AS queue,
     q.concurrency,
+    q.group_concurrency,
     q.rate_count,
     q.rate_period,
     q.burst,
@@ -193,7 +300,7 @@ SELECT
     q.limits_set_at,
     q.limits_set_by
 FROM skiplock.queues AS q
-WHERE q.limited
+WHERE q.limited OR q.fair
 ORDER BY q.name;
 
 -- name: kind_limits
@@ -236,7 +343,8 @@ RETURNING k.kind;
 -- name: claim_indexes_wanted
 SELECT
     EXISTS (SELECT 1 FROM skiplock.kind_limits) AS kind,
-    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.limited) AS queue;
+    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.limited) AS queue,
+    EXISTS (SELECT 1 FROM skiplock.queues AS q WHERE q.fair) AS fair;
 
 -- name: claim_indexes_present
 -- The limited path's indexes that exist, and whether each is valid (a CREATE INDEX
@@ -258,3 +366,65 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_kind_claim_idx
 CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_queue_claim_idx
     ON skiplock.jobs (queue, priority DESC, run_at, id)
     WHERE status = 'pending';
+
+-- name: create_group_claim_index
+-- The fair claim's index (a fair queue's groups, each group's head in the claim order), kept
+-- while some queue has a group_concurrency.
+CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_group_claim_idx
+    ON skiplock.jobs (queue, (coalesce(group_key, '')), priority DESC, run_at, id)
+    WHERE status = 'pending';
+
+-- name: fair_groups
+-- A fair queue's groups for its page (console/queue/limits.py fair_groups): the groups with
+-- pending jobs, found by the fair claim's skip scan of jobs_group_claim_idx (at most %(groups)s
+-- of them, in key order), each with its eligible jobs (counted up to %(cap)s) and the oldest
+-- run_at among those, and its running jobs. Reads one probe per group plus at most %(cap)s
+-- index entries per group; the caller runs it under the page's statement timeout.
+WITH RECURSIVE groups (k) AS (
+    (SELECT coalesce(j.group_key, '')
+     FROM skiplock.jobs AS j
+     WHERE j.status = 'pending'
+       AND j.queue = %(queue)s
+     ORDER BY coalesce(j.group_key, '')
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT coalesce(j.group_key, '')
+            FROM skiplock.jobs AS j
+            WHERE j.status = 'pending'
+              AND j.queue = %(queue)s
+              AND coalesce(j.group_key, '') > g.k
+            ORDER BY coalesce(j.group_key, '')
+            LIMIT 1)
+    FROM groups AS g
+    WHERE g.k IS NOT NULL
+),
+found AS (
+    SELECT g.k
+    FROM groups AS g
+    WHERE g.k IS NOT NULL
+    LIMIT %(groups)s
+),
+running AS (
+    SELECT coalesce(r.group_key, '') AS k, count(*) AS n
+    FROM skiplock.jobs AS r
+    WHERE r.status = 'running'
+      AND r.queue = %(queue)s
+    GROUP BY coalesce(r.group_key, '')
+)
+SELECT
+    f.k,
+    b.eligible,
+    extract(epoch FROM now() - b.oldest)::double precision AS age_seconds,
+    coalesce(r.n, 0) AS running
+FROM found AS f
+CROSS JOIN LATERAL (
+    SELECT count(*) AS eligible, min(x.run_at) AS oldest
+    FROM (SELECT j.run_at
+          FROM skiplock.jobs AS j
+          WHERE j.status = 'pending'
+            AND j.queue = %(queue)s
+            AND coalesce(j.group_key, '') = f.k
+            AND j.run_at <= now()
+          LIMIT %(cap)s) AS x
+) AS b
+LEFT JOIN running AS r ON r.k = f.k;

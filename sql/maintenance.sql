@@ -118,12 +118,12 @@ archived AS (
     INSERT INTO skiplock.jobs_archive (
         id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
         idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
-        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs
+        error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, group_key
     )
     SELECT
         m.id, m.queue, m.kind, m.payload, m.status, m.priority, m.run_at, m.attempts, m.max_attempts,
         m.idempotency_key, m.locked_by, m.locked_at, m.lease_until, m.last_error, m.errors,
-        m.error_fingerprint, m.created_at, m.finished_at, m.cancel_requested_at, m.headers, m.attempt_logs
+        m.error_fingerprint, m.created_at, m.finished_at, m.cancel_requested_at, m.headers, m.attempt_logs, m.group_key
     FROM moved AS m
     RETURNING 1
 )

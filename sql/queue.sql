@@ -8,7 +8,7 @@
 -- The enqueue statements cast every parameter: asyncpg (console/queue/handles.py) lets the
 -- server infer each parameter's type, and a bare parameter in a SELECT list is text.
 WITH inserted AS (
-    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
     VALUES (
         %(queue)s::text,
         %(kind)s::text,
@@ -17,7 +17,8 @@ WITH inserted AS (
         coalesce(%(run_at)s::timestamptz, now()),
         %(max_attempts)s::integer,
         %(idempotency_key)s::text,
-        %(headers)s::jsonb
+        %(headers)s::jsonb,
+        %(group_key)s::text
     )
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -37,12 +38,13 @@ WITH input AS (
         %(priorities)s::smallint[],
         %(run_ats)s::timestamptz[],
         %(max_attempts)s::integer[],
-        %(keys)s::text[]
-    ) WITH ORDINALITY AS i (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, position)
+        %(keys)s::text[],
+        %(groups)s::text[]
+    ) WITH ORDINALITY AS i (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, group_key, position)
 ),
 inserted AS (
     -- One headers value for the whole batch: the enqueue_many call's trace context, or NULL.
-    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
+    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
     SELECT
         input.queue,
         input.kind,
@@ -51,7 +53,8 @@ inserted AS (
         coalesce(input.run_at, now()),
         input.max_attempts,
         input.idempotency_key,
-        %(headers)s::jsonb
+        %(headers)s::jsonb,
+        input.group_key
     FROM input
     ORDER BY input.position
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -79,7 +82,7 @@ FROM generate_series(1, %(n)s::integer);
 
 -- name: enqueue_copy
 -- The COPY behind enqueue_many's key-less batches; identity values given here are kept.
-COPY skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, headers) FROM STDIN;
+COPY skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, headers, group_key) FROM STDIN;
 
 -- name: notify_queues
 -- One doorbell per distinct queue (delivered when the caller's transaction commits).
@@ -107,7 +110,7 @@ claimed AS (
     RETURNING u.job_id
 ),
 inserted AS (
-    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers)
+    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
     OVERRIDING SYSTEM VALUE
     SELECT
         claimed.job_id,
@@ -118,7 +121,8 @@ inserted AS (
         coalesce(%(run_at)s::timestamptz, now()),
         %(max_attempts)s::integer,
         %(idempotency_key)s::text,
-        %(headers)s::jsonb
+        %(headers)s::jsonb,
+        %(group_key)s::text
     FROM claimed
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -184,7 +188,7 @@ ORDER BY j.id;
 -- name: claim
 -- Claim up to %(limit)s eligible jobs in one statement. The inner SELECT walks the partial
 -- claim index in its own order and skips rows other workers hold; paused queues, queues with
--- limits and kinds with limits are left alone (hashed subplans, evaluated once per statement:
+-- limits, fair queues (025) and kinds with limits are left alone (hashed subplans, evaluated once per statement:
 -- console/limits.py claims limited queues and kinds under their own lock).
 WITH candidates AS (
     SELECT j.id
@@ -192,7 +196,7 @@ WITH candidates AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
     ORDER BY j.priority DESC, j.run_at, j.id
     LIMIT %(limit)s
@@ -231,7 +235,7 @@ candidates AS (
     WHERE j.status = 'pending'
       AND j.run_at <= now()
       AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited)
+      AND j.queue NOT IN (SELECT q.name FROM skiplock.queues AS q WHERE q.paused OR q.limited OR q.fair)
       AND j.kind NOT IN (SELECT k.kind FROM skiplock.kind_limits AS k)
       -- A worker with sync and async handlers claims for each runtime's free slots apart
       -- (console/queue/worker.py, "mixed"); NULL for every other worker.

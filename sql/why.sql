@@ -21,10 +21,20 @@ SELECT
               + greatest(0, extract(epoch FROM clock_timestamp() - coalesce(q.refilled_at, clock_timestamp())))
                 * q.rate_count::double precision / q.rate_period)
     END AS tokens,
+    q.group_concurrency,
     q.limits_set_by,
     q.limits_set_at
 FROM skiplock.queues AS q
 WHERE q.name = %(queue)s;
+
+-- name: group_running
+-- Running jobs of one group of a fair queue (NULL: the queue's NULL group), through
+-- jobs_lease_idx like the other running counts.
+SELECT count(*) AS running
+FROM skiplock.jobs AS r
+WHERE r.status = 'running'
+  AND r.queue = %(queue)s
+  AND r.group_key IS NOT DISTINCT FROM %(group)s::text;
 
 -- name: running_in
 -- Running jobs of one queue and of one kind, and how many of them are past their lease (held
@@ -127,7 +137,7 @@ same AS (
 skipped AS (
     SELECT q.name
     FROM skiplock.queues AS q
-    WHERE q.paused OR q.limited
+    WHERE q.paused OR q.limited OR q.fair
 )
 SELECT
     (SELECT count(*) FROM higher) >= %(window)s AS higher_full,

@@ -66,6 +66,7 @@ def fill_every_column(conn, job_id: int) -> None:
             last_error = coalesce(last_error, 'RuntimeError: filled'),
             error_fingerprint = coalesce(error_fingerprint, 'RuntimeError: filled'),
             cancel_requested_at = coalesce(cancel_requested_at, now() - interval '90 seconds'),
+            group_key = coalesce(group_key, 'tenant-42'),
             headers = coalesce(headers, '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'),
             attempt_logs = coalesce(attempt_logs, '[{"attempt": 1, "worker": "w-fill", "outcome": "failed", "dropped": 0,
                                                      "records": [{"level": "INFO", "logger": "app", "message": "filled"}]}]')

@@ -58,8 +58,8 @@ def test_rates_parse_per_second_and_per_minute():
 
 def test_set_show_clear_is_audited(conn):
     result = limits.set_limits(conn, "mail", concurrency=3, rate="20/m", actor="alice", reason="provider quota")
-    assert result["before"] == {"concurrency": None, "rate": None, "burst": None}
-    assert result["after"] == {"concurrency": 3, "rate": "20/m", "burst": 1.0}
+    assert result["before"] == {"concurrency": None, "rate": None, "burst": None, "group_concurrency": None}
+    assert result["after"] == {"concurrency": 3, "rate": "20/m", "burst": 1.0, "group_concurrency": None}
     # A limit not given keeps its value.
     assert limits.set_limits(conn, "mail", concurrency=5, actor="alice")["after"]["rate"] == "20/m"
     shown = limits.queue_limits(conn)
@@ -72,8 +72,8 @@ def test_set_show_clear_is_audited(conn):
         ("alice", "set limits", "queue:mail", None),
         ("bob", "clear limits", "queue:mail", "quota lifted"),
     ]
-    assert audit[2][4] == {"before": {"concurrency": 5, "rate": "20/m", "burst": 1.0},
-                           "after": {"concurrency": None, "rate": None, "burst": None}}
+    assert audit[2][4] == {"before": {"concurrency": 5, "rate": "20/m", "burst": 1.0, "group_concurrency": None},
+                           "after": {"concurrency": None, "rate": None, "burst": None, "group_concurrency": None}}
 
 
 def test_nothing_to_set_is_refused(conn):

@@ -62,14 +62,16 @@ def test_api_sets_and_clears_audited(client_as, conn):
     put = client.put("/api/v1/queues/mail/limits", json={"concurrency": 3, "rate": "5/s", "reason": "provider quota"},
                      headers={"X-CSRF-Token": CSRF})
     assert put.status_code == 200, put.data
-    assert put.get_json() == {"ok": True, "queue": "mail", "before": {"concurrency": None, "rate": None, "burst": None},
-                              "after": {"concurrency": 3, "rate": "5/s", "burst": 5.0}}
+    assert put.get_json() == {"ok": True, "queue": "mail", "before": {"concurrency": None, "rate": None, "burst": None,
+                                                                        "group_concurrency": None},
+                              "after": {"concurrency": 3, "rate": "5/s", "burst": 5.0, "group_concurrency": None}}
     # The queue exists now (no jobs yet) and shows its limits and usage.
     row = client.get("/api/v1/queues/mail").get_json()["queue"]
     assert row["limits"] == {"concurrency": 3, "rate": "5/s", "burst": 5.0, "running": 0, "tokens": 5.0}
     form = client.put("/api/v1/queues/mail/limits", data={"clear": "true", "rate": "10/m", "csrf_token": CSRF,
                                                                   "reason": "quota changed"})
-    assert form.status_code == 200 and form.get_json()["after"] == {"concurrency": None, "rate": "10/m", "burst": 1.0}
+    assert form.status_code == 200 and form.get_json()["after"] == {"concurrency": None, "rate": "10/m", "burst": 1.0,
+                                                                    "group_concurrency": None}
     rows = audit_rows(conn)
     assert [(r[0], r[1], r[3]) for r in rows] == [("operator", "set limits", "provider quota"), ("operator", "set limits", "quota changed")]
 
@@ -144,7 +146,7 @@ def test_operator_sets_and_clears_limits_in_the_browser(page, live_server, perso
     form.locator("button[type=submit]").click()
     page.wait_for_load_state()
     assert "0/2 running" in page.locator("#queue-limits").inner_text()
-    assert limits.limits_of(conn, "mail") == {"concurrency": 2, "rate": "30/m", "burst": 1.0}
+    assert limits.limits_of(conn, "mail") == {"concurrency": 2, "rate": "30/m", "burst": 1.0, "group_concurrency": None}
     form = page.locator("#limits-form")
     form.locator("input[name=clear]").check()
     form.locator("input[name=reason]").fill("quota lifted")

@@ -114,12 +114,13 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
 @click.option("--priority", type=int, default=0, show_default=True)
 @click.option("--idempotency-key", default=None)
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+@click.option("--group", default=None, help="The job's group key (a tenant, customer or integration; a fair queue serves the groups in turn).")
 @click.option("--unique-for", type=click.IntRange(min=1, max=366 * 86400), default=None, metavar="SECONDS",
               help="Uniqueness window for (KIND, --idempotency-key): a second enqueue inside it prints the first job's id.")
 @friendly_errors
 @click.pass_obj
 def enqueue_cmd(obj, kind: str, payload: str, queue: str, priority: int, idempotency_key: str | None,
-                max_attempts: int | None, unique_for: int | None) -> None:
+                max_attempts: int | None, group: str | None, unique_for: int | None) -> None:
     """Enqueue one job (PAYLOAD is JSON) and print its id."""
     try:
         data = jsonbounds.loads(payload, "PAYLOAD")
@@ -132,7 +133,7 @@ def enqueue_cmd(obj, kind: str, payload: str, queue: str, priority: int, idempot
         try:
             job_id = q.enqueue(conn, kind, data, queue=queue, priority=priority, idempotency_key=idempotency_key,
                                max_attempts=max_attempts or obj.config.queue.max_attempts,
-                               unique_for=timedelta(seconds=unique_for) if unique_for else None)
+                               unique_for=timedelta(seconds=unique_for) if unique_for else None, group=group)
         except q.InvalidJob as exc:
             raise click.UsageError(str(exc)) from None
         conn.commit()

@@ -31,6 +31,8 @@ def _describe(row: dict) -> str:
         bits.append(f"concurrency {row['concurrency']}")
     if row.get("rate") is not None:
         bits.append(f"rate {row['rate']} (burst {row['burst']:g})")
+    if row.get("group_concurrency") is not None:
+        bits.append(f"fair, {row['group_concurrency']} per group")
     return ", ".join(bits) or "no limits"
 
 
@@ -39,18 +41,23 @@ def _describe(row: dict) -> str:
 @click.argument("name")
 @click.option("--concurrency", default=None, metavar="N", help="At most N jobs of the queue run at once, fleet-wide.")
 @click.option("--rate", default=None, metavar="N/s|N/m", help="At most N claims per second or minute (burst: a second's worth, at least 1).")
+@click.option("--group-concurrency", default=None, metavar="N",
+              help="A fair queue: at most N jobs of one group (enqueue(..., group=...)) run at once, fleet-wide.")
 @click.option("--clear", is_flag=True, help="Remove the queue's limits (then set the ones given, if any).")
 @who_and_why("limit_change")
 @friendly_errors
 @click.pass_obj
-def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, clear: bool, actor: str, reason: str) -> None:
+def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, group_concurrency: str | None, clear: bool,
+            actor: str, reason: str) -> None:
     """Set, change or clear the limits of queue NAME (a limit not given keeps its value)."""
     # Validate before connecting: a typo is a usage error even with the database down.
     limits.parse_concurrency(concurrency)
     limits.parse_rate(rate)
+    limits.parse_group_concurrency(group_concurrency)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        result = limits.set_limits(conn, name, concurrency=concurrency, rate=rate, clear=clear,
+        result = limits.set_limits(conn, name, concurrency=concurrency, rate=rate,
+                                   group_concurrency=group_concurrency, clear=clear,
                                    actor=actor, reason=reason)
     click.echo(f"queue {name!r}: {_describe(result['after'])} (was: {_describe(result['before'])})")
 
@@ -108,11 +115,12 @@ def show_cmd(obj, as_json: bool) -> None:
         click.echo("no limits: every queue and kind is claimed without one")
         return
     if queues:
-        click.echo(f"{'QUEUE':<24} {'CONCURRENCY':>11} {'RUNNING':>8} {'RATE':>8} {'BURST':>6} {'TOKENS':>7}  SET BY")
+        click.echo(f"{'QUEUE':<24} {'CONCURRENCY':>11} {'RUNNING':>8} {'RATE':>8} {'BURST':>6} {'TOKENS':>7} {'PER GROUP':>9}  SET BY")
         for r in queues:
             click.echo(f"{r['queue']:<24} {r['concurrency'] if r['concurrency'] is not None else '-':>11} {r['running']:>8} "
                        f"{r['rate'] or '-':>8} {format(r['burst'], 'g') if r['burst'] else '-':>6} "
-                       f"{format(r['tokens'], '.2f') if r['tokens'] is not None else '-':>7}  "
+                       f"{format(r['tokens'], '.2f') if r['tokens'] is not None else '-':>7} "
+                       f"{r['group_concurrency'] or '-':>9}  "
                        f"{r['set_by'] or '?'}{' (paused)' if r['paused'] else ''}")
     if kinds:
         if queues:

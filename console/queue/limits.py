@@ -88,26 +88,31 @@ def parse_rate(text: str | None) -> Rate | None:
     return Rate(count, 1 if match.group(2).lower().startswith("s") else 60)
 
 
-def parse_concurrency(value: Any) -> int | None:
+def parse_concurrency(value: Any, *, name: str = "concurrency") -> int | None:
     """A positive whole number of running jobs; None or '' means no concurrency limit."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     if isinstance(value, bool):
-        raise InvalidLimit("concurrency: must be a whole number")
+        raise InvalidLimit(f"{name}: must be a whole number")
     if isinstance(value, str):
         try:
             value = int(value.strip())
         except ValueError:
-            raise InvalidLimit(f"concurrency: {value.strip()[:40]!r} is not a whole number") from None
+            raise InvalidLimit(f"{name}: {value.strip()[:40]!r} is not a whole number") from None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int):
-        raise InvalidLimit("concurrency: must be a whole number")
+        raise InvalidLimit(f"{name}: must be a whole number")
     if value < 1:
-        raise InvalidLimit(f"concurrency: must be at least 1 (got {value}); to stop a queue, pause it; to lift the limit, clear it")
+        raise InvalidLimit(f"{name}: must be at least 1 (got {value}); to stop a queue, pause it; to lift the limit, clear it")
     if value > MAX_CONCURRENCY:
-        raise InvalidLimit(f"concurrency: at most {MAX_CONCURRENCY:,}")
+        raise InvalidLimit(f"{name}: at most {MAX_CONCURRENCY:,}")
     return value
+
+
+def parse_group_concurrency(value: Any) -> int | None:
+    """At most this many running jobs per group (fair queues); None or '' means none."""
+    return parse_concurrency(value, name="group_concurrency")
 
 
 def _check_queue(name: Any) -> str:
@@ -119,17 +124,19 @@ def _check_queue(name: Any) -> str:
 
 
 def limits_of(conn: psycopg.Connection, queue_name: str) -> dict[str, Any]:
-    """{"concurrency": n|None, "rate": "10/s"|None, "burst": x|None} of one queue."""
+    """{"concurrency": n|None, "rate": "10/s"|None, "burst": x|None, "group_concurrency": n|None}
+    of one queue."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(query("limits", "get_limits"), {"queue": queue_name}).fetchone()
     return _shape(row)
 
 
 def _shape(row: Mapping[str, Any] | None) -> dict[str, Any]:
-    if row is None or (row["concurrency"] is None and row["rate_count"] is None):
-        return {"concurrency": None, "rate": None, "burst": None}
+    if row is None or (row["concurrency"] is None and row["rate_count"] is None and row["group_concurrency"] is None):
+        return {"concurrency": None, "rate": None, "burst": None, "group_concurrency": None}
     rate = str(Rate(row["rate_count"], row["rate_period"])) if row["rate_count"] is not None else None
-    return {"concurrency": row["concurrency"], "rate": rate, "burst": row["burst"]}
+    return {"concurrency": row["concurrency"], "rate": rate, "burst": row["burst"],
+            "group_concurrency": row["group_concurrency"]}
 
 
 def set_limits(
@@ -138,14 +145,17 @@ def set_limits(
     *,
     concurrency: Any = None,
     rate: Any = None,
+    group_concurrency: Any = None,
     clear: bool = False,
     actor: str,
     reason: str | None = None,
 ) -> dict[str, Any]:
     """Change a queue's limits, audited; returns {"queue", "before", "after"}.
 
-    A limit not given keeps its value; `clear` removes both limits first (then the ones given
-    are set): `clear=True` alone lifts every limit. Workers hear of it at once (NOTIFY
+    A limit not given keeps its value; `clear` removes every limit first (then the ones given
+    are set): `clear=True` alone lifts every limit. `group_concurrency` makes the queue fair: at
+    most that many of its jobs of one group (`enqueue(..., group=...)`) run at once, fleet-wide,
+    and the groups are claimed round-robin (docs/queue.md, "Fair queues"). Workers hear of it at once (NOTIFY
     skiplock_limits) and re-read the limits every few seconds anyway.
     """
     queue_name = _check_queue(queue_name)
@@ -153,8 +163,9 @@ def set_limits(
         raise InvalidLimit("an action needs an actor")
     new_concurrency = parse_concurrency(concurrency)
     new_rate = parse_rate(rate)
-    if not clear and new_concurrency is None and new_rate is None:
-        raise InvalidLimit("nothing to set: give a concurrency, a rate, or clear")
+    new_group = parse_group_concurrency(group_concurrency)
+    if not clear and new_concurrency is None and new_rate is None and new_group is None:
+        raise InvalidLimit("nothing to set: give a concurrency, a rate, a group_concurrency, or clear")
     with conn.transaction():
         before = limits_of(conn, queue_name)
         if not clear:
@@ -162,18 +173,21 @@ def set_limits(
                 new_concurrency = before["concurrency"]
             if new_rate is None and before["rate"] is not None:
                 new_rate = parse_rate(before["rate"])
+            if new_group is None:
+                new_group = before["group_concurrency"]
         params = {
             "queue": queue_name,
             "concurrency": new_concurrency,
             "rate_count": new_rate.count if new_rate else None,
             "rate_period": new_rate.period if new_rate else None,
             "burst": new_rate.burst if new_rate else None,
+            "group_concurrency": new_group,
             "actor": actor,
         }
         conn.execute(query("limits", "set_limits"), params)
         after = limits_of(conn, queue_name)
         conn.execute(query("limits", "notify_limits"), {"queue": queue_name})
-        audit.record(conn, actor=actor, action="set limits" if (after["concurrency"] or after["rate"]) else "clear limits",
+        audit.record(conn, actor=actor, action="set limits" if (after["concurrency"] or after["rate"] or after["group_concurrency"]) else "clear limits",
                      target=f"queue:{queue_name}", selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok",
                      detail={"before": before, "after": after})
     return {"queue": queue_name, "before": before, "after": after}
@@ -284,7 +298,8 @@ def claim_kind(conn: psycopg.Connection, kind: str, worker: str, *, limit: int, 
 
 # The limited path's indexes (sql/limits.sql), what each serves, and the statement that builds it.
 CLAIM_INDEXES = {"jobs_kind_claim_idx": ("kind", "create_kind_claim_index"),
-                 "jobs_queue_claim_idx": ("queue", "create_queue_claim_index")}
+                 "jobs_queue_claim_idx": ("queue", "create_queue_claim_index"),
+                 "jobs_group_claim_idx": ("fair", "create_group_claim_index")}
 # A build reads the whole jobs table; past this it gives up and is tried again next run.
 INDEX_BUILD_TIMEOUT = "15min"
 
@@ -410,3 +425,36 @@ class LimitedClaimer:
                 self._resting[unit] = now + self.rest
             claimed += got
         return claimed
+
+
+# --- a fair queue's groups (the queue page, the API) -------------------------------------------
+
+GROUPS_SCANNED = 1000  # groups with pending jobs read per look (in key order)
+GROUP_COUNT_CAP = 10_000  # eligible jobs counted per group; more shows as "10,000+"
+STARVING_FACTOR = 5  # a group whose oldest eligible job waits this many times the median group's...
+STARVING_FLOOR = 60.0  # ...and at least this many seconds, with nothing running, is flagged
+
+
+def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10) -> dict[str, Any]:
+    """The top `top` groups of a fair queue by backlog, with each one's oldest eligible age and
+    running jobs, and the groups flagged as starving: oldest eligible job waiting more than
+    STARVING_FACTOR times the median group's wait (and at least STARVING_FLOOR seconds) with no
+    job of the group running. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per
+    group (`capped` says a count or age is a lower bound). The NULL group is `group: None`."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("limits", "fair_groups"),
+                           {"queue": queue_name, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP}).fetchall()
+    waiting = [r for r in rows if r["eligible"]]
+    ages = sorted(r["age_seconds"] for r in waiting)
+    median = ages[len(ages) // 2] if ages else None
+    out = []
+    for r in rows:
+        starving = bool(r["eligible"] and median is not None and r["running"] == 0 and len(waiting) > 1
+                        and r["age_seconds"] > max(STARVING_FLOOR, STARVING_FACTOR * median))
+        out.append({"group": r["k"] or None, "eligible": r["eligible"], "capped": r["eligible"] >= GROUP_COUNT_CAP,
+                    "age_seconds": None if r["age_seconds"] is None else round(r["age_seconds"], 1),
+                    "running": r["running"], "starving": starving})
+    out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), g["group"] or ""))
+    return {"groups": out[:top], "groups_seen": len(rows), "groups_truncated": len(rows) >= GROUPS_SCANNED,
+            "median_age_seconds": None if median is None else round(median, 1),
+            "starving": [g for g in sorted(out, key=lambda g: -(g["age_seconds"] or 0)) if g["starving"]][:top]}

@@ -43,6 +43,7 @@ from console.queue.protocol import DEFAULT_MAX_ATTEMPTS, InvalidJob
 
 COPY_THRESHOLD = 200  # a key-less batch at least this long goes through COPY (bench/enqueue.py)
 UNIQUE_TRIES = 5  # a window that expires between two statements is claimed again, this often
+MAX_GROUP_LENGTH = 200  # a group key (tenant, customer, integration) is at most this many characters
 
 
 @dataclass
@@ -56,6 +57,7 @@ class NewJob:
     run_at: datetime | None = None
     idempotency_key: str | None = None
     max_attempts: int | None = None
+    group: str | None = None
 
 
 _NEW_JOB_FIELDS = frozenset(f.name for f in fields(NewJob))
@@ -82,8 +84,24 @@ def check_payload(payload: Any) -> JsonText:
     return JsonText(text)
 
 
+def check_group(group: Any) -> str | None:
+    """A job's group key (fair queues, docs/queue.md): None, or a non-empty string of at most
+    MAX_GROUP_LENGTH characters."""
+    if group is None:
+        return None
+    if not isinstance(group, str):
+        raise InvalidJob(f"group must be a string (a tenant, customer or integration) or None, not {type(group).__name__}")
+    if not group.strip():
+        raise InvalidJob("group must not be empty (leave it out, None, for the queue's shared group)")
+    if len(group) > MAX_GROUP_LENGTH:
+        raise InvalidJob(f"group is {len(group)} characters long; at most {MAX_GROUP_LENGTH}")
+    if "\x00" in group:
+        raise InvalidJob("group must not contain a NUL character")
+    return group
+
+
 def _check(kind: Any, queue: Any, priority: Any, max_attempts: Any, run_at: Any = None,
-           idempotency_key: Any = None) -> None:
+           idempotency_key: Any = None, group: Any = None) -> None:
     if not isinstance(kind, str) or not kind.strip():
         raise InvalidJob("kind must be a non-empty string")
     if not isinstance(queue, str) or not queue.strip():
@@ -102,6 +120,7 @@ def _check(kind: Any, queue: Any, priority: Any, max_attempts: Any, run_at: Any 
             raise InvalidJob("run_at must be timezone-aware (for example datetime.now(UTC) + timedelta(minutes=5))")
     if idempotency_key is not None and not isinstance(idempotency_key, str):
         raise InvalidJob("idempotency_key must be a string (or None)")
+    check_group(group)
 
 
 def _window_seconds(unique_for: Any, idempotency_key: str | None) -> float:
@@ -134,7 +153,7 @@ def _batch(jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[NewJob]:
         else:
             raise InvalidJob(f"job {number}: a job is a NewJob or a dict, not {type(job).__name__}")
         try:
-            _check(item.kind, item.queue, item.priority, item.max_attempts, item.run_at, item.idempotency_key)
+            _check(item.kind, item.queue, item.priority, item.max_attempts, item.run_at, item.idempotency_key, item.group)
         except InvalidJob as exc:
             raise InvalidJob(f"job {number}: {exc}") from None
         items.append(item)
@@ -148,8 +167,8 @@ def _batch(jobs: Iterable[NewJob | Mapping[str, Any]]) -> list[NewJob]:
 
 
 def _enqueue_steps(kind: Any, payload: Any, queue: Any, priority: Any, run_at: Any, idempotency_key: Any,
-                   max_attempts: Any, unique_for: Any, headers: JsonText | None = None) -> Steps[int]:
-    _check(kind, queue, priority, max_attempts, run_at, idempotency_key)
+                   max_attempts: Any, unique_for: Any, headers: JsonText | None = None, group: Any = None) -> Steps[int]:
+    _check(kind, queue, priority, max_attempts, run_at, idempotency_key, group)
     window = None if unique_for is None else _window_seconds(unique_for, idempotency_key)
     params = {
         "queue": queue,
@@ -160,6 +179,7 @@ def _enqueue_steps(kind: Any, payload: Any, queue: Any, priority: Any, run_at: A
         "max_attempts": max_attempts or DEFAULT_MAX_ATTEMPTS,
         "idempotency_key": idempotency_key,
         "headers": headers,
+        "group_key": group,
     }
     if window is None:
         return (yield from _insert_one(params))
@@ -210,6 +230,7 @@ def _insert_steps(items: list[NewJob], headers: JsonText | None = None) -> Steps
         "run_ats": [i.run_at for i in items],
         "max_attempts": [i.max_attempts or DEFAULT_MAX_ATTEMPTS for i in items],
         "keys": keys,
+        "groups": [i.group for i in items],
         "headers": headers,
     }
     rows = yield Step("enqueue_many", params)
@@ -251,8 +272,9 @@ def _copy_steps(items: list[NewJob], headers: JsonText | None = None) -> Steps[l
         queue = names.get(item.queue) or names.setdefault(item.queue, _copy_field(item.queue))
         kind = names.get(item.kind) or names.setdefault(item.kind, _copy_field(item.kind))
         run_at = default_run_at if item.run_at is None else item.run_at.isoformat()
+        group = "\\N" if item.group is None else _copy_field(item.group)
         lines.append(f"{job_id}\t{queue}\t{kind}\t{payload}\t{item.priority}\t{run_at}\t"
-                     f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\t{header_field}\n")
+                     f"{item.max_attempts or DEFAULT_MAX_ATTEMPTS}\t{header_field}\t{group}\n")
     yield CopyStep("enqueue_copy", "".join(lines))
     yield Step("notify_queues", {"queues": sorted({i.queue for i in items})})
     return [int(i) for i in ids]
@@ -285,6 +307,7 @@ def enqueue(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
     unique_for: timedelta | float | None = None,
+    group: str | None = None,
 ) -> int:
     """Insert a job in the handle's transaction and return its id.
 
@@ -295,7 +318,9 @@ def enqueue(
     `payload`: any JSON value (None is `{}`), at most 100 levels deep. `queue`: the queue's name.
     `priority`: -32768..32767, higher runs first. `run_at`: a timezone-aware time before which
     the job does not run (None: now). `max_attempts`: how many runs before it becomes a dead
-    letter (default 5).
+    letter (default 5). `group`: the job's group key (a tenant, customer or integration; at most
+    200 characters): a fair queue runs at most its `group_concurrency` jobs of one group at once
+    and interleaves the groups (docs/queue.md, "Fair queues"); None is the queue's shared group.
 
     `idempotency_key`: when a job in the table already has it, nothing is inserted and that
     job's id is returned. With `unique_for` (a timedelta or seconds; needs the key) the key is
@@ -309,7 +334,7 @@ def enqueue(
     adapter = handles.sync_adapter(handle, "enqueue")
     with telemetry.producing(queue, kind) as sending:
         job_id = handles.run(adapter, _enqueue_steps(kind, payload, queue, priority, run_at, idempotency_key,
-                                                     max_attempts, unique_for, sending.headers))
+                                                     max_attempts, unique_for, sending.headers, group))
         sending.sent([job_id])
     return job_id
 
@@ -325,6 +350,7 @@ async def enqueue_async(
     idempotency_key: str | None = None,
     max_attempts: int | None = None,
     unique_for: timedelta | float | None = None,
+    group: str | None = None,
 ) -> int:
     """`enqueue` for an asynchronous handle, with the same options, checks and errors.
 
@@ -337,7 +363,7 @@ async def enqueue_async(
     with telemetry.producing(queue, kind) as sending:
         job_id = await handles.run_async(adapter, _enqueue_steps(kind, payload, queue, priority, run_at,
                                                                  idempotency_key, max_attempts, unique_for,
-                                                                 sending.headers))
+                                                                 sending.headers, group))
         sending.sent([job_id])
     return job_id
 
@@ -346,7 +372,7 @@ def enqueue_many(handle: SyncHandle, jobs: Iterable[NewJob | Mapping[str, Any]])
     """Insert a batch in the handle's transaction; the ids in the input's order.
 
     `jobs`: `NewJob`s or dicts of their fields (kind, payload, queue, priority, run_at,
-    idempotency_key, max_attempts). Every job is checked before anything is written; an
+    idempotency_key, max_attempts, group). Every job is checked before anything is written; an
     idempotency key a job in the table already has gives that job's id, and a key may appear
     once per batch.
 

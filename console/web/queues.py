@@ -33,9 +33,16 @@ from console.web.listing import LIST_FIELDS, LIST_PARAMS
 
 bp = Blueprint("queues", __name__)
 
-LIMITS = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM)})
-USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "running": INT, "tokens": opt(NUM)},
-            optional=("running", "tokens"))
+LIMITS = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "group_concurrency": opt(INT)},
+             optional=("group_concurrency",))
+USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "group_concurrency": opt(INT),
+             "running": INT, "tokens": opt(NUM)},
+            optional=("running", "tokens", "group_concurrency"))
+GROUP_ROW = obj({"group": opt(STR), "eligible": INT, "capped": BOOL, "age_seconds": opt(NUM), "running": INT,
+                 "starving": BOOL})
+GROUPS = obj({"groups": arr(GROUP_ROW), "groups_seen": INT, "groups_truncated": BOOL, "median_age_seconds": opt(NUM),
+              "starving": arr(GROUP_ROW), "error": opt(STR)},
+             optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "starving", "error"))
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
                  "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE),
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
@@ -122,6 +129,8 @@ def with_details(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]
     for row in rows:
         lim = by_queue.get(row["queue"])
         row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
+        if lim is not None and lim.get("group_concurrency") is not None:
+            row["limits"]["group_concurrency"] = lim["group_concurrency"]
     _judge_rows(rows)
     return rows
 
@@ -204,7 +213,13 @@ def queue_data(name: str) -> dict[str, Any]:
     if row is None:
         abort(404, f"there is no queue {name!r} (no jobs and never paused)")
     with_details([row], source)
-    return {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
+    data = {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
+    if (row.get("limits") or {}).get("group_concurrency"):
+        # A fair queue: its top groups by backlog, their age and running jobs, starvation flagged
+        # (bounded, under the page's statement timeout: "not available" when it runs out).
+        groups = run_panel(limits.fair_groups, name)
+        data["groups"] = groups.data if groups.ok else {"error": groups.error}
+    return data
 
 
 @bp.get("/queues/<name>")
@@ -245,8 +260,12 @@ def enqueue(name: str):
 @bp.get("/api/v1/queues/<name>")
 @requires("viewer")
 @api_doc("One queue's figures and drain estimate", responses={"404": "no such queue (no jobs and never paused)"},
+         description="A fair queue (group_concurrency set) also has `groups`: its top 10 groups by backlog "
+                     "(eligible jobs counted up to 10,000 each), each one's oldest eligible age and running jobs, "
+                     "the median group's age, and the groups flagged as starving (waiting over 5 times the "
+                     "median and at least 60 s, with nothing running). The NULL group is `group: null`.",
          response=obj({"queue": QUEUE_ROW, "source": {"enum": ["live", "samples"]}, "error": opt(STR),
-                       "tab_state": STR}))
+                       "tab_state": STR, "groups": GROUPS}, optional=("groups",)))
 def api_detail(name: str):
     return jsonify(queue_data(name))
 
@@ -326,11 +345,11 @@ _FALSE = ("", "0", "false", "off", "no")
 
 
 def _limits_input() -> dict[str, Any]:
-    """The request's {concurrency, rate, clear, reason}, from a JSON body or a form."""
+    """The request's {concurrency, rate, group_concurrency, clear, reason}, from a JSON body or a form."""
     if request.is_json:
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object: {concurrency, rate, clear, reason}")
+            raise ValueError("the body must be a JSON object: {concurrency, rate, group_concurrency, clear, reason}")
     else:
         body = {k: v for k, v in request.form.items() if k not in ("csrf_token", "back")}
     clear = body.get("clear", False)
@@ -346,7 +365,8 @@ def _limits_input() -> dict[str, Any]:
     rate = body.get("rate")
     if rate is not None and not isinstance(rate, str):
         raise ValueError("rate: must be a string like 10/s or 30/m")
-    return {"concurrency": body.get("concurrency"), "rate": rate, "clear": clear,
+    return {"concurrency": body.get("concurrency"), "rate": rate, "group_concurrency": body.get("group_concurrency"),
+            "clear": clear,
             "reason": reason}  # checked by reason_for("limit_change"), console.actions' rule
 
 
@@ -354,7 +374,8 @@ def _set_limits(name: str) -> dict[str, Any]:
     data = _limits_input()
     reason = reason_for("limit_change")
     return limits.set_limits(get_conn(), name, concurrency=data["concurrency"], rate=data["rate"],
-                             clear=data["clear"], actor=actor(), reason=reason)
+                             group_concurrency=data["group_concurrency"], clear=data["clear"], actor=actor(),
+                             reason=reason)
 
 
 @bp.post("/queues/<name>/limits")
@@ -363,7 +384,7 @@ def set_limits(name: str):
     try:
         _set_limits(name)
     except ValueError as exc:  # InvalidLimit, ReasonRequired (422), a bad field: the form again, as typed
-        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "clear", "reason")}
+        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "group_concurrency", "clear", "reason")}
         status = 422 if isinstance(exc, ReasonRequired) else 400
         return _page(name, limits_form=typed, limits_error=str(exc)), status
     return redirect(url_for("queues.detail", name=name))
@@ -375,18 +396,23 @@ def set_limits(name: str):
          description="A limit not given keeps its value; `clear` removes both first, then sets the ones given. "
                      "`concurrency`: at most that many of the queue's jobs run at once across all workers. "
                      "`rate`: `N/s` or `N/m`, claims per second or minute, with a burst of a second's worth "
-                     "(at least 1). Workers apply it within a poll interval.",
+                     "(at least 1). `group_concurrency`: a fair queue, at most that many jobs of one group "
+                     "(`enqueue(..., group=...)`) run at once, fleet-wide, the groups served round-robin. "
+                     "Workers apply it within a poll interval.",
          params=[Param("concurrency", where="form", type="integer", minimum=1, maximum=limits.MAX_CONCURRENCY,
                        description="most jobs of this queue running at once, fleet-wide"),
                  Param("rate", where="form", pattern=r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$",
                        description="most claims per second (N/s) or minute (N/m)"),
-                 Param("clear", where="form", type="boolean", description="remove both limits first"),
+                 Param("group_concurrency", where="form", type="integer", minimum=1, maximum=limits.MAX_CONCURRENCY,
+                       description="most jobs of one group running at once, fleet-wide (a fair queue)"),
+                 Param("clear", where="form", type="boolean", description="remove every limit first"),
                  Param("reason", where="form", required=True, max_length=MAX_REASON,
                        description="why (kept in the audit log)")],
          body=obj({"concurrency": opt({**INT, "minimum": 1, "maximum": limits.MAX_CONCURRENCY}),
                    "rate": opt({**STR, "pattern": r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$"}),
+                   "group_concurrency": opt({**INT, "minimum": 1, "maximum": limits.MAX_CONCURRENCY}),
                    "clear": BOOL, "reason": STR},
-                  optional=("concurrency", "rate", "clear")),
+                  optional=("concurrency", "rate", "group_concurrency", "clear")),
          responses={"422": "no reason"},
          response=obj({"ok": BOOL, "queue": STR, "before": LIMITS, "after": LIMITS}))
 def api_set_limits(name: str):

@@ -60,7 +60,7 @@ def links_for(reason: why.Reason, queue: str) -> list[dict[str, str]]:
     if reason.code == "paused":
         out += [("The pause in the audit log", "/audit?" + urlencode({"action": "pause"})),
                 (f"Queue {queue}: resume it there", f"/queues/{_q(queue)}")]
-    elif reason.code in ("queue_concurrency", "queue_rate"):
+    elif reason.code in ("queue_concurrency", "queue_rate", "group_concurrency"):
         out += [(f"Queue {queue}'s limits", f"/queues/{_q(queue)}#queue-limits"),
                 (f"Running jobs in queue {queue}", _jobs(state="running", queue=queue))]
     elif reason.code == "kind_concurrency":
