@@ -8,11 +8,13 @@ Handlers are in tests/logging_tasks.py (threads) and tests/logging_async_tasks.p
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from datetime import timedelta
 
 import pytest
+from psycopg.rows import dict_row
 
 from console import db
 from console import queue as q
@@ -222,8 +224,17 @@ def test_the_migration_applies_on_a_database_with_jobs_held_across_it(make_datab
     monkeypatch.setattr("console.db.migration_files", lambda *a: [f for f in shipped(*a) if f[0] < 23])
     with connect(dsn) as conn:
         migrate(conn)
-        failed, held = (q.enqueue(conn, "old", {"i": i}, max_attempts=1) for i in range(2))
-        claimed = {job.id: job for job in q.claim(conn, "w-before", limit=2)}
+        # Enqueued and claimed as a release of that schema would (this release's statements name
+        # columns later migrations add, such as 025's group_key).
+        failed, held = (r[0] for r in conn.execute(
+            "INSERT INTO skiplock.jobs (queue, kind, payload, max_attempts) "
+            "SELECT 'default', 'old', jsonb_build_object('i', i), 1 FROM generate_series(0, 1) AS i RETURNING id"))
+        fields = [f.name for f in dataclasses.fields(q.Job) if f.name not in ("headers", "extra")]
+        with conn.cursor(row_factory=dict_row) as cur:
+            claimed = {row["id"]: q.Job(**{k: row[k] for k in fields}) for row in cur.execute(
+                "UPDATE skiplock.jobs SET status = 'running', attempts = 1, locked_by = 'w-before', "
+                "locked_at = now(), lease_until = now() + interval '60 seconds' WHERE id = ANY(%s) RETURNING *",
+                ([failed, held],))}
         # failed by the previous release's statement (no attempt_logs column yet)
         conn.execute("UPDATE skiplock.jobs SET status = 'failed', finished_at = now(), lease_until = NULL,"
                      " last_error = 'RuntimeError: old', errors = '[{\"attempt\": 1, \"message\": \"old\"}]' WHERE id = %s",
