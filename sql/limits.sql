@@ -374,12 +374,25 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_group_claim_idx
     ON skiplock.jobs (queue, (coalesce(group_key, '')), priority DESC, run_at, id)
     WHERE status = 'pending';
 
+-- name: fair_queues
+-- The fair queues, for the groups collector (console/collectors/groups.py).
+SELECT q.name
+FROM skiplock.queues AS q
+WHERE q.fair
+ORDER BY q.name;
+
 -- name: fair_groups
--- A fair queue's groups for its page (console/queue/limits.py fair_groups): the groups with
--- pending jobs, found by the fair claim's skip scan of jobs_group_claim_idx (at most %(groups)s
--- of them, in key order), each with its eligible jobs (counted up to %(cap)s) and the oldest
--- run_at among those, and its running jobs. Reads one probe per group plus at most %(cap)s
--- index entries per group; the caller runs it under the page's statement timeout.
+-- A fair queue's groups, for its page and for the groups collector (console/queue/limits.py
+-- group_rows): the groups with pending jobs, found by the fair claim's skip scan of
+-- jobs_group_claim_idx (at most %(groups)s of them, in key order), plus the groups with running
+-- jobs and those with dead letters that arrived within the last %(window)s seconds; each with
+-- its eligible jobs (counted up to %(cap)s) and the oldest run_at among those, its running
+-- jobs and those dead letters. Reads one probe per group plus at most %(cap)s index entries per
+-- group; running jobs through jobs_lease_idx (at most the fleet's handler threads); the dead
+-- letters as the queue collector's `arrived` does: the newest %(failed_cap)s of every queue,
+-- walking jobs_failed_idx backwards (a heap fetch each, for the queue and group), so in a
+-- dead-letter storm the count is the share of the newest ones. `waiting`: found by the walk.
+-- The caller runs it under a statement timeout (the page's, or the collector's).
 WITH RECURSIVE groups (k) AS (
     (SELECT coalesce(j.group_key, '')
      FROM skiplock.jobs AS j
@@ -410,21 +423,44 @@ running AS (
     WHERE r.status = 'running'
       AND r.queue = %(queue)s
     GROUP BY coalesce(r.group_key, '')
+),
+failed AS (
+    SELECT coalesce(w.group_key, '') AS k, count(*) AS n
+    FROM (
+        SELECT j.queue, j.group_key
+        FROM skiplock.jobs AS j
+        WHERE j.status = 'failed'
+          AND j.finished_at >= now() - make_interval(secs => %(window)s)
+        ORDER BY j.finished_at DESC, j.id DESC
+        LIMIT %(failed_cap)s
+    ) AS w
+    WHERE w.queue = %(queue)s
+    GROUP BY coalesce(w.group_key, '')
+),
+keys AS (
+    SELECT f.k FROM found AS f
+    UNION
+    SELECT r.k FROM running AS r
+    UNION
+    SELECT x.k FROM failed AS x
 )
 SELECT
-    f.k,
+    k.k,
+    k.k IN (SELECT f.k FROM found AS f) AS waiting,
     b.eligible,
     extract(epoch FROM now() - b.oldest)::double precision AS age_seconds,
-    coalesce(r.n, 0) AS running
-FROM found AS f
+    coalesce(r.n, 0) AS running,
+    coalesce(x.n, 0) AS failed
+FROM keys AS k
 CROSS JOIN LATERAL (
-    SELECT count(*) AS eligible, min(x.run_at) AS oldest
+    SELECT count(*) AS eligible, min(e.run_at) AS oldest
     FROM (SELECT j.run_at
           FROM skiplock.jobs AS j
           WHERE j.status = 'pending'
             AND j.queue = %(queue)s
-            AND coalesce(j.group_key, '') = f.k
+            AND coalesce(j.group_key, '') = k.k
             AND j.run_at <= now()
-          LIMIT %(cap)s) AS x
+          LIMIT %(cap)s) AS e
 ) AS b
-LEFT JOIN running AS r ON r.k = f.k;
+LEFT JOIN running AS r ON r.k = k.k
+LEFT JOIN failed AS x ON x.k = k.k;
