@@ -264,3 +264,35 @@ def test_a_bad_group_limit_in_the_file_or_environment_is_refused(setting, tmp_pa
         load_config(env={f"SKIPLOCK_{section.upper()}_{key.upper()}": "1.5"})
     assert getattr(getattr(load_config(env={f"SKIPLOCK_{section.upper()}_{key.upper()}": "7"}), section), key) == 7
     assert Options.from_config(load_config(env={"SKIPLOCK_SCHEDULER_GROUP_SERIES": "3"})).group_series == 3
+
+
+# --- the read is bounded -------------------------------------------------------------------------
+
+def test_a_100000_job_tenant_costs_a_cycle_what_it_costs_the_panel(dsn, conn):
+    """The collector's read (the panel's walk, on the collector's own connection and settings)
+    counts the big tenant up to 10,000 and reads a bounded number of buffers, not its backlog;
+    the small tenants are exact."""
+    from console.collectors import collector_connection
+    from console.sqlfiles import query
+
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, group_key, run_at) SELECT 'fair', 'noop', 'big', "
+                 "now() - interval '2 hours' + g * interval '1 microsecond' FROM generate_series(1, 100000) AS g")
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, group_key, run_at) SELECT 'fair', 'noop', 't' || (g % 10), "
+                 "now() - interval '1 minute' FROM generate_series(1, 100) AS g")
+    conn.execute("INSERT INTO skiplock.jobs (queue, kind, status, attempts, finished_at) SELECT 'other', 'noop', "
+                 "'failed', 1, now() - interval '1 minute' FROM generate_series(1, 1000)")
+    fair(conn)
+    conn.execute("VACUUM (ANALYZE) skiplock.jobs")
+    report = cycle(dsn, Options(group_series=20), only=("groups",))
+    got = group_figures(report)
+    assert got["big"]["eligible"] == limits.GROUP_COUNT_CAP and got["big"]["age"] >= 7000
+    assert all(got[f"t{i}"]["eligible"] == 10 for i in range(10))
+    params = {"queue": "fair", "groups": limits.GROUPS_SCANNED, "cap": limits.GROUP_COUNT_CAP, "window": 900.0,
+              "failed_cap": 5000}
+    with collector_connection(dsn) as collector:
+        plan = collector.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("limits", "fair_groups"),
+                                 params).fetchone()[0][0]
+    top = plan["Plan"]
+    buffers = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    assert buffers < 1500, f"the groups read of a 100,000-job tenant read {buffers} buffers"
+    print(f"groups read: {buffers} buffers, {plan['Execution Time']:.1f} ms")
