@@ -296,3 +296,19 @@ def test_a_100000_job_tenant_costs_a_cycle_what_it_costs_the_panel(dsn, conn):
     buffers = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
     assert buffers < 1500, f"the groups read of a 100,000-job tenant read {buffers} buffers"
     print(f"groups read: {buffers} buffers, {plan['Execution Time']:.1f} ms")
+
+
+# --- the panel shows what the samples say --------------------------------------------------------
+
+def test_the_groups_panel_shows_each_groups_dead_letters_and_groups_with_nothing_waiting(client_as, conn):
+    fair(conn)
+    add(conn, "t1", n=2)
+    add(conn, "t1", "failed", finished_ago=30)
+    add(conn, "only-failed", "failed", n=3, finished_ago=30)
+    add(conn, "only-running", "running")
+    client = client_as("viewer")
+    groups = {g["group"]: g for g in client.get("/api/v1/queues/fair").get_json()["groups"]["groups"]}
+    assert {k: (g["eligible"], g["running"], g["failed"]) for k, g in groups.items()} == {
+        "t1": (2, 0, 1), "only-failed": (0, 0, 3), "only-running": (0, 1, 0)}
+    page = client.get("/queues/fair").get_data(as_text=True)
+    assert "Dead letters (15 min)" in page and "only-failed" in page and "only-running" in page
