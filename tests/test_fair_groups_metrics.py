@@ -287,7 +287,7 @@ def test_a_100000_job_tenant_costs_a_cycle_what_it_costs_the_panel(dsn, conn):
     got = group_figures(report)
     assert got["big"]["eligible"] == limits.GROUP_COUNT_CAP and got["big"]["age"] >= 7000
     assert all(got[f"t{i}"]["eligible"] == 10 for i in range(10))
-    params = {"queue": "fair", "groups": limits.GROUPS_SCANNED, "cap": limits.GROUP_COUNT_CAP, "window": 900.0,
+    params = {"queues": ["fair"], "groups": limits.GROUPS_SCANNED, "cap": limits.GROUP_COUNT_CAP, "window": 900.0,
               "failed_cap": 5000}
     with collector_connection(dsn) as collector:
         plan = collector.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query("limits", "fair_groups"),
@@ -312,3 +312,20 @@ def test_the_groups_panel_shows_each_groups_dead_letters_and_groups_with_nothing
         "t1": (2, 0, 1), "only-failed": (0, 0, 3), "only-running": (0, 1, 0)}
     page = client.get("/queues/fair").get_data(as_text=True)
     assert "Dead letters (15 min)" in page and "only-failed" in page and "only-running" in page
+
+
+def test_the_walk_stops_at_its_group_limit_in_each_queue_read_together(dsn, conn, monkeypatch):
+    """One statement reads several fair queues; each stops after GROUPS_SCANNED groups with
+    pending jobs (a queue with more says so), and a small queue read with it is whole."""
+    monkeypatch.setattr(limits, "GROUPS_SCANNED", 5)
+    fair(conn, "a")
+    fair(conn, "b")
+    for i in range(8):
+        add(conn, f"a{i}", queue="a")
+    for i in range(3):
+        add(conn, f"b{i}", queue="b")
+    found = limits.group_rows(conn, ["a", "b"])
+    assert [len(found[q]["groups"]) for q in ("a", "b")] == [5, 3]
+    assert found["a"]["truncated"] and not found["b"]["truncated"]
+    report = cycle(dsn, only=("groups",))
+    assert value(report, "queue_groups", queue="a") == 5 and value(report, "queue_groups", queue="b") == 3

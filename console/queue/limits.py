@@ -442,21 +442,31 @@ def fair_queues(conn: psycopg.Connection) -> list[str]:
     return [row[0] for row in conn.execute(query("limits", "fair_queues")).fetchall()]
 
 
-def group_rows(conn: psycopg.Connection, queue_name: str, *, window: float = FAILED_WINDOW,
-               failed_cap: int = FAILED_CAP) -> dict[str, Any]:
-    """Every group of a fair queue the bounded walk finds (sql/limits.sql `fair_groups`): those
-    with pending jobs (GROUPS_SCANNED at most), running jobs, or dead letters within `window`
-    seconds (of the newest `failed_cap` dead letters), each {group, eligible, capped,
-    age_seconds, running, failed, starving}, unsorted; with the median group's wait and whether
-    the walk stopped at GROUPS_SCANNED. The queue page's Groups panel (`fair_groups`) and the
-    groups collector (console/collectors/groups.py) both read this, so the page and the samples
-    agree. Starving: oldest eligible job waiting more than STARVING_FACTOR times the median
-    waiting group's wait (and at least STARVING_FLOOR seconds) with no job of the group running.
-    The NULL group is `group: None`."""
+def group_rows(conn: psycopg.Connection, queues: Sequence[str], *, window: float = FAILED_WINDOW,
+               failed_cap: int = FAILED_CAP) -> dict[str, dict[str, Any]]:
+    """{queue: its groups} for each of the fair `queues`, in one statement (sql/limits.sql
+    `fair_groups`): every group the bounded walk finds, those with pending jobs
+    (GROUPS_SCANNED a queue at most), running jobs, or dead letters within `window` seconds (of
+    the newest `failed_cap` dead letters, read once for all the queues), each {group, eligible,
+    capped, age_seconds, running, failed, starving}, unsorted; with the median waiting group's
+    wait and whether the walk stopped at GROUPS_SCANNED. The queue page's Groups panel
+    (`fair_groups`) and the groups collector (console/collectors/groups.py) both read this, so
+    the page and the samples agree. Starving: oldest eligible job waiting more than
+    STARVING_FACTOR times the median waiting group's wait (and at least STARVING_FLOOR seconds)
+    with no job of the group running. The NULL group is `group: None`."""
+    names = list(dict.fromkeys(queues))
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("limits", "fair_groups"),
-                           {"queue": queue_name, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP,
+                           {"queues": names, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP,
                             "window": float(window), "failed_cap": int(failed_cap)}).fetchall()
+    by_queue: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for r in rows:
+        by_queue[r["queue"]].append(r)
+    return {name: _groups_of(found) for name, found in by_queue.items()}
+
+
+def _groups_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One queue's rows of `fair_groups`, shaped, with starvation judged against its median."""
     waiting = [r for r in rows if r["eligible"]]
     ages = sorted(r["age_seconds"] for r in waiting)
     median = ages[len(ages) // 2] if ages else None
@@ -477,7 +487,7 @@ def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10, win
     eligible age, running jobs and dead letters within `window` seconds, and the groups flagged
     as starving. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per group
     (`capped` says a count or age is a lower bound)."""
-    found = group_rows(conn, queue_name, window=window, failed_cap=failed_cap)
+    found = group_rows(conn, [queue_name], window=window, failed_cap=failed_cap)[queue_name]
     out = found["groups"]
     median = found["median_age_seconds"]
     out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), -g["failed"], g["group"] or ""))
