@@ -1,6 +1,7 @@
 """Seeing the tenants (issue 31, item 4) against a real PostgreSQL: a fair queue's groups as
 samples (console/collectors/groups.py), alert rules that name a group, /metrics' group series
-within its cardinality policy (console/metrics.py), and the settings that bound them.
+within its cardinality policy (console/metrics.py), the settings that bound them, the cost of
+the read with a 100,000-job tenant, and the Groups panel that shows the same figures.
 
 The collector reads what the queue page's Groups panel reads (console/queue/limits.py
 group_rows), so each figure is checked against jobs put in every state by hand: eligible,
