@@ -37,6 +37,16 @@ _METRICS = [
     Metric("dead_letters", "Jobs in the failed state (the dead-letter set).", "jobs", ("queue", "system", "external")),
     Metric("dead_letter_growth", "Dead letters added per hour over [scheduler] rate_window (default 15 min): jobs that became failed within the window and still are.", "jobs/h", ("queue", "system", "external")),
     Metric("error_group_new", "Dead letters of an error group that is new (change=new: its fingerprint was never seen before) or regressed (change=regressed: back after [scheduler] error_group_quiet without a dead letter), counted since that change and still dead letters; reported for [scheduler] error_group_new_for after it, never for an ignored group. fingerprint: the group's fingerprint, secret keys' values hidden.", "jobs", ("fingerprint", "change")),
+    # --- a fair queue's groups (tenants; console/collectors/groups.py) -------------------------
+    # Per (queue, group): the [scheduler] group_series groups of each fair queue that waited
+    # longest (starving first), the rest folded into group="_other" (group_series_folded counts
+    # them); the NULL group (jobs enqueued without a group) is group="_none".
+    Metric("group_depth", "Jobs of a fair queue's group by state: eligible (pending and due, counted up to 10,000 a group) and running.", "jobs", ("queue", "group", "state")),
+    Metric("group_age_seconds", "Age of the group's oldest eligible pending job (0 when none waits); for group=\"_other\" the oldest of the folded groups.", "seconds", ("queue", "group")),
+    Metric("group_dead_letters", "Jobs of the group that went to the dead letters within [scheduler] rate_window (default 15 min), of the newest [scheduler] failed_queue_limit dead letters: what the queue page's Groups panel shows.", "jobs", ("queue", "group")),
+    Metric("group_starving", "1 when the group is starving: its oldest eligible job has waited over 5 times the median waiting group's wait and at least 60 s, with none of its jobs running (the Groups panel's flag); for group=\"_other\" the number of folded groups that starve.", "groups", ("queue", "group")),
+    Metric("queue_groups", "Groups of a fair queue with jobs waiting, running or gone to the dead letters within [scheduler] rate_window (a lower bound past 1,000 groups waiting).", "groups", ("queue",)),
+    Metric("group_series_folded", "Groups of the queue the groups collector folded into group=\"_other\" this cycle ([scheduler] group_series and group_series_total; 0: every group has its own series).", "groups", ("queue",)),
     Metric("workers_live", "Worker processes seen within three flush intervals.", "workers"),
     Metric("workers_in_flight", "Jobs being worked right now, from worker registry rows.", "jobs"),
     Metric("queue_depth_estimated", "1 when the pending backlog exceeded the exact-count cap and pending depths were scaled to the planner's estimate (per external source: system and external set).", "bool", ("system", "external")),

@@ -374,57 +374,102 @@ CREATE INDEX CONCURRENTLY IF NOT EXISTS jobs_group_claim_idx
     ON skiplock.jobs (queue, (coalesce(group_key, '')), priority DESC, run_at, id)
     WHERE status = 'pending';
 
+-- name: fair_queues
+-- The fair queues, for the groups collector (console/collectors/groups.py).
+SELECT q.name
+FROM skiplock.queues AS q
+WHERE q.fair
+ORDER BY q.name;
+
 -- name: fair_groups
--- A fair queue's groups for its page (console/queue/limits.py fair_groups): the groups with
--- pending jobs, found by the fair claim's skip scan of jobs_group_claim_idx (at most %(groups)s
--- of them, in key order), each with its eligible jobs (counted up to %(cap)s) and the oldest
--- run_at among those, and its running jobs. Reads one probe per group plus at most %(cap)s
--- index entries per group; the caller runs it under the page's statement timeout.
-WITH RECURSIVE groups (k) AS (
-    (SELECT coalesce(j.group_key, '')
-     FROM skiplock.jobs AS j
-     WHERE j.status = 'pending'
-       AND j.queue = %(queue)s
-     ORDER BY coalesce(j.group_key, '')
-     LIMIT 1)
+-- Fair queues' groups, for a queue's page and for the groups collector (console/queue/limits.py
+-- group_rows), for every queue of %(queues)s at once: the groups with pending jobs, found by the
+-- fair claim's skip scan of jobs_group_claim_idx (at most %(groups)s of them a queue, in key
+-- order), plus the groups with running jobs and those with dead letters that arrived within
+-- the last %(window)s seconds; each with its eligible jobs (counted up to %(cap)s) and the
+-- oldest run_at among those, its running jobs and those dead letters. Reads one probe per group
+-- plus at most %(cap)s index entries per group; running jobs through jobs_lease_idx (at most
+-- the fleet's handler threads); the dead letters once for all the queues, as the queue
+-- collector's `arrived` does: the newest %(failed_cap)s of every queue, walking jobs_failed_idx
+-- backwards (a heap fetch each, for the queue and group), so in a dead-letter storm the count
+-- is the share of the newest ones. `waiting`: found by the walk. The caller runs it under a
+-- statement timeout (the page's, or the collector's).
+WITH RECURSIVE groups (q, k, n) AS (
+    SELECT
+        f.name,
+        (SELECT coalesce(j.group_key, '')
+         FROM skiplock.jobs AS j
+         WHERE j.status = 'pending'
+           AND j.queue = f.name
+         ORDER BY coalesce(j.group_key, '')
+         LIMIT 1),
+        1
+    FROM unnest(%(queues)s::text[]) AS f (name)
     UNION ALL
-    SELECT (SELECT coalesce(j.group_key, '')
-            FROM skiplock.jobs AS j
-            WHERE j.status = 'pending'
-              AND j.queue = %(queue)s
-              AND coalesce(j.group_key, '') > g.k
-            ORDER BY coalesce(j.group_key, '')
-            LIMIT 1)
+    SELECT
+        g.q,
+        (SELECT coalesce(j.group_key, '')
+         FROM skiplock.jobs AS j
+         WHERE j.status = 'pending'
+           AND j.queue = g.q
+           AND coalesce(j.group_key, '') > g.k
+         ORDER BY coalesce(j.group_key, '')
+         LIMIT 1),
+        g.n + 1
     FROM groups AS g
     WHERE g.k IS NOT NULL
+      AND g.n < %(groups)s
 ),
 found AS (
-    SELECT g.k
+    SELECT g.q, g.k
     FROM groups AS g
     WHERE g.k IS NOT NULL
-    LIMIT %(groups)s
 ),
 running AS (
-    SELECT coalesce(r.group_key, '') AS k, count(*) AS n
+    SELECT r.queue AS q, coalesce(r.group_key, '') AS k, count(*) AS n
     FROM skiplock.jobs AS r
     WHERE r.status = 'running'
-      AND r.queue = %(queue)s
-    GROUP BY coalesce(r.group_key, '')
+      AND r.queue = ANY(%(queues)s::text[])
+    GROUP BY r.queue, coalesce(r.group_key, '')
+),
+failed AS (
+    SELECT w.queue AS q, coalesce(w.group_key, '') AS k, count(*) AS n
+    FROM (
+        SELECT j.queue, j.group_key
+        FROM skiplock.jobs AS j
+        WHERE j.status = 'failed'
+          AND j.finished_at >= now() - make_interval(secs => %(window)s)
+        ORDER BY j.finished_at DESC, j.id DESC
+        LIMIT %(failed_cap)s
+    ) AS w
+    WHERE w.queue = ANY(%(queues)s::text[])
+    GROUP BY w.queue, coalesce(w.group_key, '')
+),
+keys AS (
+    SELECT f.q, f.k FROM found AS f
+    UNION
+    SELECT r.q, r.k FROM running AS r
+    UNION
+    SELECT x.q, x.k FROM failed AS x
 )
 SELECT
-    f.k,
+    k.q AS queue,
+    k.k,
+    EXISTS (SELECT 1 FROM found AS f WHERE f.q = k.q AND f.k = k.k) AS waiting,
     b.eligible,
     extract(epoch FROM now() - b.oldest)::double precision AS age_seconds,
-    coalesce(r.n, 0) AS running
-FROM found AS f
+    coalesce(r.n, 0) AS running,
+    coalesce(x.n, 0) AS failed
+FROM keys AS k
 CROSS JOIN LATERAL (
-    SELECT count(*) AS eligible, min(x.run_at) AS oldest
+    SELECT count(*) AS eligible, min(e.run_at) AS oldest
     FROM (SELECT j.run_at
           FROM skiplock.jobs AS j
           WHERE j.status = 'pending'
-            AND j.queue = %(queue)s
-            AND coalesce(j.group_key, '') = f.k
+            AND j.queue = k.q
+            AND coalesce(j.group_key, '') = k.k
             AND j.run_at <= now()
-          LIMIT %(cap)s) AS x
+          LIMIT %(cap)s) AS e
 ) AS b
-LEFT JOIN running AS r ON r.k = f.k;
+LEFT JOIN running AS r ON r.q = k.q AND r.k = k.k
+LEFT JOIN failed AS x ON x.q = k.q AND x.k = k.k;

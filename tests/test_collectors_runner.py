@@ -105,9 +105,11 @@ def test_metrics_exposition_of_the_newest_cycle(dsn, conn):
 def test_metrics_before_any_collection(conn):
     body, _ = render_metrics(conn)
     families = {f.name: f for f in text_string_to_metric_families(body.decode())}
-    # Only the age of the (absent) collection and the series policy (web.metrics_queue_series):
-    # no queue was folded and no series dropped.
-    assert sorted(families) == ["skiplock_collection_age_seconds", "skiplock_metrics_queue_series_limit",
+    # Only the age of the (absent) collection and the series policy (web.metrics_queue_series,
+    # web.metrics_group_series): no queue or group was folded and no series dropped.
+    assert sorted(families) == ["skiplock_collection_age_seconds", "skiplock_metrics_group_series_limit",
+                                "skiplock_metrics_groups_folded", "skiplock_metrics_queue_series_limit",
                                 "skiplock_metrics_queues_folded", "skiplock_metrics_series_dropped"]
     assert families["skiplock_metrics_queues_folded"].samples[0].value == 0
+    assert families["skiplock_metrics_groups_folded"].samples[0].value == 0
     assert families["skiplock_metrics_series_dropped"].samples[0].value == 0

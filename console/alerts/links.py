@@ -217,6 +217,29 @@ def _scheduler(labels: Mapping[str, str]) -> Pairs:
     return [("Maintenance: the scheduler's restarts, nodes and job errors", "/maintenance#scheduler")]
 
 
+def _groups(labels: Mapping[str, str], *, dead: bool = False) -> Pairs:
+    """A fair queue's group (tenant) in trouble (`group_*{queue, group}`): the queue page's
+    Groups panel, which shows the same figures for the top groups and flags the starving ones,
+    then the queue's eligible jobs, or its dead letters for a dead-letter alert. The group's
+    own jobs have no filter of their own on /jobs (the group key is not indexed for browsing)."""
+    queue, group = _queue(labels), labels.get("group")
+    if queue is None:
+        return [_queue_page(None)]
+    who = {"_other": "the groups folded into _other", "_none": "jobs without a group", None: ""}.get(group, f"group {group}")
+    page = (f"Groups of queue {queue}{': ' + who if who else ''} (backlog, wait, dead letters, starving)",
+            f"/queues/{quote(queue, safe='')}#queue-groups")
+    if labels.get("state") == "running":
+        return [page, (f"Running jobs in queue {queue}", _path("/jobs", state="running", queue=queue))]
+    if dead:
+        return [page, *_dead_letters(labels)]
+    return [page, (f"Eligible jobs in queue {queue}, oldest first", _path("/jobs", state="pending", queue=queue,
+                                                                        eligible="1"))]
+
+
+def _group_dead_letters(labels: Mapping[str, str]) -> Pairs:
+    return _groups(labels, dead=True)
+
+
 def _queues(labels: Mapping[str, str]) -> Pairs:
     return [_queue_page(_queue(labels))]
 
@@ -298,10 +321,13 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "notify_queue_usage": _notify,
     "server_timeline": _wal,
     "scheduler_restarts": _scheduler,
+    "queue_groups": _groups,
+    "group_dead_letters": _group_dead_letters,
 }
 
 _BY_PREFIX: tuple[tuple[str, Callable[[Mapping[str, str]], Pairs]], ...] = (
     ("periodic_", _periodic),
+    ("group_", _groups),  # group_depth, group_age_seconds, group_starving, group_series_folded
     ("xmin_horizon_", _horizon),
     ("lock_wait", _locks),
     ("multixact_", _multixact),

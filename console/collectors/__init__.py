@@ -28,6 +28,7 @@ from console.collectors import (
     database,
     errorgroups,
     external,
+    groups,
     periodic,
     queue,
     restarts,
@@ -43,6 +44,7 @@ log = logging.getLogger("skiplock.collectors")
 
 COLLECTORS: tuple[Collector, ...] = (
     Collector("queue", queue.collect, "Depth by state, oldest eligible job, stuck leases, dead letters."),
+    Collector("groups", groups.collect, "Fair queues' groups (tenants): backlog, running jobs, oldest wait, dead letters, starvation; the top [scheduler] group_series per queue, the rest folded."),
     Collector("errorgroups", errorgroups.collect, "Error groups that are new or came back after a quiet period (skiplock.error_groups)."),
     Collector("workers", workers.collect, "Live workers, throughput, retries, claim and pickup latency from worker counters."),
     Collector("statements", statements.collect, "Claim latency and buffers per call (pg_stat_statements), probe claim."),

@@ -51,6 +51,10 @@ class Options:
     failed_total_limit: int = 50_000
     # Queues probed one by one with a rolled-back claim (besides one probe over all queues).
     probe_queues: int = 1
+    # Groups of each fair queue with their own group_* series, and over every fair queue
+    # together (console/collectors/groups.py); the rest are folded into group="_other".
+    group_series: int = 10
+    group_series_total: int = 200
     # Seconds between re-reads of pg_stat_statements query text to find the claim statement.
     pgss_discovery_interval: float = 300.0
     live_worker_within: float = 15.0
@@ -83,6 +87,8 @@ class Options:
             failed_queue_limit=s.failed_queue_limit,
             failed_total_limit=s.failed_total_limit,
             probe_queues=s.probe_queues,
+            group_series=s.group_series,
+            group_series_total=s.group_series_total,
             live_worker_within=signals.live_worker_within(config),
             rate_window=s.rate_window.total_seconds(),
             error_group_quiet=s.error_group_quiet.total_seconds(),

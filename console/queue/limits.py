@@ -433,17 +433,40 @@ GROUPS_SCANNED = 1000  # groups with pending jobs read per look (in key order)
 GROUP_COUNT_CAP = 10_000  # eligible jobs counted per group; more shows as "10,000+"
 STARVING_FACTOR = 5  # a group whose oldest eligible job waits this many times the median group's...
 STARVING_FLOOR = 60.0  # ...and at least this many seconds, with nothing running, is flagged
+FAILED_WINDOW = 900.0  # seconds of dead letters counted per group: [scheduler] rate_window's default
+FAILED_CAP = 5000  # newest dead letters read for that count: [scheduler] failed_queue_limit's default
 
 
-def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10) -> dict[str, Any]:
-    """The top `top` groups of a fair queue by backlog, with each one's oldest eligible age and
-    running jobs, and the groups flagged as starving: oldest eligible job waiting more than
-    STARVING_FACTOR times the median group's wait (and at least STARVING_FLOOR seconds) with no
-    job of the group running. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per
-    group (`capped` says a count or age is a lower bound). The NULL group is `group: None`."""
+def fair_queues(conn: psycopg.Connection) -> list[str]:
+    """The names of the fair queues (group_concurrency set), in name order."""
+    return [row[0] for row in conn.execute(query("limits", "fair_queues")).fetchall()]
+
+
+def group_rows(conn: psycopg.Connection, queues: Sequence[str], *, window: float = FAILED_WINDOW,
+               failed_cap: int = FAILED_CAP) -> dict[str, dict[str, Any]]:
+    """{queue: its groups} for each of the fair `queues`, in one statement (sql/limits.sql
+    `fair_groups`): every group the bounded walk finds, those with pending jobs
+    (GROUPS_SCANNED a queue at most), running jobs, or dead letters within `window` seconds (of
+    the newest `failed_cap` dead letters, read once for all the queues), each {group, eligible,
+    capped, age_seconds, running, failed, starving}, unsorted; with the median waiting group's
+    wait and whether the walk stopped at GROUPS_SCANNED. The queue page's Groups panel
+    (`fair_groups`) and the groups collector (console/collectors/groups.py) both read this, so
+    the page and the samples agree. Starving: oldest eligible job waiting more than
+    STARVING_FACTOR times the median waiting group's wait (and at least STARVING_FLOOR seconds)
+    with no job of the group running. The NULL group is `group: None`."""
+    names = list(dict.fromkeys(queues))
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("limits", "fair_groups"),
-                           {"queue": queue_name, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP}).fetchall()
+                           {"queues": names, "groups": GROUPS_SCANNED, "cap": GROUP_COUNT_CAP,
+                            "window": float(window), "failed_cap": int(failed_cap)}).fetchall()
+    by_queue: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for r in rows:
+        by_queue[r["queue"]].append(r)
+    return {name: _groups_of(found) for name, found in by_queue.items()}
+
+
+def _groups_of(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One queue's rows of `fair_groups`, shaped, with starvation judged against its median."""
     waiting = [r for r in rows if r["eligible"]]
     ages = sorted(r["age_seconds"] for r in waiting)
     median = ages[len(ages) // 2] if ages else None
@@ -453,8 +476,21 @@ def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10) -> 
                         and r["age_seconds"] > max(STARVING_FLOOR, STARVING_FACTOR * median))
         out.append({"group": r["k"] or None, "eligible": r["eligible"], "capped": r["eligible"] >= GROUP_COUNT_CAP,
                     "age_seconds": None if r["age_seconds"] is None else round(r["age_seconds"], 1),
-                    "running": r["running"], "starving": starving})
-    out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), g["group"] or ""))
-    return {"groups": out[:top], "groups_seen": len(rows), "groups_truncated": len(rows) >= GROUPS_SCANNED,
-            "median_age_seconds": None if median is None else round(median, 1),
+                    "running": r["running"], "failed": r["failed"], "starving": starving})
+    return {"groups": out, "median_age_seconds": median,
+            "truncated": sum(1 for r in rows if r["waiting"]) >= GROUPS_SCANNED}
+
+
+def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10, window: float = FAILED_WINDOW,
+                failed_cap: int = FAILED_CAP) -> dict[str, Any]:
+    """The top `top` groups of a fair queue by backlog (`group_rows`), with each one's oldest
+    eligible age, running jobs and dead letters within `window` seconds, and the groups flagged
+    as starving. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per group
+    (`capped` says a count or age is a lower bound)."""
+    found = group_rows(conn, [queue_name], window=window, failed_cap=failed_cap)[queue_name]
+    out = found["groups"]
+    median = found["median_age_seconds"]
+    out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), -g["failed"], g["group"] or ""))
+    return {"groups": out[:top], "groups_seen": len(out), "groups_truncated": found["truncated"],
+            "median_age_seconds": None if median is None else round(median, 1), "window_seconds": float(window),
             "starving": [g for g in sorted(out, key=lambda g: -(g["age_seconds"] or 0)) if g["starving"]][:top]}

@@ -71,5 +71,6 @@ def metrics():
         reason = "; ".join(error for _, error in results if error)
         return Response(f"metrics not available: {reason}\n", status=503, mimetype="text/plain")
     body = render_databases({name: samples for name, (samples, _) in zip(names, results, strict=True)},
-                            queue_limit=config.web.metrics_queue_series)
+                            queue_limit=config.web.metrics_queue_series,
+                            group_limit=config.web.metrics_group_series)
     return Response(body, status=200, content_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

@@ -39,10 +39,11 @@ USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "grou
              "running": INT, "tokens": opt(NUM)},
             optional=("running", "tokens", "group_concurrency"))
 GROUP_ROW = obj({"group": opt(STR), "eligible": INT, "capped": BOOL, "age_seconds": opt(NUM), "running": INT,
-                 "starving": BOOL})
+                 "failed": INT, "starving": BOOL})
 GROUPS = obj({"groups": arr(GROUP_ROW), "groups_seen": INT, "groups_truncated": BOOL, "median_age_seconds": opt(NUM),
-              "starving": arr(GROUP_ROW), "error": opt(STR)},
-             optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "starving", "error"))
+              "window_seconds": NUM, "starving": arr(GROUP_ROW), "error": opt(STR)},
+             optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "window_seconds", "starving",
+                       "error"))
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
                  "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE),
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
@@ -215,9 +216,13 @@ def queue_data(name: str) -> dict[str, Any]:
     with_details([row], source)
     data = {"queue": row, "source": source, "error": error, "tab_state": "paused" if row.get("paused") else ""}
     if (row.get("limits") or {}).get("group_concurrency"):
-        # A fair queue: its top groups by backlog, their age and running jobs, starvation flagged
-        # (bounded, under the page's statement timeout: "not available" when it runs out).
-        groups = run_panel(limits.fair_groups, name)
+        # A fair queue: its top groups by backlog, their age, running jobs and dead letters,
+        # starvation flagged (bounded, under the page's statement timeout: "not available" when
+        # it runs out). The dead letters over the collectors' window and cap, so the panel and
+        # the group_* samples (console/collectors/groups.py) count the same ones.
+        scheduler = state().config.scheduler
+        groups = run_panel(limits.fair_groups, name, window=signals.rate_window(state().config).total_seconds(),
+                           failed_cap=scheduler.failed_queue_limit)
         data["groups"] = groups.data if groups.ok else {"error": groups.error}
     return data
 
@@ -261,8 +266,9 @@ def enqueue(name: str):
 @requires("viewer")
 @api_doc("One queue's figures and drain estimate", responses={"404": "no such queue (no jobs and never paused)"},
          description="A fair queue (group_concurrency set) also has `groups`: its top 10 groups by backlog "
-                     "(eligible jobs counted up to 10,000 each), each one's oldest eligible age and running jobs, "
-                     "the median group's age, and the groups flagged as starving (waiting over 5 times the "
+                     "(eligible jobs counted up to 10,000 each), each one's oldest eligible age, running jobs "
+                     "and dead letters that arrived within `window_seconds` ([scheduler] rate_window; a group "
+                     "with running jobs or such dead letters is listed even with no backlog), the median group's age, and the groups flagged as starving (waiting over 5 times the "
                      "median and at least 60 s, with nothing running). The NULL group is `group: null`.",
          response=obj({"queue": QUEUE_ROW, "source": {"enum": ["live", "samples"]}, "error": opt(STR),
                        "tab_state": STR, "groups": GROUPS}, optional=("groups",)))
