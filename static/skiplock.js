@@ -64,8 +64,25 @@
     }
     if (el) { el.removeAttribute("data-poll-held"); }
     e.detail.headers["X-Skiplock-Poll"] = "1";
+    // What the server last answered for this URL: a view built from the same collection cycle
+    // comes back 304 with no body and nothing is swapped (console/web/cycle.py). Pages are
+    // never stored by the browser (Cache-Control: no-store), so the tag is kept here.
+    if (etags[e.detail.path]) { e.detail.headers["If-None-Match"] = etags[e.detail.path]; }
+  });
+  var etags = {};
+  document.addEventListener("htmx:afterRequest", function (e) {
+    var xhr = e.detail.xhr;
+    var path = e.detail.requestConfig && e.detail.requestConfig.path;
+    if (!xhr || !path || xhr.status !== 200) { return; }
+    var tag = xhr.getResponseHeader("ETag");
+    if (tag) { etags[path] = tag; } else { delete etags[path]; }
   });
   document.addEventListener("htmx:beforeSwap", function (e) {
+    if (e.detail.xhr && e.detail.xhr.status === 304) {  // unchanged: keep what is shown
+      e.detail.shouldSwap = false;
+      e.detail.isError = false;
+      return;
+    }
     var config = e.detail.requestConfig;
     var trigger = config && config.triggeringEvent;
     var el = e.detail.target;

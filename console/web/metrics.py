@@ -23,6 +23,7 @@ from psycopg_pool import PoolTimeout
 from console.db import time_limited
 from console.metrics import CONTENT_TYPE, render_databases
 from console.samples import latest_cycle
+from console.web import cycle
 from console.web.auth import public
 from console.web.database import DatabaseUnreachable, get_conn, use_database
 
@@ -52,14 +53,17 @@ def metrics():
     names = current_app.extensions["skiplock"].databases.names
     timeout = config.database.statement_timeout_ms
 
-    def read(name: str) -> tuple[list | None, str | None]:
+    def read(name: str) -> tuple[list | None, str | None, tuple | None]:
+        # The newest cycle's samples, read once per generation of the database for every
+        # scraper (console/web/cycle.py).
         use_database(name)
         try:
             conn = get_conn()
             with time_limited(conn, timeout):
-                return latest_cycle(conn), None
+                found, shown = cycle.cache().get(("metrics",), cycle.generation(), lambda: latest_cycle(conn))
+                return found, None, shown
         except (DatabaseUnreachable, PoolTimeout, psycopg.Error) as exc:
-            return None, f"{name}: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return None, f"{name}: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0], None
 
     # Each database in a copy of this request's context (its own app context, `g` and connection).
     calls = [copy_current_request_context(functools.partial(read, name)) for name in names]
@@ -67,10 +71,14 @@ def metrics():
     # request's app context (and any connection it already borrowed).
     with ThreadPoolExecutor(max_workers=min(len(calls), 16), thread_name_prefix="skiplock-metrics") as pool:
         results = list(pool.map(lambda call: call(), calls))
-    if all(samples is None for samples, _ in results):
-        reason = "; ".join(error for _, error in results if error)
+    if all(samples is None for samples, _, _ in results):
+        reason = "; ".join(error for _, error, _ in results if error)
         return Response(f"metrics not available: {reason}\n", status=503, mimetype="text/plain")
-    body = render_databases({name: samples for name, (samples, _) in zip(names, results, strict=True)},
-                            queue_limit=config.web.metrics_queue_series,
-                            group_limit=config.web.metrics_group_series)
+    # The body of every database's generation, rendered once for every scraper.
+    body, _ = cycle.cache().get(
+        ("metrics body", config.web.metrics_queue_series, config.web.metrics_group_series),
+        cycle.Generation("", False, tuple(shown for _, _, shown in results)),
+        lambda: render_databases({name: samples for name, (samples, _, _) in zip(names, results, strict=True)},
+                                 queue_limit=config.web.metrics_queue_series,
+                                 group_limit=config.web.metrics_group_series))
     return Response(body, status=200, content_type=CONTENT_TYPE, headers={"Cache-Control": "no-store"})

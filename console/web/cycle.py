@@ -1,0 +1,173 @@
+"""What every viewer sees of the newest collection cycle, computed once per cycle and database.
+
+Sixty on-call engineers polling the overview every five seconds all look at the same thing:
+the samples of the newest collection cycle, the alerts as the last evaluation left them and the
+state operators last changed. Built per request, that model cost seconds of a core at 5,000
+queues (45,000 samples read, decoded and judged by the alert rules), so an incident's crowd
+queued behind itself. Here it is built once per *generation* in each web process and kept:
+
+- The generation (sql/cycle.sql `generation`, one statement of three index probes) is the
+  newest collection cycle, the newest alert evaluation, the newest audited operator action
+  (every change an operator can make is audited: a pause, an acknowledgement, a silence, a
+  rule) and the current `BUCKET_SECONDS` bucket of the clock, so that what a model says about
+  time ("the newest measurement is 6 min old") is never more than one bucket behind.
+- While the generation holds, requests reuse the model. When it moves, the first request builds
+  the new one; the requests arriving meanwhile are shown the previous model (built less than
+  `STALE_SECONDS` ago) rather than queue behind the build, and a request with no previous model
+  waits for the build, at most `wait` seconds, after which it builds its own.
+- A model with a failed panel (a statement timeout, say) is not kept: the next request tries
+  again instead of showing the failure for the rest of the cycle.
+- The generation of the model a response shows is its ETag (`etag`, `respond`): a poll of an
+  unchanged view is answered 304 with no body, and static/skiplock.js keeps what it shows.
+
+Each process keeps its own models (gunicorn's two workers build each generation once each); a
+process keeps at most `SIZE` of them, the least recently used going first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from flask import Response, current_app, make_response, request, session
+
+from console.sqlfiles import query
+from console.web.database import current_database, get_conn, read_from
+
+T = TypeVar("T")
+
+BUCKET_SECONDS = 30
+STALE_SECONDS = 60.0
+SIZE = 64
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Where a model was read (a database, its primary or replica) and what it was read after
+    (the newest cycle, evaluation and audited action, the clock's bucket)."""
+
+    database: str
+    replica: bool
+    marks: tuple
+
+
+@dataclass
+class _Slot:
+    """One model (a name and its arguments): the newest built, and the build under way."""
+
+    generation: Generation | None = None
+    value: Any = None
+    built_at: float = 0.0
+    building: Generation | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class CycleCache:
+    """Models by name and generation: built once (single flight), the previous one shown while
+    the next builds."""
+
+    def __init__(self, size: int = SIZE, stale_seconds: float = STALE_SECONDS):
+        self._size = size
+        self._stale = stale_seconds
+        self._lock = threading.Lock()
+        self._slots: OrderedDict[tuple, _Slot] = OrderedDict()
+        self.built = 0  # how many models this process built (tests and the bench read it)
+
+    def get(self, name: tuple, generation: Generation, build: Callable[[], T], *,
+            keep: Callable[[T], bool] = lambda _: True, wait: float = 30.0) -> tuple[T, Generation]:
+        """(the model, the generation it was built from) for `name` at `generation`. A model
+        of one database (or of its replica) is never shown for another."""
+        key = (*name, generation.database, generation.replica)
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot()
+                while len(self._slots) > self._size:
+                    self._slots.popitem(last=False)
+            self._slots.move_to_end(key)
+            if slot.generation == generation:
+                return slot.value, generation
+            fresh_enough = slot.generation is not None and time.monotonic() - slot.built_at < self._stale
+            if slot.building == generation:
+                if fresh_enough:
+                    return slot.value, slot.generation
+                owner, done = False, slot.done
+            else:
+                owner, done = True, threading.Event()
+                slot.building, slot.done = generation, done
+        if not owner:
+            done.wait(wait)
+            with self._lock:
+                if slot.generation == generation:
+                    return slot.value, generation
+            return build(), generation  # the build failed, kept nothing, or is slower than we wait
+        try:
+            value = build()
+        except BaseException:
+            self._settle(slot, generation, done)
+            raise
+        with self._lock:
+            self.built += 1
+            if keep(value):
+                slot.generation, slot.value, slot.built_at = generation, value, time.monotonic()
+        self._settle(slot, generation, done)
+        return value, generation
+
+    def _settle(self, slot: _Slot, generation: Generation, done: threading.Event) -> None:
+        with self._lock:
+            if slot.building == generation:
+                slot.building = None
+        done.set()
+
+
+def cache() -> CycleCache:
+    extra = current_app.extensions["skiplock"].extra
+    found = extra.get("cycle_cache")
+    if found is None:
+        found = extra.setdefault("cycle_cache", CycleCache())
+    return found
+
+
+def generation() -> Generation:
+    """The generation of the request's database, read on the connection its pages read."""
+    row = get_conn().execute(query("cycle", "generation"), {"bucket": BUCKET_SECONDS}).fetchone()
+    return Generation(current_database(), read_from().replica, tuple(row))
+
+
+def cached(name: str, build: Callable[[], T], *parts: Any,
+           keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Generation]:
+    """(the model `name` with its arguments `parts`, the generation it shows) for the request."""
+    return cache().get((name, *parts), request_generation(), build, keep=keep)
+
+
+def request_generation() -> Generation:
+    """The generation, read once per request."""
+    from flask import g
+
+    found = g.get("_skiplock_generation")
+    if found is None:
+        found = g._skiplock_generation = generation()
+    return found
+
+
+def etag(shown: Generation) -> str:
+    """This request's view of the generation `shown`: the generation, the URL with its query,
+    and who asks (a fragment carries the viewer's role and CSRF token)."""
+    who = f"{session.get('sid', '')}|{request.headers.get('Authorization', '')}"
+    text = repr((shown, request.full_path, who, request.headers.get("HX-Request")))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def respond(shown: Generation, render: Callable[[], Any]) -> Response:
+    """304 when the client already has this view of `shown` (static/skiplock.js sends the ETag
+    of a polled fragment's last answer), else `render()`'s response with its ETag. Nothing is
+    stored by the browser: pages stay Cache-Control: no-store (docs/security.md)."""
+    tag = etag(shown)
+    response = Response(status=304) if tag in request.if_none_match else make_response(render())
+    response.set_etag(tag)
+    return response
