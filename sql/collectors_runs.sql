@@ -17,10 +17,11 @@ SET taken_at = excluded.taken_at,
     state = excluded.state;
 
 -- name: save_states
--- Every collector's snapshot in one statement (one round trip per cycle).
+-- Every collector's snapshot in one statement (one round trip per cycle); the states go in
+-- binary (see samples.sql insert_samples).
 INSERT INTO skiplock.collector_state AS s (name, taken_at, state)
 SELECT n.name, %(taken_at)s, n.state
-FROM unnest(%(names)s::text[], %(states)s::jsonb[]) AS n (name, state)
+FROM unnest(%(names)s::text[], %(states)b::jsonb[]) AS n (name, state)
 ORDER BY n.name
 ON CONFLICT (name) DO UPDATE
 SET taken_at = excluded.taken_at,

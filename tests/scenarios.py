@@ -51,6 +51,7 @@ from tests.workers import wait_for
 INTERVAL = 1.0      # seconds between collection cycles (the scheduler's collect_interval)
 RATE_WINDOW = 20.0  # [scheduler] rate_window of every scenario
 SLACK = 1.0         # one more second for a loaded machine: a cycle itself takes time
+CONDITION_WAIT = 30.0  # how long a scenario's condition may take to appear (expect_firing's `holds`)
 
 # Every default rule, scaled: `for` and the thresholds a test reaches in seconds. Anything not
 # given keeps the default's (op, labels, severity, summary, guard).
@@ -280,6 +281,14 @@ class Console:
         assert resp.status_code == 200, f"GET {path}: {resp.status_code}"
         return resp.get_data(as_text=True)
 
+    def sampled(self, metric: str, /, **labels: str) -> list[float]:
+        """Values of `metric` in the newest collection cycle's samples whose labels include `labels`."""
+        rows = self.conn.execute(
+            "SELECT value FROM skiplock.samples WHERE metric = %s AND labels @> %s::jsonb AND value IS NOT NULL "
+            "AND collected_at = (SELECT max(collected_at) FROM skiplock.samples WHERE metric = %s)",
+            (metric, json.dumps(labels), metric)).fetchall()
+        return [r[0] for r in rows]
+
     def metric(self, metric: str, /, **labels: str) -> list[float]:
         """Values of skiplock_<metric> on /metrics whose labels include `labels`."""
         text = self.page("/metrics")
@@ -297,10 +306,20 @@ class Console:
 
     def expect_firing(self, rule: str, *, since: float, mention: str, offender: str | Callable[[str], bool],
                       labels: Mapping[str, str] | None = None, every: Callable[[], None] | None = None,
-                      scenario: str = "", extra_budget: float = 0.0) -> Fired:
+                      scenario: str = "", extra_budget: float = 0.0,
+                      holds: Callable[[], bool] | None = None) -> Fired:
         """Run until `rule` fires (for `labels`), then check the verdict, the look-here page,
-        /metrics and the webhook. `since`: time.monotonic() when the condition began to hold."""
+        /metrics and the webhook. `since`: time.monotonic() when the condition began to hold.
+        `holds`: for a condition whose start the scenario cannot time itself (it depends on
+        other processes, which a loaded machine slows): the budget runs from the start of the
+        first collection cycle whose samples meet it, waited for up to CONDITION_WAIT seconds
+        after `since`. That is one interval more lenient than timing the condition itself: the
+        cycle that first sees it may start up to one interval after it began."""
         labels = dict(labels or {})
+        if holds is not None:
+            self.run(holds, budget=max(CONDITION_WAIT - (time.monotonic() - since), INTERVAL), every=every,
+                     what=f"{rule}'s condition to hold in the samples")
+            since = time.monotonic() - self.ticks[-1]
         budget = self.budget(rule) + extra_budget
         left = budget - (time.monotonic() - since)
         found = self.run(lambda: self.alert(rule, "firing", **labels), budget=max(left, INTERVAL), every=every,

@@ -53,7 +53,8 @@ def _plannable() -> list[tuple[str, str, str]]:
 
 
 def _numbered(text: str) -> str:
-    """psycopg's %(name)s parameters as PREPARE's $1, $2, ... (one number per name)."""
+    """psycopg's %(name)s parameters (and their binary and text twins, %(name)b and %(name)t) as
+    PREPARE's $1, $2, ... (one number per name)."""
     order: list[str] = []
 
     def placeholder(match: re.Match) -> str:
@@ -61,7 +62,7 @@ def _numbered(text: str) -> str:
             order.append(match.group(1))
         return f"${order.index(match.group(1)) + 1}"
 
-    return re.sub(r"%\((\w+)\)s", placeholder, text)
+    return re.sub(r"%\((\w+)\)[sbt]", placeholder, text)
 
 
 def test_every_named_query_is_planned_by_this_server(conn):

@@ -69,10 +69,15 @@ def test_claims_wait_on_a_table_lock(dsn, conn, tmp_path, subprocess_env):
             try:
                 # A trickle of jobs (its enqueues wait on the lock too); between them the worker
                 # polls, and every claim waits for the lock: the p95 of the next flush is past it.
+                # When the workers' p95 passes the threshold depends on their flushes and claims,
+                # which a loaded machine delays: the budget runs from the cycle that first sees it.
+                threshold = SCALED["claim_latency_p95"]["threshold"]
                 fired = console.expect_firing(
-                    "claim_latency_p95", since=t0 + 1.0, mention="claiming a job takes", offender="check-claim-plan",
+                    "claim_latency_p95", since=t0, mention="claiming a job takes", offender="check-claim-plan",
                     every=lambda: q.enqueue_many(conn, [q.NewJob("noop", queue="claims") for _ in range(5)]),
-                    scenario="claims wait on a table lock")
+                    scenario="claims wait on a table lock",
+                    holds=lambda: any(v > threshold for v in console.sampled(
+                        "claim_latency_seconds", source="workers", quantile="p95")))
                 assert fired.value > SCALED["claim_latency_p95"]["threshold"]
                 figure = next(f for f in console.api("/api/v1/overview")["figures"] if f["key"] == "claim")
                 assert figure["level"] == "warn" and figure["value"] > 0.15
