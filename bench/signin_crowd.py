@@ -158,8 +158,8 @@ def main() -> int:
               f"max {max(times):.2f} s; all {args.users} answered within {wall:.1f} s")
         print(f"answers: {dict(sorted(codes.items()))}  (302 = signed in; 429 = refused by the throttle)")
         print(f"429 answers: {codes.get('429', 0)}")
-        print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f (%d cores)"
-              % (*load_before, *load_after, os.cpu_count() or 0))
+        before, after = (" ".join(f"{x:.2f}" for x in load) for load in (load_before, load_after))
+        print(f"load average before {before}, after {after} ({os.cpu_count()} cores)")
         return 0 if codes.get("302", 0) == args.users else 1
     finally:
         if web is not None:
