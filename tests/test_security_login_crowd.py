@@ -120,3 +120,26 @@ def test_the_password_is_checked_without_a_pooled_connection(web_app, personas, 
     assert _attempt(web_app, "viewer", PASSWORD, ON_CALL).status_code == 302
     assert _attempt(web_app, "viewer", "wrong-password", ON_CALL).status_code == 401
     assert held == [False, False]
+
+
+def test_pending_checks_make_an_attempt_wait_and_only_failures_refuse(conn):
+    """The address counter's three outcomes (sql/users.sql, throttle_address), on the database."""
+    limits = users.LoginLimits(per_ip=3)
+    address = "203.0.113.9"
+    assert [users.throttle(conn, address, f"u{i}", limits) for i in range(3)] == [None] * 3
+    assert _address_counts(conn, address) == (3, 3)
+    busy = users.throttle(conn, address, "u3", limits)  # every place held by a check in progress
+    assert busy is not None and busy.busy and busy.retry_after == 1
+    assert _address_counts(conn, address) == (3, 3)  # waiting counts nothing
+    users.login_succeeded(conn, address, "u0")  # a right password gives its place back
+    assert users.throttle(conn, address, "u3", limits) is None
+    for _ in ("u1", "u2", "u3"):  # the other three were wrong
+        users.login_failed(conn, address)
+    assert _address_counts(conn, address) == (3, 0)
+    refused = users.throttle(conn, address, "u4", limits)  # three failures: the ceiling itself
+    assert refused is not None and not refused.busy and refused.retry_after > 1
+    assert "failed sign-ins from this address" in refused.message
+    # a new window starts both counts over
+    conn.execute("UPDATE skiplock.login_throttle SET window_start = now() - interval '16 minutes' WHERE scope = 'addr'")
+    assert users.throttle(conn, address, "u4", limits) is None
+    assert _address_counts(conn, address) == (1, 1)
