@@ -196,7 +196,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "metrics_group_series", int, 10, "Groups (tenants) of each fair queue that keep their own group_* series in /metrics, the longest-waiting first (as [scheduler] group_series ranks them); the others are folded into group=\"_other\" and counted by skiplock_metrics_groups_folded and skiplock_metrics_series_dropped.", positive),
     Setting("web", "metrics_public", bool, False, "Serve /metrics without a token even in production mode (only where the network already keeps strangers out)."),
     Setting("web", "login_window", int, 900, "Seconds of one address's sign-in window, and the quiet time after which a (user, address) pair starts over.", positive),
-    Setting("web", "login_max_per_ip", int, 20, "Sign-in attempts from one address (an IPv6 /64) within login_window, across user names, before it is refused.", positive),
+    Setting("web", "login_max_per_ip", int, 20, "Failed sign-in attempts from one address (an IPv6 /64) within login_window, across user names, before it is refused; right passwords do not count.", positive),
     Setting("web", "login_free_failures", int, 5, "Failed sign-ins of one (user name, address) before each further attempt waits 2, 4, 8 ... seconds.", positive),
     Setting("web", "login_backoff_cap", float, 300.0, "Longest wait, in seconds, between two sign-in attempts of one (user name, address).", positive),
     Setting("web", "session_idle", duration, timedelta(hours=12), "A sign-in ends after this long without a request (background polls do not count), e.g. 12h.", positive_duration),

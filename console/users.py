@@ -4,17 +4,21 @@ Roles are ordered: a viewer reads everything (payloads redacted), an operator al
 jobs and queues, an admin also manages users, alert rules and webhooks. `has_role(user_role,
 needed)` is the only comparison anyone should make.
 
-Passwords are hashed with argon2id (argon2-cffi's defaults). API tokens are shown once, when
-created, and stored as SHA-256; a token may expire and may be read-only.
+Passwords are hashed with argon2id at the parameters below (HASH_*: OWASP's minimum, chosen and
+measured in docs/security.md, "Password hashing cost"); a hash made with other parameters still
+verifies and is rehashed at its next sign-in. API tokens are shown once, when created, and
+stored as SHA-256; a token may expire and may be read-only.
 
 Web sessions are rows of `skiplock.web_sessions` keyed by the SHA-256 of a random token (the
 cookie holds the token). A new password, another role or disabling the user ends every session
 of that user in the same SQL statement as the change (sql/users.sql), so the web admin page,
 the CLI and anything else calling these functions get it alike.
 
-Sign-in throttling (`throttle`, `login_succeeded`) counts per (user name, client address) with
-exponential backoff, and per address across user names; an IPv6 address counts by its /64. A
-stranger guessing one user's password therefore slows down only himself.
+Sign-in throttling (`throttle`, then `login_succeeded` or `login_failed`) counts per (user name,
+client address) with exponential backoff, and the failures per address across user names; an
+IPv6 address counts by its /64. A stranger guessing one user's password therefore slows down
+only himself, and sixty people behind one NAT address signing in with their right passwords are
+never refused by the address's ceiling.
 
 This module does not know about HTTP or cookies; `console.web.auth` does.
 """
@@ -44,7 +48,20 @@ _NAME = re.compile(r"^[A-Za-z0-9_.@+-]{1,64}$")
 MIN_PASSWORD = 8
 TOKEN_PREFIX = "skl_"
 
-_hasher = PasswordHasher()
+# argon2id parameters of new hashes: OWASP's minimum configuration (19 MiB, 2 passes, 1 lane).
+# argon2-cffi's defaults (RFC 9106's low-memory profile: 64 MiB, 3 passes, 4 lanes) cost ten
+# times as much: 60 people signing in within a minute on 2 cores queued 20 s for their checks.
+# Measured, and the trade-off stated, in docs/security.md ("Password hashing cost").
+HASH_TIME_COST = 2
+HASH_MEMORY_KIB = 19 * 1024
+HASH_PARALLELISM = 1
+
+
+def product_hasher() -> PasswordHasher:
+    return PasswordHasher(time_cost=HASH_TIME_COST, memory_cost=HASH_MEMORY_KIB, parallelism=HASH_PARALLELISM)
+
+
+_hasher = product_hasher()
 
 
 @functools.cache
@@ -139,18 +156,41 @@ def set_password(conn: psycopg.Connection, name: str, password: str) -> int:
 
 
 def authenticate(conn: psycopg.Connection, name: str, password: str) -> User | None:
-    """The user when name and password match an enabled account, else None (same cost either way)."""
-    row = get_user(conn, name) if isinstance(name, str) and _NAME.match(name or "") else None
+    """The user when name and password match an enabled account, else None (same cost either way).
+    Holds `conn` while hashing: fine for the CLI; the web sign-in uses the three steps below and
+    gives its pooled connection back while the password is checked."""
+    row = password_row(conn, name)
+    user, rehashed = check_password(row, password)
+    if user is not None and rehashed:
+        save_rehash(conn, row, rehashed)
+    return user
+
+
+def password_row(conn: psycopg.Connection, name: str) -> dict[str, Any] | None:
+    """What `check_password` needs of the user `name` (None: no such user or an impossible name)."""
+    return get_user(conn, name) if isinstance(name, str) and _NAME.match(name or "") else None
+
+
+def check_password(row: dict[str, Any] | None, password: str) -> tuple[User | None, str | None]:
+    """(the user, or None when the password is wrong, the user unknown, disabled or without a
+    password; a new hash when the stored one has other parameters than HASH_*, else None).
+    No database: the slow part of a sign-in, run without holding a connection. An unknown user
+    is checked against a dummy hash, so a wrong name costs as long as a wrong password."""
     stored = row["password_hash"] if row and row["password_hash"] else _dummy_hash()
     try:
         _hasher.verify(stored, password or "")
     except (VerifyMismatchError, VerificationError, InvalidHashError):
-        return None
+        return None, None
     if row is None or row["disabled"] or not row["password_hash"]:
-        return None
-    if _hasher.check_needs_rehash(stored):
-        conn.execute(query("users", "rehash_password"), {"name": name, "password_hash": _hasher.hash(password)})
-    return User(row["name"], row["role"])
+        return None, None
+    rehashed = _hasher.hash(password) if _hasher.check_needs_rehash(stored) else None
+    return User(row["name"], row["role"]), rehashed
+
+
+def save_rehash(conn: psycopg.Connection, row: dict[str, Any], rehashed: str) -> bool:
+    """Store the rehash of a verified password, unless the password changed since `row` was read."""
+    return conn.execute(query("users", "rehash_password"),
+                        {"name": row["name"], "password_hash": rehashed, "old_hash": row["password_hash"]}).fetchone() is not None
 
 
 def active_user(conn: psycopg.Connection, name: str, via: str = "session") -> User | None:
@@ -319,9 +359,10 @@ def list_sessions(conn: psycopg.Connection, name: str, limits: SessionLimits) ->
 @dataclass(frozen=True)
 class LoginLimits:
     window: int = 900        # seconds: the address window, and the quiet time after which a pair starts over
-    per_ip: int = 20         # attempts per address (IPv6: per /64) per window, across user names
+    per_ip: int = 20         # failed attempts per address (IPv6: per /64) per window, across user names
     free: int = 5            # failures of one (user name, address) before backoff starts
     cap: float = 300.0       # longest backoff of one pair, in seconds
+    busy_wait: float = 15.0  # seconds an attempt waits for the address's pending checks before a 429
 
 
 def client_key(address: str | None) -> str:
@@ -347,30 +388,47 @@ def _pair(name: str, address_key: str) -> str:
 class Throttled:
     message: str
     retry_after: int
+    # Only pending checks of the address's other attempts stand in the way: ask again shortly
+    # (without holding a connection) rather than refuse; refuse if they are still there after
+    # LoginLimits.busy_wait.
+    busy: bool = False
+
+
+BUSY_MESSAGE = "too many sign-ins from this address are being checked right now; try again in a moment"
 
 
 def throttle(conn: psycopg.Connection, address_key: str, name: str, limits: LoginLimits) -> Throttled | None:
-    """Check and count one sign-in attempt before the password is verified. Returns why it is
-    refused (and how long to wait), or None when it may go ahead (it then counts as a failure
-    until `login_succeeded`). Each check is one upsert, so parallel attempts cannot exceed a
-    limit."""
-    allowed, retry = conn.execute(query("users", "throttle_address"),
-                                  {"subject": address_key, "window": limits.window, "max": limits.per_ip}).fetchone()
+    """Check one sign-in attempt before the password is verified. Returns why it is refused (and
+    how long to wait), or None when it may go ahead: it is then pending, and counts as a failure
+    of the address until `login_succeeded` gives it back (`login_failed` keeps it counted). Each
+    check is one upsert, so parallel attempts cannot exceed a limit. A `busy` answer counted
+    nothing (sql/users.sql, throttle_address)."""
+    allowed, busy, retry = conn.execute(query("users", "throttle_address"),
+                                        {"subject": address_key, "window": limits.window, "max": limits.per_ip}).fetchone()
+    if busy:
+        return Throttled(BUSY_MESSAGE, 1, busy=True)
     if not allowed:
-        return Throttled(f"too many sign-in attempts from this address; try again in {_human(retry)}", retry)
+        return Throttled(f"too many failed sign-ins from this address; try again in {_human(retry)}", retry)
     allowed, _failures, retry = conn.execute(
         query("users", "throttle_pair"),
         {"subject": _pair(name, address_key), "window": limits.window, "free": limits.free, "cap": limits.cap},
     ).fetchone()
     conn.execute(query("users", "prune_throttle"), {"keep": max(limits.window, 86400)})
     if not allowed:
+        # Guessing on against a blocked pair is what an attacker does: a failure of the address.
+        login_failed(conn, address_key)
         return Throttled(f"too many failed sign-ins for this user from this address; try again in {_human(retry)}", retry)
     return None
 
 
 def login_succeeded(conn: psycopg.Connection, address_key: str, name: str) -> None:
-    """The counted attempt was right: the pair starts over and the address gets its count back."""
+    """The pending attempt was right: the pair starts over and the address gets its place back."""
     conn.execute(query("users", "login_succeeded"), {"pair": _pair(name, address_key), "addr": address_key})
+
+
+def login_failed(conn: psycopg.Connection, address_key: str) -> None:
+    """The pending attempt failed: it stays counted against the address, no longer pending."""
+    conn.execute(query("users", "login_failed"), {"addr": address_key})
 
 
 def _human(seconds: int) -> str:

@@ -127,10 +127,13 @@ SELECT
 FROM changed;
 
 -- name: rehash_password
--- The same password under newer argon2 parameters (at sign-in): sessions stay.
+-- The same password under the current argon2 parameters (at sign-in): sessions stay. Only if the
+-- hash is still the one just verified: the password is checked without holding a connection,
+-- and a new password set meanwhile must not be overwritten by the old one's rehash.
 UPDATE skiplock.users
 SET password_hash = %(password_hash)s
 WHERE name = %(name)s
+  AND password_hash = %(old_hash)s
 RETURNING name;
 
 -- name: insert_token
@@ -287,28 +290,39 @@ ORDER BY s.created_at DESC, s.id
 LIMIT 200;
 
 -- name: throttle_address
--- Check and count one sign-in attempt from an address in one statement (the row lock of the
--- upsert serialises parallel attempts): `allowed` is whether this attempt is within
--- web.login_max_per_ip for the current fixed window of web.login_window seconds.
-INSERT INTO skiplock.login_throttle AS t (scope, subject, failures, window_start, last_at, allowed)
-VALUES ('addr', %(subject)s, 1, now(), now(), 1 <= %(max)s)
+-- Check one sign-in attempt from an address against web.login_max_per_ip in one statement (the
+-- row lock of the upsert serialises parallel attempts), in a fixed window of web.login_window
+-- seconds. `failures` holds the failed attempts of the window plus the `pending` ones whose
+-- password is being checked now: a pending attempt holds its place, so parallel guesses cannot
+-- overshoot, and gives it back when its password was right (login_succeeded). Outcomes:
+--   allowed: there was room; the attempt is counted as failed and pending.
+--   busy: no room, but only because of pending checks (failures - pending < max): the caller
+--     waits for them and asks again; nothing is counted. Sixty people behind one NAT address
+--     signing in at once wait for each other's checks instead of being refused.
+--   neither: the failures of the window alone reach the ceiling; refused until it ends.
+-- A new window starts both counts at zero: a pending check lost with its process (a killed
+-- worker) then holds a place for one window at most.
+INSERT INTO skiplock.login_throttle AS t (scope, subject, failures, pending, window_start, last_at, allowed)
+VALUES ('addr', %(subject)s, 1, 1, now(), now(), 1 <= %(max)s)
 ON CONFLICT (scope, subject) DO UPDATE
-SET (failures, window_start, last_at, allowed) = (
+SET (failures, pending, window_start, last_at, allowed) = (
     SELECT
-        n.failures,
+        CASE WHEN n.failures < %(max)s THEN n.failures + 1 ELSE n.failures END,
+        CASE WHEN n.failures < %(max)s THEN n.pending + 1 ELSE n.pending END,
         n.window_start,
         now(),
-        n.failures <= %(max)s
+        n.failures < %(max)s
     FROM (
         SELECT
-            CASE WHEN t.window_start <= now() - make_interval(secs => %(window)s) THEN 1
-                 ELSE t.failures + 1 END AS failures,
-            CASE WHEN t.window_start <= now() - make_interval(secs => %(window)s) THEN now()
-                 ELSE t.window_start END AS window_start
+            CASE WHEN w.expired THEN 0 ELSE t.failures END AS failures,
+            CASE WHEN w.expired THEN 0 ELSE t.pending END AS pending,
+            CASE WHEN w.expired THEN now() ELSE t.window_start END AS window_start
+        FROM (SELECT t.window_start <= now() - make_interval(secs => %(window)s) AS expired) AS w
     ) AS n
 )
 RETURNING
     t.allowed,
+    NOT t.allowed AND t.failures - t.pending < %(max)s AS busy,
     greatest(1, ceil(extract(epoch FROM t.window_start + make_interval(secs => %(window)s) - now())))::int AS retry_after;
 
 -- name: throttle_pair
@@ -354,14 +368,25 @@ RETURNING
     greatest(1, ceil(extract(epoch FROM t.blocked_until - now())))::int AS retry_after;
 
 -- name: login_succeeded
--- The attempt was not a failure after all: the pair starts over, the address gets it back.
+-- The pending attempt was right: the pair starts over, and the address gets back the place the
+-- attempt held (a right password is not a failure, so any number of people behind one address
+-- may sign in).
 WITH pair AS (
     DELETE FROM skiplock.login_throttle
     WHERE scope = 'pair'
       AND subject = %(pair)s
 )
 UPDATE skiplock.login_throttle
-SET failures = greatest(failures - 1, 0)
+SET failures = greatest(failures - 1, 0),
+    pending = greatest(pending - 1, 0)
+WHERE scope = 'addr'
+  AND subject = %(addr)s;
+
+-- name: login_failed
+-- The pending attempt failed (a wrong password or user name, or refused by its pair's backoff):
+-- it stays counted in the address's failures and is no longer pending.
+UPDATE skiplock.login_throttle
+SET pending = greatest(pending - 1, 0)
 WHERE scope = 'addr'
   AND subject = %(addr)s;
 

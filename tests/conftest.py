@@ -89,11 +89,12 @@ def pytest_runtest_makereport(item, call):
 def cheap_password_hashing():
     """Passwords hashed and checked in this process use argon2id's cheapest parameters.
 
-    The product's argon2 defaults cost 0.1 s a hash or check on a quiet machine and 0.5 s on a
-    loaded one, on purpose; the sign-in, throttling and session tests check hundreds of
-    passwords and are about who gets in, not about the cost. Processes the tests start (the CLI,
+    The product's argon2 parameters (console.users.HASH_*) cost tens of milliseconds a hash or
+    check on a quiet machine and more on a loaded one, on purpose; the sign-in, throttling and
+    session tests check hundreds of passwords and are about who gets in, not about the cost. Processes the tests start (the CLI,
     `skiplock serve`, the demo) keep the product's parameters, and
-    tests/test_security_login.py::test_the_product_hashes_with_argon2id_defaults pins them."""
+    tests/test_security_login.py::test_the_product_hashes_with_the_documented_argon2id_parameters
+    pins them."""
     from argon2 import PasswordHasher
     from argon2.profiles import CHEAPEST
 

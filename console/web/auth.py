@@ -31,8 +31,12 @@ Every request passes `_guard` before its view:
 Sign-in throttling lives in the database (`skiplock.login_throttle`, console/users.py), so it
 holds across every gunicorn worker, and is checked and counted before the password is verified:
 per (user name, address) exponential backoff after `web.login_free_failures` failures, and at
-most `web.login_max_per_ip` attempts per address (IPv6: per /64) per `web.login_window`. A
-stranger guessing `admin` never locks out the real admin signing in from elsewhere.
+most `web.login_max_per_ip` failed attempts per address (IPv6: per /64) per `web.login_window`.
+A stranger guessing `admin` never locks out the real admin signing in from elsewhere, and a
+crowd of people with right passwords behind one NAT address is never refused by the address's
+ceiling: an attempt whose password is being checked holds a place until it is settled, and one
+that finds every place held by such checks waits for them (at most `LoginLimits.busy_wait`).
+The password is checked (argon2id, slow on purpose) without holding a pooled connection.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from __future__ import annotations
 import functools
 import hmac
 import secrets
+import time
 from urllib.parse import urlsplit
 
 from flask import (
@@ -59,7 +64,7 @@ from flask import (
 from console import audit
 from console import users as users_mod
 from console.users import User, has_role
-from console.web.database import home_conn
+from console.web.database import home_conn, release
 
 bp = Blueprint("auth", __name__)
 
@@ -245,21 +250,29 @@ def login():
     password = request.form.get("password") or ""
     if not name or not password:
         return render_template("login.html", next=next_url, error="enter a user name and a password", name=name), 400
-    conn = home_conn()
     state = _state()
     ip = request.remote_addr or "unknown"
     address = users_mod.client_key(ip)
     # Counted before the (slow, on purpose) password check, in one statement per counter, so
     # parallel guesses cannot overshoot; a right password gives the count back.
-    refused = users_mod.throttle(conn, address, name, state.limits)
+    refused = _throttle(address, name, state.limits)
     if refused:
         response = make_response(render_template("login.html", next=next_url, error=refused.message, name=name), 429)
         response.headers["Retry-After"] = str(refused.retry_after)
         return response
-    user = users_mod.authenticate(conn, name, password)
+    row = users_mod.password_row(home_conn(), name)
+    # The check costs tens of milliseconds of CPU, and seconds when sixty people queue for two
+    # cores: it holds no pooled connection (and so no transaction) meanwhile, or the pool runs
+    # dry and every other page answers 503.
+    release()
+    user, rehashed = users_mod.check_password(row, password)
+    conn = home_conn()
     if user is None:
+        users_mod.login_failed(conn, address)
         return render_template("login.html", next=next_url, error="wrong user name or password", name=name), 401
     users_mod.login_succeeded(conn, address, name)
+    if rehashed:
+        users_mod.save_rehash(conn, row, rehashed)
     token = users_mod.start_session(conn, user.name, ip, request.user_agent.string or "", state.sessions)
     session.clear()
     session.permanent = True
@@ -267,6 +280,24 @@ def login():
     session["csrf"] = secrets.token_urlsafe(32)
     audit.record(conn, actor=user.name, action="login", target=f"user:{user.name}", detail={"ip": ip})
     return redirect(next_url)
+
+
+BUSY_POLL_S = 0.05  # first pause while an address's pending checks hold its places; doubles to 0.4 s
+
+
+def _throttle(address: str, name: str, limits: users_mod.LoginLimits) -> users_mod.Throttled | None:
+    """users.throttle, asked again while only the address's pending checks stand in the way
+    (sixty people behind one NAT address), at most `limits.busy_wait` seconds; the connection is
+    given back during each pause, so the waiting attempts do not starve the checks they wait for."""
+    deadline = time.monotonic() + limits.busy_wait
+    pause = BUSY_POLL_S
+    while True:
+        refused = users_mod.throttle(home_conn(), address, name, limits)
+        if refused is None or not refused.busy or time.monotonic() + pause > deadline:
+            return refused
+        release()
+        time.sleep(pause)
+        pause = min(pause * 2, 0.4)
 
 
 @bp.post("/logout")

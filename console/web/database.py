@@ -384,6 +384,12 @@ class QueryTooSlow(RuntimeError):
         super().__init__(f"the query took longer than {limit_ms} ms; narrow the filter (a queue, a state, a time range)")
 
 
+def release() -> None:
+    """Give back every connection this request borrowed, before something slow that needs none
+    (the sign-in's password check); the next `home_conn()`/`get_conn()` borrows again."""
+    _release()
+
+
 def _release(exc: BaseException | None = None) -> None:
     home = g.pop("_skiplock_home_conn", None)
     if home is not None:
