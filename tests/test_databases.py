@@ -8,7 +8,12 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
+import signal
+import subprocess
+import threading
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -405,3 +410,50 @@ def test_the_switcher_in_chromium_shows_the_second_databases_jobs_and_acts_there
             ("browser drill",)
     assert conn.execute("SELECT count(*) FROM skiplock.queues WHERE name = 'westq' AND paused").fetchone()[0] == 0
     assert conn.execute("SELECT count(*) FROM skiplock.audit_log WHERE target = 'queue:westq'").fetchone()[0] == 0
+
+
+def _cluster_processes(cluster: PrivateCluster) -> list[int]:
+    """The postmaster of a cluster and every process it started."""
+    postmaster = int((cluster.data_dir / "postmaster.pid").read_text().splitlines()[0])
+    children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True).stdout.split()
+    return [postmaster, *map(int, children)]
+
+
+def _runs(dsn: str) -> list:
+    with connect(dsn) as conn:
+        return [r[0] for r in conn.execute("SELECT started_at FROM skiplock.collection_runs ORDER BY started_at")]
+
+
+def test_a_database_that_hangs_never_delays_the_others_collection(tmp_path, dsn, west, west_cluster):
+    """Issue 31 item 5: west's server stops answering (every process of it frozen with SIGSTOP,
+    as a machine that hangs: nothing refuses a connection, no statement_timeout can fire), its
+    collection hangs in its cycle; east's cycles keep their interval all the while, and west's
+    resume when it answers again."""
+    config_path = write_config(tmp_path, {"east": dsn, "west": west},
+                               extra="[scheduler]\nelection_interval = 0.5\ncollect_interval = 1.0\n")
+    config = load_config(config_path, env={})
+    fleet = Fleet(load_databases(config, env={}), config)
+    runner = threading.Thread(target=fleet.run, name="fleet", daemon=True)
+    runner.start()
+    frozen: list[int] = []
+    try:
+        eventually(lambda: len(_runs(dsn)) >= 2 and len(_runs(west)) >= 2, timeout=30)
+        frozen = _cluster_processes(west_cluster)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        east_before = len(_runs(dsn))
+        time.sleep(6)
+        east = _runs(dsn)
+        assert len(east) - east_before >= 4, f"east collected {len(east) - east_before} times in 6 s while west hung"
+        gaps = [(b - a).total_seconds() for a, b in zip(east[east_before - 1:], east[east_before:], strict=False)]
+        assert max(gaps) < 2.5, f"east's cycles waited on west: gaps {gaps}"
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        west_before = len(_runs(west))
+        eventually(lambda: len(_runs(west)) > west_before, timeout=30)  # west collects again by itself
+    finally:
+        fleet.stop()
+        runner.join(timeout=60)
+        assert not runner.is_alive(), "the fleet did not stop"
