@@ -8,16 +8,17 @@ SELECT %(at)s, s.metric, s.labels, s.value
 FROM unnest(%(metrics)b::text[], %(labels)b::jsonb[], %(values)b::double precision[]) AS s (metric, labels, value);
 
 -- name: latest
--- The newest value of every (metric, labels) seen within the last %(within)s seconds.
-SELECT DISTINCT ON (s.metric, s.labels)
-    s.metric,
-    s.labels,
-    s.value,
-    s.collected_at
-FROM skiplock.samples AS s
-WHERE s.collected_at >= now() - make_interval(secs => %(within)s)
-  AND (%(metric)s::text IS NULL OR s.metric = %(metric)s)
-ORDER BY s.metric, s.labels, s.collected_at DESC;
+-- The newest value of every (metric, labels) seen within the last %(within)s seconds: one row per
+-- series in skiplock.samples_latest, which triggers keep as samples are written (migration 027).
+SELECT
+    l.metric,
+    l.labels,
+    l.value,
+    l.collected_at
+FROM skiplock.samples_latest AS l
+WHERE l.collected_at >= now() - make_interval(secs => %(within)s)
+  AND (%(metric)s::text IS NULL OR l.metric = %(metric)s)
+ORDER BY l.metric, l.labels;
 
 -- name: series_raw
 SELECT

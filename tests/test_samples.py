@@ -21,3 +21,46 @@ def test_store_and_read_latest_and_series(conn):
 def test_unknown_metric_is_refused(conn):
     with pytest.raises(UnknownMetric, match="queue_dept"):
         samples.store(conn, [Sample("queue_dept", {}, 1)])
+
+
+def depth(conn) -> dict[str, float | None]:
+    return {s.labels["queue"]: s.value for s in samples.latest(conn, "queue_depth")}
+
+
+def test_the_newest_of_each_series_whoever_writes_and_in_whatever_order(conn):
+    """samples_latest (migration 027) is kept by triggers: a sample stored late does not replace
+    a newer one; a plain INSERT (a script, an older release's scheduler) counts as the console's
+    own store; a series outside the window is not read."""
+    now = datetime.now(UTC)
+    samples.store(conn, [Sample("queue_depth", {"queue": "a", "state": "eligible"}, 7, now)])
+    samples.store(conn, [Sample("queue_depth", {"queue": "a", "state": "eligible"}, 5, now - timedelta(minutes=1))])
+    assert depth(conn) == {"a": 7}
+    conn.execute("INSERT INTO skiplock.samples (collected_at, metric, labels, value) VALUES "
+                 "(now(), 'queue_depth', '{\"queue\": \"b\", \"state\": \"eligible\"}', 3), "
+                 "(now() - interval '20 minutes', 'queue_depth', '{\"queue\": \"c\", \"state\": \"eligible\"}', 9)")
+    assert depth(conn) == {"a": 7, "b": 3}  # c's newest is 20 minutes old: outside the 10-minute default
+    assert {s.labels["queue"] for s in samples.latest(conn, "queue_depth", within=timedelta(hours=1))} == {"a", "b", "c"}
+    # the same series twice in one statement: the newer wins
+    samples.store(conn, [Sample("queue_depth", {"queue": "a", "state": "eligible"}, 11, now + timedelta(seconds=2)),
+                         Sample("queue_depth", {"queue": "a", "state": "eligible"}, 10, now + timedelta(seconds=1))])
+    assert depth(conn)["a"] == 11
+
+
+def test_retention_and_truncate_forget_what_they_removed(conn):
+    now = datetime.now(UTC)
+    samples.store(conn, [Sample("queue_depth", {"queue": "old", "state": "eligible"}, 1, now - timedelta(minutes=5)),
+                         Sample("queue_depth", {"queue": "kept", "state": "eligible"}, 2, now - timedelta(minutes=5))])
+    samples.store(conn, [Sample("queue_depth", {"queue": "kept", "state": "eligible"}, 4, now)])
+    # retention deletes the oldest rows: "old" loses its newest row and goes; "kept" keeps its newest
+    conn.execute("DELETE FROM skiplock.samples WHERE collected_at < %s", (now - timedelta(minutes=1),))
+    assert depth(conn) == {"kept": 4}
+    conn.execute("TRUNCATE skiplock.samples")
+    assert depth(conn) == {}
+
+
+def test_samples_moved_in_time_are_read_again(conn):
+    now = datetime.now(UTC)
+    samples.store(conn, [Sample("queue_depth", {"queue": "a", "state": "eligible"}, 1, now - timedelta(minutes=1)),
+                         Sample("queue_depth", {"queue": "a", "state": "eligible"}, 2, now)])
+    conn.execute("UPDATE skiplock.samples SET collected_at = collected_at - interval '20 minutes' WHERE value = 2")
+    assert depth(conn) == {"a": 1}  # the moved row is older now: the other one is the newest
