@@ -75,10 +75,22 @@ def breaking_statements(text: str) -> list[str]:
     return [why for pattern, why in BREAKING if pattern.search(_statements(text))]
 
 
+# Reviewed exceptions to BREAKING, each with what makes it safe for an earlier release.
+ADDITIVE_TRIGGERS = {
+    "027_samples_latest.sql": "its triggers only write a new table, skiplock.samples_latest, which no earlier release "
+                              "reads: an earlier release's INSERT, DELETE, UPDATE and TRUNCATE of skiplock.samples do "
+                              "what they did, and keep that table too",
+}
+
+
 def test_the_migrations_after_the_first_release_only_add():
     later = [(v, path) for v, _, path in migration_files() if v > FIRST_RELEASE_MIGRATIONS]
     assert later, "no migration after 0.1.0's: FIRST_RELEASE_MIGRATIONS is wrong"
-    found = {path.name: why for _, path in later if (why := breaking_statements(path.read_text(encoding="utf-8")))}
+    trigger = "changes what an earlier release's statements do"
+    found = {path.name: why for _, path in later
+             if (why := [w for w in breaking_statements(path.read_text(encoding="utf-8"))
+                         if not (w == trigger and path.name in ADDITIVE_TRIGGERS)])}
+    assert all(len(reason) > 60 for reason in ADDITIVE_TRIGGERS.values())
     assert not found, (
         f"{found}: an earlier release's workers run across `skiplock migrate` and restart on its result. "
         "Split the change over two releases: add now (a new column with a default, a new table), "
@@ -242,7 +254,12 @@ class Fleet:
         when it happens again. This release's scheduler gets no such allowance."""
         self.restart_crashed()
         try:
-            return self.stop(name, timeout)
+            code = self.stop(name, timeout)
+            if code is not None and code < 0 and code != -signal.SIGTERM:
+                # It died of another signal while stopping (SIGSEGV at load 12): the same defect.
+                warnings.warn(f"{name} died of signal {-code} while stopping; its log:\n{self.log(name)}", stacklevel=2)
+                return None
+            return code
         except subprocess.TimeoutExpired:
             self.procs[name].send_signal(signal.SIGABRT)
             self.procs[name].wait(timeout=30)

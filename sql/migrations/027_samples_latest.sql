@@ -53,18 +53,17 @@ $$;
 CREATE FUNCTION skiplock.samples_redo_latest() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    CREATE TEMPORARY TABLE IF NOT EXISTS samples_touched (metric text, labels jsonb) ON COMMIT DROP;
-    INSERT INTO samples_touched SELECT o.metric, o.labels FROM before_update AS o
-                                UNION SELECT n.metric, n.labels FROM after_update AS n;
     DELETE FROM skiplock.samples_latest AS l
-    USING samples_touched AS t
+    USING (SELECT o.metric, o.labels FROM before_update AS o
+           UNION SELECT n.metric, n.labels FROM after_update AS n) AS t
     WHERE l.metric = t.metric AND l.labels = t.labels;
     INSERT INTO skiplock.samples_latest (metric, labels, value, collected_at)
     SELECT DISTINCT ON (s.metric, s.labels) s.metric, s.labels, s.value, s.collected_at
     FROM skiplock.samples AS s
-    JOIN samples_touched AS t ON t.metric = s.metric AND t.labels = s.labels
+    JOIN (SELECT o.metric, o.labels FROM before_update AS o
+          UNION SELECT n.metric, n.labels FROM after_update AS n) AS t
+      ON t.metric = s.metric AND t.labels = s.labels
     ORDER BY s.metric, s.labels, s.collected_at DESC;
-    DROP TABLE samples_touched;
     RETURN NULL;
 END;
 $$;
