@@ -11,9 +11,9 @@
 # so six at once take about as long as the longest half (one process a major took 3 min 11 s
 # with the worker files added; see docs/reliability.md).
 PG_MATRIX = 16 17 18
-PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_archive.py tests/test_cli_maintenance.py
-PG_MATRIX_READS = tests/test_worker.py tests/test_collectors_*.py tests/test_advisor*.py \
-	tests/test_postgresql_versions.py
+PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_worker.py
+PG_MATRIX_READS = tests/test_archive.py tests/test_cli_maintenance.py tests/test_collectors_*.py \
+	tests/test_advisor*.py tests/test_postgresql_versions.py
 
 setup:
 	scripts/bootstrap.sh --test
