@@ -125,7 +125,8 @@ def main() -> int:
                 fill(conn, name, args.backlog * (4 if name == "free" else 2 if name == "fair" and args.weighted else 1),
                      groups)
             conn.execute("VACUUM (ANALYZE) skiplock.jobs")
-            print(f"backlog: {args.backlog:,} eligible jobs in each of conc, fair and four times that in free (fair: {args.groups} groups "
+            print(f"backlog: {args.backlog:,} eligible jobs in each of conc, fair{' (twice that)' if args.weighted else ''} "
+                  f"and four times that in free (fair: {args.groups} groups "
                   f"+ the NULL group, group_concurrency {args.per_group:,}); claim {args.batch} + complete, "
                   f"{args.rounds} rounds x {args.seconds:g} s per mode, alternating")
             for _ in range(args.rounds):

@@ -168,7 +168,7 @@ picked AS (
            mod(r.turn - 1, r.weight) + 1 AS turns
     FROM ranked AS r
     CROSS JOIN (SELECT room.fair_cursor FROM room) AS cur
-    ORDER BY 3, 4, r.k, r.priority DESC, r.run_at, r.id
+    ORDER BY visit, place, r.k, r.priority DESC, r.run_at, r.id
     LIMIT coalesce((SELECT CASE WHEN room.fair THEN room.n ELSE 0 END FROM room), 0)
 ),
 fair AS (
