@@ -14,13 +14,18 @@ jobs/s and the claim statement's mean time are printed:
                     (alternating with the one above), to show the fast claim's cost is unchanged;
 - concurrency     : the limited path (sql/limits.sql `claim_queue`) of a queue with
                     concurrency 1,000 (never reached: the cost of the path itself);
-- fair            : the limited path of a queue with group_concurrency `--per-group`.
+- fair            : the limited path of a queue with group_concurrency `--per-group`;
+- fair (weighted) : with `--weighted N`, the same queue with its first N groups (tenant-0..)
+                    of weight 3 (skiplock.group_weights, migration 028), alternating with
+                    `fair` on the same jobs (the weights are inserted before, and deleted after,
+                    each of its rounds); the fair queue then gets twice the backlog.
 
 The limited path's indexes are built first (as the scheduler does while something is limited
 or fair). Times depend on the machine's load: the load average is printed before and after.
 
     .venv/bin/python bench/fair_claim.py
     .venv/bin/python bench/fair_claim.py --groups 1000 --backlog 200000
+    .venv/bin/python bench/fair_claim.py --weighted 10
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ def run(conn, mode: str, seconds: float, batch: int) -> tuple[float, float, int]
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         t = time.perf_counter()
-        if mode == "fair":
+        if mode.startswith("fair"):
             jobs = limits.claim_from_queue(conn, "fair", "bench", limit=batch)
         elif mode == "concurrency":
             jobs = limits.claim_from_queue(conn, "conc", "bench", limit=batch)
@@ -100,10 +105,14 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--weighted", type=int, default=0, metavar="N",
+                        help="also measure the fair queue with its first N groups of weight 3")
     args = parser.parse_args()
     print("$ " + " ".join(shlex.quote(a) for a in [".venv/bin/python", "bench/fair_claim.py", *sys.argv[1:]]))
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} cpus)")
-    modes = ("unlimited", "unlimited (old)", "concurrency", "fair")
+    modes: tuple[str, ...] = ("unlimited", "unlimited (old)", "concurrency", "fair")
+    if args.weighted:
+        modes += ("fair (weighted)",)
     results: dict[str, list[tuple[float, float, int]]] = {m: [] for m in modes}
     with PrivateCluster(settings={**RELAXED_DURABILITY, "shared_buffers": "512MB"}, exit_guard=True) as cluster:
         with connect(cluster.dsn) as conn:
@@ -113,14 +122,21 @@ def main() -> int:
             limits.keep_claim_indexes(conn)
             for name, groups in (("free", 0), ("conc", 0), ("fair", args.groups)):
                 # free serves both unlimited modes: four times the backlog, so neither drains it.
-                fill(conn, name, args.backlog * (4 if name == "free" else 1), groups)
+                fill(conn, name, args.backlog * (4 if name == "free" else 2 if name == "fair" and args.weighted else 1),
+                     groups)
             conn.execute("VACUUM (ANALYZE) skiplock.jobs")
-            print(f"backlog: {args.backlog:,} eligible jobs in each of conc, fair and four times that in free (fair: {args.groups} groups "
+            print(f"backlog: {args.backlog:,} eligible jobs in each of conc, fair{' (twice that)' if args.weighted else ''} "
+                  f"and four times that in free (fair: {args.groups} groups "
                   f"+ the NULL group, group_concurrency {args.per_group:,}); claim {args.batch} + complete, "
                   f"{args.rounds} rounds x {args.seconds:g} s per mode, alternating")
             for _ in range(args.rounds):
                 for mode in modes:
+                    if mode == "fair (weighted)":
+                        conn.execute("INSERT INTO skiplock.group_weights (queue, group_key, weight) "
+                                     "SELECT 'fair', 'tenant-' || g, 3 FROM generate_series(0, %s - 1) AS g",
+                                     (args.weighted,))
                     results[mode].append(run(conn, mode, args.seconds, args.batch))
+                    conn.execute("DELETE FROM skiplock.group_weights")
     print(f"{'mode':<16} {'jobs/s (median)':>16} {'claim ms (median)':>18}  rounds (jobs/s)")
     for mode in modes:
         rates = sorted(r[0] for r in results[mode])

@@ -30,6 +30,14 @@ SELECT pg_advisory_xact_lock(hashtext('skiplock.kind:' || %(kind)s));
 -- equally loaded groups the turn goes round, whatever their backlog. The NULL group (jobs
 -- enqueued without a group) is one group, keyed '' in the rotation. The statement reads
 -- (groups with pending jobs) probes plus the heads it ranks, never a group's whole backlog.
+--
+-- Weights (skiplock.group_weights, migration 028; 1 for a group without a row): the rotation
+-- is a sequence of visits, a group's visit being `weight` turns in a row. A head's turn u is
+-- running + rank (its group's running jobs count as turns taken), plus, for the group served
+-- last, the turns it already had in its visit (`fair_turns`); its visit is (u - 1) / weight.
+-- Candidates go by visit, then the group served last (finishing its visit), the groups after
+-- it, the groups before it, then key and claim order. With every weight 1 this is the order
+-- above (running + rank, then the rotation from fair_cursor), row for row.
 WITH RECURSIVE clock AS (
     SELECT clock_timestamp() AS at
 ),
@@ -40,6 +48,8 @@ bucket AS (
         q.concurrency,
         q.group_concurrency,
         q.fair_cursor,
+        -- A count left for another group (an earlier release moved the cursor) is not this one's.
+        CASE WHEN q.fair_turns_of = q.fair_cursor THEN q.fair_turns END AS fair_turns,
         clock.at,
         CASE WHEN q.rate_count IS NOT NULL THEN
             least(q.burst,
@@ -58,6 +68,7 @@ room AS (
         b.tokens,
         b.group_concurrency,
         b.fair_cursor,
+        b.fair_turns,
         b.group_concurrency IS NOT NULL AS fair,
         CASE WHEN b.paused THEN 0
              ELSE greatest(0, least(
@@ -111,19 +122,27 @@ running_groups AS (
     GROUP BY coalesce(r.group_key, '')
 ),
 allowed AS (
-    -- How many more of each group may start: group_concurrency - running, and at most the room.
+    -- How many more of each group may start: group_concurrency - running, and at most the room
+    -- (a weight gives turns, not room). `used`: the turns of its current visit the group served
+    -- last already had (at most its weight: a weight lowered since counts as a full visit); a
+    -- NULL count (none kept, or kept by an earlier release) is a full visit, as in migration 025.
     SELECT
         g.k,
         coalesce(rg.n, 0) AS running,
+        coalesce(gw.weight, 1) AS weight,
+        CASE WHEN g.k = room.fair_cursor THEN least(coalesce(room.fair_turns, gw.weight, 1), coalesce(gw.weight, 1))
+             ELSE 0 END AS used,
         greatest(0, least(room.n, room.group_concurrency - coalesce(rg.n, 0))) AS more
     FROM groups AS g
     CROSS JOIN room
     LEFT JOIN running_groups AS rg ON rg.k = g.k
+    LEFT JOIN skiplock.group_weights AS gw ON gw.queue = %(queue)s AND gw.group_key = g.k
     WHERE g.k IS NOT NULL
 ),
 ranked AS (
-    -- Each group's head, at most `more` jobs, ranked in the claim order.
-    SELECT a.k, a.running, h.id, h.priority, h.run_at, h.rank
+    -- Each group's head, at most `more` jobs, ranked in the claim order, with its turn.
+    SELECT a.k, a.running, a.weight, h.id, h.priority, h.run_at, h.rank,
+           a.running + h.rank + a.used AS turn
     FROM allowed AS a
     CROSS JOIN LATERAL (
         SELECT j.id, j.priority, j.run_at,
@@ -140,14 +159,16 @@ ranked AS (
     ) AS h
 ),
 picked AS (
-    -- The round-robin: the least loaded groups first (running + rank), then the groups after
-    -- the one served last (`fair_cursor`), then the claim order.
-    SELECT r.id, r.k, r.running + r.rank AS load,
-           (cur.fair_cursor IS NOT NULL AND r.k <= cur.fair_cursor) AS wrapped
+    -- The weighted round-robin: by visit ((turn - 1) / weight), then the place in the rotation
+    -- (0: the group served last, finishing its visit; 1: the groups after it; 2: those before
+    -- it), then the key and the claim order. `turns`: the turns this head is of its visit.
+    SELECT r.id, r.k, (r.turn - 1) / r.weight AS visit,
+           CASE WHEN cur.fair_cursor IS NULL OR r.k > cur.fair_cursor THEN 1
+                WHEN r.k = cur.fair_cursor THEN 0 ELSE 2 END AS place,
+           mod(r.turn - 1, r.weight) + 1 AS turns
     FROM ranked AS r
     CROSS JOIN (SELECT room.fair_cursor FROM room) AS cur
-    ORDER BY r.running + r.rank, (cur.fair_cursor IS NOT NULL AND r.k <= cur.fair_cursor), r.k,
-             r.priority DESC, r.run_at, r.id
+    ORDER BY visit, place, r.k, r.priority DESC, r.run_at, r.id
     LIMIT coalesce((SELECT CASE WHEN room.fair THEN room.n ELSE 0 END FROM room), 0)
 ),
 fair AS (
@@ -180,14 +201,19 @@ claimed AS (
               j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers
 ),
 spent AS (
-    -- The bucket's tokens, and the fair rotation's place: the last group served.
+    -- The bucket's tokens, and the fair rotation's place: the last group served, and how many
+    -- turns of its visit it has had.
     UPDATE skiplock.queues AS q
     SET tokens = CASE WHEN room.tokens IS NOT NULL THEN room.tokens - (SELECT count(*) FROM claimed) ELSE q.tokens END,
         refilled_at = CASE WHEN room.tokens IS NOT NULL THEN room.at ELSE q.refilled_at END,
-        fair_cursor = coalesce((SELECT p.k FROM picked AS p
-                                WHERE p.id IN (SELECT fair.id FROM fair)
-                                ORDER BY p.load DESC, p.wrapped DESC, p.k DESC
-                                LIMIT 1), q.fair_cursor)
+        (fair_cursor, fair_turns, fair_turns_of) =
+            (SELECT coalesce(last.k, q.fair_cursor), coalesce(last.turns, q.fair_turns),
+                    coalesce(last.k, q.fair_turns_of)
+             FROM (SELECT NULL) AS one
+             LEFT JOIN (SELECT p.k, p.turns FROM picked AS p
+                        WHERE p.id IN (SELECT fair.id FROM fair)
+                        ORDER BY p.visit DESC, p.place DESC, p.k DESC, p.turns DESC
+                        LIMIT 1) AS last ON true)
     FROM room
     WHERE q.name = room.name
       AND (room.tokens IS NOT NULL OR (room.fair AND EXISTS (SELECT 1 FROM fair)))
@@ -473,3 +499,29 @@ CROSS JOIN LATERAL (
 ) AS b
 LEFT JOIN running AS r ON r.q = k.q AND r.k = k.k
 LEFT JOIN failed AS x ON x.q = k.q AND x.k = k.k;
+
+-- name: group_weights
+-- A fair queue's weighted groups (skiplock.group_weights, migration 028); a group without a
+-- row has weight 1.
+SELECT w.group_key, w.weight
+FROM skiplock.group_weights AS w
+WHERE w.queue = %(queue)s
+ORDER BY w.group_key;
+
+-- name: set_group_weight
+-- Weight 1 is the default: its row is removed rather than kept, so the table holds only the
+-- groups that differ (the claim reads it per group with pending jobs).
+WITH gone AS (
+    DELETE FROM skiplock.group_weights AS w
+    WHERE w.queue = %(queue)s AND w.group_key = %(group)s AND %(weight)s::integer = 1
+)
+INSERT INTO skiplock.group_weights AS w (queue, group_key, weight, set_at, set_by)
+SELECT %(queue)s, %(group)s, %(weight)s::integer, now(), %(actor)s
+WHERE %(weight)s::integer <> 1
+ON CONFLICT (queue, group_key) DO UPDATE
+SET weight = excluded.weight, set_at = excluded.set_at, set_by = excluded.set_by;
+
+-- name: clear_group_weights
+-- `clear` lifts every limit of the queue: it is no longer fair, and its weights go with it.
+DELETE FROM skiplock.group_weights AS w
+WHERE w.queue = %(queue)s;

@@ -1,5 +1,6 @@
 """`skiplock queues list`, `skiplock queues show` and
-`skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--clear]`.
+`skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--group-concurrency N]
+[--group-weight GROUP=W ...] [--clear]`.
 
 `list` is the Queues page in a terminal: per queue the eligible, scheduled and running jobs, the
 oldest eligible job's wait, dead letters, stuck leases, limits and who paused it (console.browse's
@@ -43,23 +44,31 @@ def _describe(row: dict) -> str:
 @click.option("--rate", default=None, metavar="N/s|N/m", help="At most N claims per second or minute (burst: a second's worth, at least 1).")
 @click.option("--group-concurrency", default=None, metavar="N",
               help="A fair queue: at most N jobs of one group (enqueue(..., group=...)) run at once, fleet-wide.")
-@click.option("--clear", is_flag=True, help="Remove the queue's limits (then set the ones given, if any).")
+@click.option("--group-weight", "group_weight", multiple=True, metavar="GROUP=W",
+              help="A fair queue's weighted round-robin: GROUP gets W turns (1 to 100) for every turn of a "
+                   "weight-1 group, within the same per-group limit; W=1 removes the weight. Repeatable.")
+@click.option("--clear", is_flag=True, help="Remove the queue's limits and weights (then set the ones given, if any).")
 @who_and_why("limit_change")
 @friendly_errors
 @click.pass_obj
-def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, group_concurrency: str | None, clear: bool,
-            actor: str, reason: str) -> None:
+def set_cmd(obj, name: str, concurrency: str | None, rate: str | None, group_concurrency: str | None,
+            group_weight: tuple[str, ...], clear: bool, actor: str, reason: str) -> None:
     """Set, change or clear the limits of queue NAME (a limit not given keeps its value)."""
     # Validate before connecting: a typo is a usage error even with the database down.
     limits.parse_concurrency(concurrency)
     limits.parse_rate(rate)
     limits.parse_group_concurrency(group_concurrency)
+    weights = limits.parse_group_weight_args(group_weight)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
         result = limits.set_limits(conn, name, concurrency=concurrency, rate=rate,
-                                   group_concurrency=group_concurrency, clear=clear,
+                                   group_concurrency=group_concurrency, group_weights=weights, clear=clear,
                                    actor=actor, reason=reason)
     click.echo(f"queue {name!r}: {_describe(result['after'])} (was: {_describe(result['before'])})")
+    if "group_weights" in result:
+        def show(w: dict) -> str:
+            return ", ".join(f"{g}={n}" for g, n in sorted(w.items())) or "every group 1"
+        click.echo(f"group weights: {show(result['group_weights']['after'])} (was: {show(result['group_weights']['before'])})")
 
 
 @queues_group.command("list")

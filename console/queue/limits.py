@@ -115,6 +115,62 @@ def parse_group_concurrency(value: Any) -> int | None:
     return parse_concurrency(value, name="group_concurrency")
 
 
+MAX_WEIGHT = 100
+MAX_WEIGHTS_AT_ONCE = 1000  # groups weighted by one change
+
+
+def parse_group_weights(value: Any) -> dict[str, int]:
+    """{group: weight} for a fair queue's weighted round-robin: a group of weight w gets w turns
+    for every turn of a weight-1 group when they compete (docs/queue.md, "Fair queues"). A weight
+    is a whole number from 1 to MAX_WEIGHT; 1 is the default (its row is removed). None or {}
+    means no change."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidLimit('group_weights: must be an object of group to weight, like {"tenant-42": 3}')
+    if len(value) > MAX_WEIGHTS_AT_ONCE:
+        raise InvalidLimit(f"group_weights: at most {MAX_WEIGHTS_AT_ONCE:,} groups in one change")
+    out: dict[str, int] = {}
+    for group, weight in value.items():
+        if not isinstance(group, str) or not group.strip():
+            raise InvalidLimit("group_weights: a group name must not be empty")
+        if len(group) > 200:
+            raise InvalidLimit(f"group_weights: group {group[:40]!r}...: a group key is at most 200 characters")
+        what = f"group_weights: {group[:40]!r}"
+        if isinstance(weight, bool):
+            raise InvalidLimit(f"{what}: the weight must be a whole number from 1 to {MAX_WEIGHT}")
+        if isinstance(weight, str):
+            try:
+                weight = int(weight.strip())
+            except ValueError:
+                raise InvalidLimit(f"{what}: {weight.strip()[:40]!r} is not a whole number (a weight is 1 to {MAX_WEIGHT})") from None
+        if isinstance(weight, float) and weight.is_integer():
+            weight = int(weight)
+        if not isinstance(weight, int):
+            raise InvalidLimit(f"{what}: the weight must be a whole number from 1 to {MAX_WEIGHT} (got {weight!r})")
+        if not 1 <= weight <= MAX_WEIGHT:
+            raise InvalidLimit(f"{what}: the weight must be from 1 to {MAX_WEIGHT} (got {weight}); 1 is the default "
+                               "(to hold a group back, a weight cannot: give the others more)")
+        out[group] = weight
+    return out
+
+
+def parse_group_weight_args(items: Sequence[str]) -> dict[str, int]:
+    """The CLI's repeated `--group-weight GROUP=W`, checked as `parse_group_weights` does."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        group, sep, weight = item.rpartition("=")
+        if not sep:
+            raise InvalidLimit(f"group_weights: {item[:40]!r} is not GROUP=WEIGHT (like tenant-42=3)")
+        pairs[group] = weight
+    return parse_group_weights(pairs)
+
+
+def weights_of(conn: psycopg.Connection, queue_name: str) -> dict[str, int]:
+    """A queue's weighted groups {group: weight} (a group not listed has weight 1)."""
+    return dict(conn.execute(query("limits", "group_weights"), {"queue": queue_name}).fetchall())
+
+
 def _check_queue(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidLimit("queue: a queue name is needed (a non-empty string)")
@@ -146,6 +202,7 @@ def set_limits(
     concurrency: Any = None,
     rate: Any = None,
     group_concurrency: Any = None,
+    group_weights: Any = None,
     clear: bool = False,
     actor: str,
     reason: str | None = None,
@@ -155,8 +212,13 @@ def set_limits(
     A limit not given keeps its value; `clear` removes every limit first (then the ones given
     are set): `clear=True` alone lifts every limit. `group_concurrency` makes the queue fair: at
     most that many of its jobs of one group (`enqueue(..., group=...)`) run at once, fleet-wide,
-    and the groups are claimed round-robin (docs/queue.md, "Fair queues"). Workers hear of it at once (NOTIFY
-    skiplock_limits) and re-read the limits every few seconds anyway.
+    and the groups are claimed round-robin (docs/queue.md, "Fair queues"). `group_weights`
+    ({group: 1..100}) weights that round-robin: a group of weight w gets w turns for every turn
+    of a weight-1 group, within the same group_concurrency; a group not named keeps its weight,
+    weight 1 removes a group's row; `clear` removes the queue's weights too. When weights are
+    given or the queue had some, the result has `group_weights: {"before", "after"}` (also in
+    the audit row). Workers hear of it at once (NOTIFY skiplock_limits) and re-read the limits
+    every few seconds anyway.
     """
     queue_name = _check_queue(queue_name)
     if not actor:
@@ -164,10 +226,12 @@ def set_limits(
     new_concurrency = parse_concurrency(concurrency)
     new_rate = parse_rate(rate)
     new_group = parse_group_concurrency(group_concurrency)
-    if not clear and new_concurrency is None and new_rate is None and new_group is None:
-        raise InvalidLimit("nothing to set: give a concurrency, a rate, a group_concurrency, or clear")
+    new_weights = parse_group_weights(group_weights)
+    if not clear and new_concurrency is None and new_rate is None and new_group is None and not new_weights:
+        raise InvalidLimit("nothing to set: give a concurrency, a rate, a group_concurrency, group_weights, or clear")
     with conn.transaction():
         before = limits_of(conn, queue_name)
+        weights_before = weights_of(conn, queue_name)
         if not clear:
             if new_concurrency is None:
                 new_concurrency = before["concurrency"]
@@ -184,13 +248,26 @@ def set_limits(
             "group_concurrency": new_group,
             "actor": actor,
         }
+        if new_weights and new_group is None:
+            # Weights of a queue that is not fair would do nothing, silently.
+            raise InvalidLimit(f"group_weights: queue {queue_name!r} is not fair; give it a group_concurrency too")
         conn.execute(query("limits", "set_limits"), params)
+        if clear:
+            conn.execute(query("limits", "clear_group_weights"), {"queue": queue_name})
+        for group, weight in sorted(new_weights.items()):
+            conn.execute(query("limits", "set_group_weight"),
+                         {"queue": queue_name, "group": group, "weight": weight, "actor": actor})
         after = limits_of(conn, queue_name)
+        weights_after = weights_of(conn, queue_name)
         conn.execute(query("limits", "notify_limits"), {"queue": queue_name})
+        result: dict[str, Any] = {"queue": queue_name, "before": before, "after": after}
+        detail: dict[str, Any] = {"before": before, "after": after}
+        if new_weights or weights_before:
+            result["group_weights"] = detail["group_weights"] = {"before": weights_before, "after": weights_after}
         audit.record(conn, actor=actor, action="set limits" if (after["concurrency"] or after["rate"] or after["group_concurrency"]) else "clear limits",
                      target=f"queue:{queue_name}", selection={"queue": queue_name}, reason=reason, rows=1, outcome="ok",
-                     detail={"before": before, "after": after})
-    return {"queue": queue_name, "before": before, "after": after}
+                     detail=detail)
+    return result
 
 
 def queue_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
@@ -486,9 +563,12 @@ def fair_groups(conn: psycopg.Connection, queue_name: str, *, top: int = 10, win
     """The top `top` groups of a fair queue by backlog (`group_rows`), with each one's oldest
     eligible age, running jobs and dead letters within `window` seconds, and the groups flagged
     as starving. Bounded: GROUPS_SCANNED groups, GROUP_COUNT_CAP jobs counted per group
-    (`capped` says a count or age is a lower bound)."""
+    (`capped` says a count or age is a lower bound). Each group has its `weight` (1 unless set)."""
     found = group_rows(conn, [queue_name], window=window, failed_cap=failed_cap)[queue_name]
     out = found["groups"]
+    weights = weights_of(conn, queue_name)
+    for g in out:  # the NULL group has no row: weight 1
+        g["weight"] = weights.get(g["group"], 1) if g["group"] is not None else 1
     median = found["median_age_seconds"]
     out.sort(key=lambda g: (-g["eligible"], -(g["age_seconds"] or 0), -g["failed"], g["group"] or ""))
     return {"groups": out[:top], "groups_seen": len(out), "groups_truncated": found["truncated"],

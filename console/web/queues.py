@@ -39,7 +39,8 @@ USAGE = obj({"concurrency": opt(INT), "rate": opt(STR), "burst": opt(NUM), "grou
              "running": INT, "tokens": opt(NUM)},
             optional=("running", "tokens", "group_concurrency"))
 GROUP_ROW = obj({"group": opt(STR), "eligible": INT, "capped": BOOL, "age_seconds": opt(NUM), "running": INT,
-                 "failed": INT, "starving": BOOL})
+                 "failed": INT, "starving": BOOL, "weight": {**INT, "minimum": 1, "maximum": limits.MAX_WEIGHT}})
+WEIGHTS = {"type": "object", "additionalProperties": INT}
 GROUPS = obj({"groups": arr(GROUP_ROW), "groups_seen": INT, "groups_truncated": BOOL, "median_age_seconds": opt(NUM),
               "window_seconds": NUM, "starving": arr(GROUP_ROW), "error": opt(STR)},
              optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "window_seconds", "starving",
@@ -351,11 +352,11 @@ _FALSE = ("", "0", "false", "off", "no")
 
 
 def _limits_input() -> dict[str, Any]:
-    """The request's {concurrency, rate, group_concurrency, clear, reason}, from a JSON body or a form."""
+    """The request's {concurrency, rate, group_concurrency, group_weights, clear, reason}, from a JSON body or a form."""
     if request.is_json:
         body = request.get_json(silent=True)
         if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object: {concurrency, rate, group_concurrency, clear, reason}")
+            raise ValueError("the body must be a JSON object: {concurrency, rate, group_concurrency, group_weights, clear, reason}")
     else:
         body = {k: v for k, v in request.form.items() if k not in ("csrf_token", "back")}
     clear = body.get("clear", False)
@@ -371,8 +372,12 @@ def _limits_input() -> dict[str, Any]:
     rate = body.get("rate")
     if rate is not None and not isinstance(rate, str):
         raise ValueError("rate: must be a string like 10/s or 30/m")
+    weights = body.get("group_weights")
+    if isinstance(weights, str) and not request.is_json:
+        # The form's field: "tenant-42=3, other=2" (a JSON body gives an object).
+        weights = limits.parse_group_weight_args([w.strip() for w in weights.split(",") if w.strip()])
     return {"concurrency": body.get("concurrency"), "rate": rate, "group_concurrency": body.get("group_concurrency"),
-            "clear": clear,
+            "group_weights": weights, "clear": clear,
             "reason": reason}  # checked by reason_for("limit_change"), console.actions' rule
 
 
@@ -380,7 +385,8 @@ def _set_limits(name: str) -> dict[str, Any]:
     data = _limits_input()
     reason = reason_for("limit_change")
     return limits.set_limits(get_conn(), name, concurrency=data["concurrency"], rate=data["rate"],
-                             group_concurrency=data["group_concurrency"], clear=data["clear"], actor=actor(),
+                             group_concurrency=data["group_concurrency"], group_weights=data["group_weights"],
+                             clear=data["clear"], actor=actor(),
                              reason=reason)
 
 
@@ -390,7 +396,7 @@ def set_limits(name: str):
     try:
         _set_limits(name)
     except ValueError as exc:  # InvalidLimit, ReasonRequired (422), a bad field: the form again, as typed
-        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "group_concurrency", "clear", "reason")}
+        typed = {k: v for k, v in request.form.items() if k in ("concurrency", "rate", "group_concurrency", "group_weights", "clear", "reason")}
         status = 422 if isinstance(exc, ReasonRequired) else 400
         return _page(name, limits_form=typed, limits_error=str(exc)), status
     return redirect(url_for("queues.detail", name=name))
@@ -404,23 +410,31 @@ def set_limits(name: str):
                      "`rate`: `N/s` or `N/m`, claims per second or minute, with a burst of a second's worth "
                      "(at least 1). `group_concurrency`: a fair queue, at most that many jobs of one group "
                      "(`enqueue(..., group=...)`) run at once, fleet-wide, the groups served round-robin. "
-                     "Workers apply it within a poll interval.",
+                     "`group_weights`: `{\"tenant-42\": 3}`, a group of weight w gets w turns for every turn of a "
+                     "weight-1 group (1 to 100; 1 removes the weight; groups not named keep theirs; never more than "
+                     "group_concurrency running). Workers apply it within a poll interval.",
          params=[Param("concurrency", where="form", type="integer", minimum=1, maximum=limits.MAX_CONCURRENCY,
                        description="most jobs of this queue running at once, fleet-wide"),
                  Param("rate", where="form", pattern=r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$",
                        description="most claims per second (N/s) or minute (N/m)"),
                  Param("group_concurrency", where="form", type="integer", minimum=1, maximum=limits.MAX_CONCURRENCY,
                        description="most jobs of one group running at once, fleet-wide (a fair queue)"),
-                 Param("clear", where="form", type="boolean", description="remove every limit first"),
+                 Param("group_weights", where="form",
+                       description="GROUP=WEIGHT, comma separated (tenant-42=3, other=2): weighted turns (1 to 100)"),
+                 Param("clear", where="form", type="boolean", description="remove every limit (and weight) first"),
                  Param("reason", where="form", required=True, max_length=MAX_REASON,
                        description="why (kept in the audit log)")],
          body=obj({"concurrency": opt({**INT, "minimum": 1, "maximum": limits.MAX_CONCURRENCY}),
                    "rate": opt({**STR, "pattern": r"^\s*\d+\s*/\s*(s|sec|second|m|min|minute)\s*$"}),
                    "group_concurrency": opt({**INT, "minimum": 1, "maximum": limits.MAX_CONCURRENCY}),
+                   "group_weights": opt({"type": "object", "additionalProperties": {**INT, "minimum": 1,
+                                                                                     "maximum": limits.MAX_WEIGHT}}),
                    "clear": BOOL, "reason": STR},
-                  optional=("concurrency", "rate", "group_concurrency", "clear")),
+                  optional=("concurrency", "rate", "group_concurrency", "group_weights", "clear")),
          responses={"422": "no reason"},
-         response=obj({"ok": BOOL, "queue": STR, "before": LIMITS, "after": LIMITS}))
+         response=obj({"ok": BOOL, "queue": STR, "before": LIMITS, "after": LIMITS,
+                       "group_weights": obj({"before": WEIGHTS, "after": WEIGHTS})},
+                      optional=("group_weights",)))
 def api_set_limits(name: str):
     result = _set_limits(name)
     return jsonify({"ok": True, **result})
