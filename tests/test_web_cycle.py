@@ -98,22 +98,39 @@ def test_an_unchanged_poll_is_answered_304_with_no_body_and_a_changed_one_200(co
     assert 'data-verdict="failing"' in changed.get_data(as_text=True)
 
 
-def test_a_crowd_arriving_at_a_new_cycle_waits_for_one_build(conn, web_app, client_as, monkeypatch):
+@pytest.fixture
+def small_pool(web_settings):
+    return {**web_settings, "database.pool_size": 2}
+
+
+def test_a_crowd_arriving_at_a_new_cycle_waits_for_one_build(small_pool, conn, client_as, monkeypatch):
+    from console.web import create_app
+
     store_history(conn, failing="billing")
+    web_app = create_app(small_pool)
     built = overview_module.overview_data
     started = threading.Event()
 
     def slow_build(*args, **kwargs):
         started.set()
-        time.sleep(0.5)  # long enough for every other viewer to arrive while it builds
+        # Longer than web.db_wait (2 s): with a pool of 2, eight viewers that held their
+        # connections while waiting for this build would be answered 503.
+        time.sleep(2.5)
         return built(*args, **kwargs)
 
     monkeypatch.setattr(overview_module, "overview_data", slow_build)
-    clients = [client_as("viewer") for _ in range(8)]
+    viewer = client_as("viewer")
+    clients = []
+    for _ in range(8):
+        client = web_app.test_client()
+        with client.session_transaction() as session:
+            session["csrf"], session["sid"] = CSRF, viewer.session_token
+        clients.append(client)
     answers: list = [None] * len(clients)
 
     def ask(n: int) -> None:
-        answers[n] = clients[n].get("/api/v1/overview").get_json()
+        resp = clients[n].get("/api/v1/overview")
+        answers[n] = resp.get_json() if resp.status_code == 200 else resp.status_code
 
     threads = [threading.Thread(target=ask, args=(n,)) for n in range(len(clients))]
     for t in threads:
@@ -121,9 +138,12 @@ def test_a_crowd_arriving_at_a_new_cycle_waits_for_one_build(conn, web_app, clie
     for t in threads:
         t.join(timeout=60)
         assert not t.is_alive(), "a viewer never got the overview"
-    assert started.is_set()
-    assert builds(web_app) == 1
-    assert all(a is not None and a["verdict"]["state"] == "failing" for a in answers)
+    try:
+        assert started.is_set()
+        assert builds(web_app) == 1
+        assert all(isinstance(a, dict) and a["verdict"]["state"] == "failing" for a in answers), answers
+    finally:
+        web_app.extensions["skiplock"].close()
 
 
 def test_metrics_read_the_newest_cycle_once_per_generation(conn, web_app, client_as):

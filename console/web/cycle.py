@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from flask import Response, current_app, make_response, request, session
 
 from console.sqlfiles import query
-from console.web.database import current_database, get_conn, read_from
+from console.web.database import current_database, get_conn, read_from, release
 
 T = TypeVar("T")
 
@@ -79,7 +79,8 @@ class CycleCache:
         self.built = 0  # how many models this process built (tests and the bench read it)
 
     def get(self, name: tuple, generation: Generation, build: Callable[[], T], *,
-            keep: Callable[[T], bool] = lambda _: True, wait: float = 30.0) -> tuple[T, Generation]:
+            keep: Callable[[T], bool] = lambda _: True, wait: float = 30.0,
+            before_wait: Callable[[], None] | None = None) -> tuple[T, Generation]:
         """(the model, the generation it was built from) for `name` at `generation`. A model
         of one database (or of its replica) is never shown for another."""
         key = (*name, generation.database, generation.replica)
@@ -101,6 +102,8 @@ class CycleCache:
                 owner, done = True, threading.Event()
                 slot.building, slot.done = generation, done
         if not owner:
+            if before_wait is not None:
+                before_wait()  # a request waiting for another's build gives its connection back
             done.wait(wait)
             with self._lock:
                 if slot.generation == generation:
@@ -142,7 +145,9 @@ def generation() -> Generation:
 def cached(name: str, build: Callable[[], T], *parts: Any,
            keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Generation]:
     """(the model `name` with its arguments `parts`, the generation it shows) for the request."""
-    return cache().get((name, *parts), request_generation(), build, keep=keep)
+    # While it waits for another request's build, a request holds no pooled connection: a crowd
+    # of waiters holding them would leave the pool empty and answer 503 (seen at load 12).
+    return cache().get((name, *parts), request_generation(), build, keep=keep, before_wait=release)
 
 
 def request_generation() -> Generation:
