@@ -25,7 +25,7 @@ demo:
 # `make test ARGS=tests/test_x.py` runs what ARGS names on 15 only.
 test:
 	scripts/bootstrap.sh --test
-	.venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=30 $(ARGS)
+	.venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 $(ARGS)
 	$(if $(ARGS),,$(MAKE) --no-print-directory test-matrix)
 
 test-matrix:
