@@ -158,7 +158,7 @@ def start_demo(demo_dir: Path, *args: str, log_name: str = "out") -> tuple[subpr
 
 @pytest.mark.slow
 def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
-    # --pace 3: a reaper run every 25 s, so the kill (just after one, while the victim holds a job) comes soon.
+    # --pace 3: a reaper run every 30 s (its floor at pace), so the kill (just after one, while the victim holds a job) comes soon.
     proc, log = start_demo(demo_dir, "--rate", "20", "--kill-every", "4s", "--pace", "3", "--duration", "5m")
     try:
         state = _wait_for(lambda: _read_state(demo_dir / "state.json"), 60, "the demo's state file", proc, log)

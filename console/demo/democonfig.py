@@ -48,7 +48,12 @@ _PACED: dict[str, float] = {
     # The lease never below 9 s: the demo's reports take up to 8 s, and a lease shorter than
     # its jobs is what the advisor's lease-vs-runtime check fails on (rightly).
     "worker.lease": 9.0, "worker.poll_interval": 0.2, "worker.flush_interval": 0.5, "worker.shutdown_grace": 1.0,
-    "scheduler.collect_interval": 1.0, "scheduler.reap_interval": 5.0, "scheduler.archive_interval": 5.0,
+    # The reaper never below 30 s, because the lease stops at 9 s: a killed worker's leases
+    # expire up to 9 s after the kill and must stay expired for the stuck_leases alert's `for`
+    # and three collections (one for a late cycle) before the next run, which may come a sixth
+    # of the interval after the kill (Demo._ripe). At 75 s / 6 = 12.5 s that window was
+    # 1.4-6.5 s, and a CI run's first kill went unalerted (tests/test_demo_config.py).
+    "scheduler.collect_interval": 1.0, "scheduler.reap_interval": 30.0, "scheduler.archive_interval": 5.0,
     "scheduler.election_interval": 1.0, "web.stale_worker_after": 3.0,
 }
 
