@@ -322,6 +322,9 @@ SELECT
                 * q.rate_count::double precision / q.rate_period)
     END AS tokens,
     (SELECT count(*) FROM skiplock.jobs AS r WHERE r.status = 'running' AND r.queue = q.name) AS running,
+    -- A fair queue's weighted groups (migration 028; a group without a row has weight 1).
+    (SELECT coalesce(jsonb_object_agg(w.group_key, w.weight ORDER BY w.group_key), '{}'::jsonb)
+     FROM skiplock.group_weights AS w WHERE w.queue = q.name) AS group_weights,
     q.paused,
     q.limits_set_at,
     q.limits_set_by

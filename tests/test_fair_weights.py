@@ -9,6 +9,7 @@ API's `group_weights`; bad input is refused naming the field.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -140,6 +141,14 @@ def test_the_cli_sets_weights_and_refuses_bad_ones(subprocess_env, conn):
     assert done.returncode == 0, done.stderr
     assert "group weights: other=2, tenant-42=3 (was: every group 1)" in done.stdout
     assert limits.weights_of(conn, "fair") == {"other": 2, "tenant-42": 3}
+    # The terminal's views of the queue show its fairness and weights (`list` once dropped both).
+    listed = cli(subprocess_env, "queues", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "fair, 2 per group, weights (other=2, tenant-42=3)" in listed.stdout, listed.stdout
+    shown = cli(subprocess_env, "queues", "show", "--json")
+    assert [(r["queue"], r["group_concurrency"], r["group_weights"]) for r in json.loads(shown.stdout)["queues"]] == \
+        [("fair", 2, {"other": 2, "tenant-42": 3})]
+    assert "other=2, tenant-42=3 · " in cli(subprocess_env, "queues", "show").stdout
     for arg, message in [("tenant-42=0", "the weight must be from 1 to 100 (got 0)"),
                          ("tenant-42=-1", "the weight must be from 1 to 100 (got -1)"),
                          ("tenant-42=101", "the weight must be from 1 to 100 (got 101)"),

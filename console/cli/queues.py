@@ -26,6 +26,10 @@ def queues_group() -> None:
     """Concurrency and rate limits per queue (docs/queue.md)."""
 
 
+def _weights(weights: dict[str, int]) -> str:
+    return ", ".join(f"{group}={weight}" for group, weight in sorted(weights.items())) or "-"
+
+
 def _describe(row: dict) -> str:
     bits = []
     if row.get("concurrency") is not None:
@@ -34,6 +38,8 @@ def _describe(row: dict) -> str:
         bits.append(f"rate {row['rate']} (burst {row['burst']:g})")
     if row.get("group_concurrency") is not None:
         bits.append(f"fair, {row['group_concurrency']} per group")
+    if row.get("group_weights"):
+        bits.append(f"weights ({_weights(row['group_weights'])})")
     return ", ".join(bits) or "no limits"
 
 
@@ -86,7 +92,8 @@ def list_cmd(obj, as_json: bool) -> None:
         limited = {r["queue"]: r for r in limits.queue_limits(conn)}
     for row in rows:
         lim = limited.get(row["queue"])
-        row["limits"] = None if lim is None else {k: lim[k] for k in ("concurrency", "rate", "burst", "running", "tokens")}
+        row["limits"] = None if lim is None else {
+            k: lim[k] for k in ("concurrency", "rate", "burst", "group_concurrency", "group_weights", "running", "tokens")}
     if as_json:
         click.echo(json.dumps({"queues": rows}, default=str, indent=2))
         return
@@ -124,12 +131,12 @@ def show_cmd(obj, as_json: bool) -> None:
         click.echo("no limits: every queue and kind is claimed without one")
         return
     if queues:
-        click.echo(f"{'QUEUE':<24} {'CONCURRENCY':>11} {'RUNNING':>8} {'RATE':>8} {'BURST':>6} {'TOKENS':>7} {'PER GROUP':>9}  SET BY")
+        click.echo(f"{'QUEUE':<24} {'CONCURRENCY':>11} {'RUNNING':>8} {'RATE':>8} {'BURST':>6} {'TOKENS':>7} {'PER GROUP':>9}  WEIGHTS · SET BY")
         for r in queues:
             click.echo(f"{r['queue']:<24} {r['concurrency'] if r['concurrency'] is not None else '-':>11} {r['running']:>8} "
                        f"{r['rate'] or '-':>8} {format(r['burst'], 'g') if r['burst'] else '-':>6} "
                        f"{format(r['tokens'], '.2f') if r['tokens'] is not None else '-':>7} "
-                       f"{r['group_concurrency'] or '-':>9}  "
+                       f"{r['group_concurrency'] or '-':>9}  {_weights(r['group_weights'])} · "
                        f"{r['set_by'] or '?'}{' (paused)' if r['paused'] else ''}")
     if kinds:
         if queues:

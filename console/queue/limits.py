@@ -277,7 +277,7 @@ def queue_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         shaped = _shape(row)
-        shaped.update(queue=row["queue"], running=row["running"], paused=row["paused"],
+        shaped.update(queue=row["queue"], running=row["running"], paused=row["paused"], group_weights=row["group_weights"],
                       tokens=None if row["tokens"] is None else round(float(row["tokens"]), 2),
                       set_at=row["limits_set_at"], set_by=row["limits_set_by"])
         out.append(shaped)
