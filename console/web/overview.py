@@ -628,17 +628,28 @@ def _series(conn, fig: Figure, window: timedelta) -> list[charts.Line]:
     if fig.key == "dead_tuples":
         table = next((t for t in JOBS_TABLES if t in _tables_with(conn, fig.metric)), "jobs")
         where = {"table": table}
-    lines = chart_lines(conn, fig.metric, window, where=where, split_by=fig.split_by, agg=fig.agg)
-    if fig.split_by and len(lines) > charts.MAX_LINES:
-        lines = chart_lines(conn, fig.metric, window, where=where, agg=fig.agg)  # too many queues: one total
+    split_by = fig.split_by
+    if split_by and split_keys(conn, fig.metric, window, split_by, where=where) > charts.MAX_LINES:
+        split_by = None  # too many queues for separate lines: one total, without fetching each queue's
+    lines = chart_lines(conn, fig.metric, window, where=where, split_by=split_by, agg=fig.agg)
+    if split_by and len(lines) > charts.MAX_LINES:
+        lines = chart_lines(conn, fig.metric, window, where=where, agg=fig.agg)  # keys came in since the count
     return lines
 
 
+def split_keys(conn, metric: str, window: timedelta, split_by: str, *, where: dict[str, str] | None = None) -> int:
+    """How many lines `metric` split by the `split_by` label would draw over the window."""
+    since = datetime.now(UTC) - window
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(query("overview", "split_keys"), {
+            "metric": metric, "since": since, "split": split_by, "labels": Jsonb(where) if where else None}).fetchone()
+    return int(row["keys"])
+
+
 def _tables_with(conn, metric: str) -> set[str]:
-    rows = conn.execute(
-        "SELECT DISTINCT labels ->> 'table' FROM skiplock.samples "
-        "WHERE metric = %s AND collected_at >= now() - interval '15 minutes'", (metric,)).fetchall()
-    return {r[0] for r in rows}
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("overview", "tables_with"), {"metric": metric}).fetchall()
+    return {r["table_name"] for r in rows}
 
 
 def rule_bounds(judge: Judge, fig: Figure) -> tuple[float | None, str, str | None]:
