@@ -74,25 +74,26 @@ WHERE s.collected_at = (
 ORDER BY s.metric, s.labels;
 
 -- name: queue_activity
--- Every queue the collectors reported within the last %(within)s seconds (queue_depth and
--- queue_throughput samples, through samples_metric_time_idx), with the newest sample and the
--- newest one in which the queue was busy: it had work (eligible, scheduled or running jobs) or
--- finished some (queue_throughput above 0: the workers' counters catch jobs too fast for any
--- sample to see running). An emptied queue stays listed and says since when it is idle
--- (console.signals.queue_idle). Capped at %(cap)s queues.
+-- Every queue the collectors reported within the last %(within)s seconds (its queue_depth and
+-- queue_throughput series), with the newest sample and the newest one in which the queue was
+-- busy: it had work (eligible, scheduled or running jobs) or finished some (queue_throughput
+-- above 0: the workers' counters catch jobs too fast for any sample to see running). An emptied
+-- queue stays listed and says since when it is idle (console.signals.queue_idle). One row per
+-- series from samples_latest, whose triggers keep each series' newest sample and the newest
+-- above zero (migrations 027 and 029), not a day of samples. Capped at %(cap)s queues.
 SELECT
-    s.labels ->> 'queue' AS queue,
-    max(s.collected_at) AS last_seen,
-    max(s.collected_at) FILTER (
-        WHERE s.value > 0
-          AND (s.metric = 'queue_throughput'
-               OR s.labels ->> 'state' IN ('eligible', 'scheduled', 'running'))
+    l.labels ->> 'queue' AS queue,
+    max(l.collected_at) AS last_seen,
+    max(l.busy_at) FILTER (
+        WHERE l.busy_at >= now() - make_interval(secs => %(within)s)
+          AND (l.metric = 'queue_throughput'
+               OR l.labels ->> 'state' IN ('eligible', 'scheduled', 'running'))
     ) AS last_busy
-FROM skiplock.samples AS s
-WHERE s.metric IN ('queue_depth', 'queue_throughput')
-  AND s.collected_at >= now() - make_interval(secs => %(within)s)
-  AND s.labels ? 'queue'
-  AND NOT s.labels ? 'external'
-GROUP BY s.labels ->> 'queue'
+FROM skiplock.samples_latest AS l
+WHERE l.metric IN ('queue_depth', 'queue_throughput')
+  AND l.collected_at >= now() - make_interval(secs => %(within)s)
+  AND l.labels ? 'queue'
+  AND NOT l.labels ? 'external'
+GROUP BY l.labels ->> 'queue'
 ORDER BY queue
 LIMIT %(cap)s;

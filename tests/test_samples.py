@@ -64,3 +64,33 @@ def test_samples_moved_in_time_are_read_again(conn):
                          Sample("queue_depth", {"queue": "a", "state": "eligible"}, 2, now)])
     conn.execute("UPDATE skiplock.samples SET collected_at = collected_at - interval '20 minutes' WHERE value = 2")
     assert depth(conn) == {"a": 1}  # the moved row is older now: the other one is the newest
+
+
+def test_queue_activity_reads_when_each_queue_was_last_seen_and_last_busy(conn):
+    """samples.queue_activity (migration 029: samples_latest.busy_at, kept by the triggers): the
+    newest sample of each queue, and the newest in which it had eligible, scheduled or running
+    work or finished some. A sample at zero leaves the busy time; a late sample changes nothing;
+    failed jobs (dead letters) are not work; a busy time older than the window is none; an
+    UPDATE of samples reads the series again."""
+    now = datetime.now(UTC)
+
+    def depth_at(queue: str, state: str, value: float, ago: timedelta) -> Sample:
+        return Sample("queue_depth", {"queue": queue, "state": state}, value, now - ago)
+
+    samples.store(conn, [depth_at("reports", "eligible", 4, timedelta(hours=2)),
+                         depth_at("billing", "running", 1, timedelta(minutes=3))])
+    samples.store(conn, [depth_at("reports", "eligible", 0, timedelta(minutes=1)),
+                         depth_at("reports", "failed", 9, timedelta(minutes=1)),  # dead letters are not work
+                         depth_at("billing", "running", 0, timedelta(minutes=1)),
+                         Sample("queue_throughput", {"queue": "mail"}, 2.5, now - timedelta(minutes=1)),
+                         depth_at("old", "eligible", 3, timedelta(hours=30))])
+    samples.store(conn, [depth_at("billing", "running", 5, timedelta(minutes=50))])  # late: ignored
+    activity = samples.queue_activity(conn)
+    assert set(activity) == {"reports", "billing", "mail"}  # "old" was last seen 30 h ago
+    assert activity["reports"]["last_busy"] == now - timedelta(hours=2)
+    assert activity["reports"]["last_seen"] == now - timedelta(minutes=1)
+    assert activity["billing"]["last_busy"] == now - timedelta(minutes=3)
+    assert activity["mail"]["last_busy"] == now - timedelta(minutes=1)
+    assert samples.queue_activity(conn, within=timedelta(hours=1))["reports"]["last_busy"] is None
+    conn.execute("UPDATE skiplock.samples SET value = 0 WHERE labels ->> 'queue' = 'billing'")
+    assert samples.queue_activity(conn)["billing"]["last_busy"] is None
