@@ -141,8 +141,10 @@ def runs_per_job(kind: str) -> dict[int, list[int]]:
 
 def test_a_batch_handler_gets_lists_no_longer_than_its_batch_and_completes_each_job_once(dsn, conn):
     ids = q.enqueue_many(conn, [q.NewJob("batch_record", {"i": i}) for i in range(53)])
-    with running(dsn):
+    with running(dsn) as worker:
         wait_for(lambda: finished(conn, "batch_record", 53), timeout=60, what="53 batch jobs finished")
+        # each batch gave its one slot back: nothing held, every slot free again
+        wait_for(lambda: worker._busy() == 0 and worker._batch_extra == 0, timeout=10, what="the batches' slots freed")
     sizes = [len(jobs) for jobs in calls("batch_record")]
     assert max(sizes) <= SIZE, f"a call got more than {SIZE} jobs: {sizes}"
     assert max(sizes) > 1, f"the jobs were never handed over together: {sizes}"
@@ -280,3 +282,30 @@ def test_a_batch_kind_registers_its_size_and_a_plain_kind_has_none():
         tasks._registry.pop("batch_plain_again", None)
         tasks._concurrency.pop("batch_plain_again", None)
 
+
+
+@pytest.mark.slow
+def test_worker_processes_run_a_batch_kind_beside_a_plain_one_each_job_once(conn, workers):
+    """Real `skiplock worker` processes with sync handlers only (tests/batch_tasks.py): the
+    plain claim and the batch kind's top-up share the queue, and every job runs once."""
+    from tests.batch_tasks import BATCH
+    from tests.workers import EXECUTIONS_TABLE
+
+    conn.execute(EXECUTIONS_TABLE)
+    conn.execute("CREATE TABLE public.batch_calls (kind text NOT NULL, size integer NOT NULL, ids bigint[] NOT NULL)")
+    jobs = [q.NewJob("batch_rows" if i % 3 else "plain_rows", {"i": i}) for i in range(90)]
+    ids = q.enqueue_many(conn, jobs)
+    procs = [workers.start("--concurrency", "2", tasks="tests.batch_tasks") for _ in range(2)]
+    wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'completed'").fetchone()[0] == 90,
+             timeout=90, what="90 jobs completed by two worker processes")
+    runs = conn.execute("SELECT job_id, count(*) FROM public.executions GROUP BY job_id").fetchall()
+    assert sorted(job_id for job_id, _ in runs) == sorted(ids) and {n for _, n in runs} == {1}, "a job ran twice or not at all"
+    sizes = dict(conn.execute("SELECT kind, array_agg(size) FROM public.batch_calls GROUP BY kind").fetchall())
+    assert set(sizes["plain_rows"]) == {1}
+    assert max(sizes["batch_rows"]) <= BATCH and max(sizes["batch_rows"]) > 1, sizes["batch_rows"]
+    assert conn.execute("SELECT count(*) FROM public.batch_calls WHERE kind = 'batch_rows' AND size > 1").fetchone()[0] >= 1
+    # a SIGTERM that reaches a process still importing kills it (-15): a registered one has its handlers
+    wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] == 2, what="both workers registered")
+    for proc in procs:
+        code, err = workers.stop(proc)
+        assert code == 0, err

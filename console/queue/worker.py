@@ -233,12 +233,13 @@ class Worker:
         self._async_held = 0  # jobs of async kinds held now (running on the loop)
         # Batch handlers (@task(kind, batch=N)): a batch of n jobs takes one slot, so the slots
         # in use are the jobs held less `_batch_extra` (the n - 1 of every batch running);
-        # `_async_extra` is the same for the loop's batches. `_batch_extra_of`: first job's id
-        # -> (n - 1, async?) of each batch running, settled when its outcomes come back.
+        # `_async_extra` is the same for the loop's batches. `_batch_extra_of`: first job's
+        # (id, attempt) -> (n - 1, async?) of each batch running, settled when its outcomes come
+        # back (the attempt too: a job rescued from a running batch may start another here).
         self._batch_kinds: list[str] = []
         self._batch_extra = 0
         self._async_extra = 0
-        self._batch_extra_of: dict[int, tuple[int, bool]] = {}
+        self._batch_extra_of: dict[tuple[int, int], tuple[int, bool]] = {}
         # Batch kinds whose last top-up came back short: not topped up again before (monotonic)
         self._top_up_rest: dict[str, float] = {}
         self.batch_size = batch_size
@@ -711,7 +712,7 @@ class Worker:
                 chunk = kind_jobs[start:start + size]
                 extra = len(chunk) - 1
                 self._batch_extra += extra
-                self._batch_extra_of[chunk[0].id] = (extra, is_async)
+                self._batch_extra_of[chunk[0].id, chunk[0].attempts] = (extra, is_async)
                 if is_async:
                     assert self._async is not None
                     self._async_held += len(chunk)
@@ -762,7 +763,7 @@ class Worker:
                 self._async_held -= sum(1 for outcome in outcomes if tasks.is_async(outcome.job.kind))
             if self._batch_extra_of:  # a batch's outcomes come back together: its slot is free
                 for outcome in outcomes:
-                    settled = self._batch_extra_of.pop(outcome.job.id, None)
+                    settled = self._batch_extra_of.pop((outcome.job.id, outcome.job.attempts), None)
                     if settled is not None:
                         self._batch_extra -= settled[0]
                         if settled[1]:
