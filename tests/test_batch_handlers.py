@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from contextlib import contextmanager
 
 import pytest
@@ -85,6 +86,24 @@ def batch_slow(jobs):
     # every job's cancel event is set at the deadline of the whole call
     assert jobs[-1].cancel_event.wait(20), "the timeout never fired"
     raise RuntimeError("stopped at the deadline")
+
+
+@skiplock.task("batch_async_cancel", batch=3)
+async def batch_async_cancel(jobs):
+    """Waits (with a deadline) until an operator asked one of its jobs to stop, then fails just
+    that one, as Cancelled; the others complete."""
+    _record("batch_async_cancel", jobs)
+    deadline = asyncio.get_running_loop().time() + 20
+    while not any(job.cancel_requested() for job in jobs):
+        assert asyncio.get_running_loop().time() < deadline, "no cancel request reached the batch"
+        await asyncio.sleep(0.05)
+    raise skiplock.BatchFailure({job.id: skiplock.Cancelled("asked to stop") for job in jobs if job.cancel_requested()})
+
+
+@skiplock.task("batch_async_slow", batch=3, timeout=0.3)
+async def batch_async_slow(jobs):
+    _record("batch_async_slow", jobs)
+    await asyncio.sleep(20)
 
 
 @pytest.fixture(autouse=True)
@@ -246,6 +265,29 @@ def test_the_timeout_bounds_the_whole_batch_call(dsn, conn):
     with running(dsn, concurrency=1):
         wait_for(lambda: finished(conn, "batch_slow", 3), timeout=60, what="3 batch jobs finished")
     assert {(r["status"], r["error_class"]) for r in rows(conn, "batch_slow").values()} == {("failed", "JobTimeout")}
+
+
+def test_an_async_batch_call_is_cancelled_at_its_timeout_and_every_job_fails_as_job_timeout(dsn, conn):
+    q.enqueue_many(conn, [q.NewJob("batch_async_slow", {"i": i}, max_attempts=1) for i in range(3)])
+    started = time.monotonic()
+    with running(dsn):
+        wait_for(lambda: finished(conn, "batch_async_slow", 3), timeout=30, what="3 async batch jobs finished")
+    assert time.monotonic() - started < 15, "the batch ran its 20 s: the timeout did not cancel it"
+    assert {(r["status"], r["error_class"]) for r in rows(conn, "batch_async_slow").values()} == {("failed", "JobTimeout")}
+
+
+def test_a_cancel_request_for_one_job_reaches_it_without_cancelling_its_async_batch(dsn, conn):
+    """The request is for the batch's first job, under whose run the loop files the batch's task."""
+    ids = q.enqueue_many(conn, [q.NewJob("batch_async_cancel", {"i": i}) for i in range(3)])
+    with running(dsn, lease=1.5):  # heartbeats every 0.5 s carry the request
+        wait_for(lambda: calls("batch_async_cancel"), timeout=30, what="the batch to start")
+        assert calls("batch_async_cancel")[0] == [(job_id, 1) for job_id in ids]
+        assert q.request_cancel(conn, ids[0]) is not None
+        wait_for(lambda: finished(conn, "batch_async_cancel", 3), timeout=30, what="the batch's outcome")
+    state = rows(conn, "batch_async_cancel")
+    assert (state[ids[0]]["status"], state[ids[0]]["error_class"]) == ("failed", "Cancelled")
+    assert state[ids[1]]["status"] == state[ids[2]]["status"] == "completed", state
+    assert len(calls("batch_async_cancel")) == 1, "the batch ran again"
 
 
 @pytest.mark.parametrize("batch", [0, -3, True, False, 2.5, "10", tasks.MAX_BATCH + 1])
