@@ -19,6 +19,7 @@ index also installs a top-level `console`). Code written against `console` keeps
 """
 
 from console.queue import (
+    BatchFailure,
     Cancelled,
     DoNotRetry,
     InvalidJob,
@@ -33,5 +34,5 @@ from console.queue import (
 from console.queue.periodic import schedule
 from console.queue.tasks import task
 
-__all__ = ["Cancelled", "DoNotRetry", "InvalidJob", "Job", "JobTimeout", "NewJob", "enqueue", "enqueue_async", "enqueue_many",
+__all__ = ["BatchFailure", "Cancelled", "DoNotRetry", "InvalidJob", "Job", "JobTimeout", "NewJob", "enqueue", "enqueue_async", "enqueue_many",
            "enqueue_many_async", "schedule", "task"]

@@ -24,11 +24,12 @@ modules are the implementation and may move.
 
 from console.queue.periodic import schedule
 from console.queue.producer import NewJob, enqueue, enqueue_async, enqueue_many, enqueue_many_async
-from console.queue.protocol import Cancelled, DoNotRetry, InvalidJob, Job, JobTimeout
+from console.queue.protocol import BatchFailure, Cancelled, DoNotRetry, InvalidJob, Job, JobTimeout
 from console.queue.schema import migrate
 from console.queue.tasks import task
 
 __all__ = [
+    "BatchFailure",
     "Cancelled",
     "DoNotRetry",
     "InvalidJob",

@@ -38,6 +38,7 @@ from console.queue.protocol import (
     DEFAULT_MAX_ATTEMPTS,
     NOTIFY_CHANNEL,
     STATUSES,
+    BatchFailure,
     Cancelled,
     DoNotRetry,
     InvalidJob,
@@ -67,7 +68,7 @@ from console.queue.protocol import (
 
 __all__ = [
     "CONTROL_CHANNEL", "COPY_THRESHOLD", "DEFAULT_BACKOFF_BASE", "DEFAULT_BACKOFF_CAP", "DEFAULT_HISTORY",
-    "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "NOTIFY_CHANNEL", "STATUSES", "Cancelled", "DoNotRetry",
+    "DEFAULT_LEASE", "DEFAULT_MAX_ATTEMPTS", "NOTIFY_CHANNEL", "STATUSES", "BatchFailure", "Cancelled", "DoNotRetry",
     "InvalidJob", "Job", "JobTimeout", "NewJob", "backoff_delay", "claim", "claim_cursor", "complete", "complete_and_claim",
     "complete_logged", "complete_many", "check_payload", "enqueue", "enqueue_async", "enqueue_many", "enqueue_many_async", "error_entry", "fail", "get_job", "heartbeat", "pause",
     "paused_queues", "prune_unique_keys", "reap", "release", "request_cancel", "resume", "set_paused",

@@ -85,10 +85,16 @@ class AsyncRuntime:
         """Start a task per job (one hand-off to the loop for the whole list)."""
         self._loop.call_soon_threadsafe(self._start_all, list(jobs))
 
+    def submit_batch(self, jobs: Sequence[q.Job]) -> None:
+        """Start one task that awaits the kind's batch handler with all of `jobs`."""
+        self._loop.call_soon_threadsafe(self._start_batch, list(jobs))
+
     def cancel_requested(self, jobs: Sequence[q.Job]) -> None:
-        """Cancel the tasks of those `jobs` an operator asked to stop (the heartbeat learnt it)."""
+        """Cancel the tasks of those `jobs` an operator asked to stop (the heartbeat learnt it).
+        A batch's task is never cancelled for one of its jobs: the others would go with it (the
+        handler sees the request in that job's `cancel_requested()`)."""
         wanted = [job for job in jobs if tasks.is_async(job.kind) and job.cancel_requested()
-                  and not job.extra.get("cancel_delivered")]
+                  and not job.extra.get("cancel_delivered") and tasks.batch_of(job.kind) is None]
         for job in wanted:
             job.extra["cancel_delivered"] = True
         if wanted:
@@ -116,6 +122,12 @@ class AsyncRuntime:
         loop = self._loop
         for job in jobs:
             self._tasks[job.id, job.attempts] = loop.create_task(self._run(job), name=f"skiplock-job-{job.id}")
+
+    def _start_batch(self, jobs: list[q.Job]) -> None:
+        # Filed under its first job's run: shutdown cancels it with the others, and a cancel
+        # request never reaches it (cancel_requested leaves batch kinds alone).
+        first = jobs[0]
+        self._tasks[first.id, first.attempts] = self._loop.create_task(self._run_batch(jobs), name=f"skiplock-batch-{first.id}")
 
     def _cancel(self, runs: list[tuple[int, int]]) -> None:
         for run in runs:
@@ -172,6 +184,46 @@ class AsyncRuntime:
             self._report_scheduled = True
             self._loop.call_soon(self._flush_reports)
 
+    async def _run_batch(self, jobs: list[q.Job]) -> None:
+        """`_run` for a batch: one awaited call, one outcome per job (batch_errors)."""
+        started = time.monotonic()
+        slot = None if self._log_limits is None else joblogs.Slot(self._log_limits, active=True)
+        if slot is not None:
+            joblogs.current.set(slot)
+        tokens = [self._hooks[0](job) for job in jobs] if self._hooks else []
+        error: BaseException | None = None
+        kind, first = jobs[0].kind, jobs[0]
+        timeout = tasks.timeout_for(kind)
+        deadline: asyncio.Timeout | None = None
+        try:
+            handler = tasks.handler_for(kind)
+            coroutine: Coroutine[Any, Any, Any] = handler(list(jobs))
+            if timeout is None:
+                await coroutine
+            else:
+                async with asyncio.timeout(timeout) as deadline:
+                    await coroutine
+        except BaseException as exc:  # CancelledError here is the worker's shutdown: unreported
+            error = exc
+        finally:
+            self._tasks.pop((first.id, first.attempts), None)
+        expired = deadline is not None and deadline.expired() and timeout is not None
+        errors = batch_errors(jobs, error, timeout if expired else None)
+        if self._hooks:
+            for token, job_error in reversed(list(zip(tokens, errors, strict=True))):
+                self._hooks[1](token, job_error)
+        if self._stopping:
+            return
+        capture = None if slot is None else slot.take()
+        seconds = time.monotonic() - started
+        for job, job_error in zip(jobs, errors, strict=True):
+            logs = None if capture is None else capture.entry(job.attempts, job.locked_by,
+                                                              "completed" if job_error is None else "failed")
+            self._finished.append(Outcome(job, job_error, seconds, logs))
+        if not self._report_scheduled:
+            self._report_scheduled = True
+            self._loop.call_soon(self._flush_reports)
+
     def _flush_reports(self) -> None:
         self._report_scheduled = False
         finished, self._finished = self._finished, []
@@ -184,3 +236,33 @@ def timed_out(job: q.Job, timeout: float, cause: BaseException | None) -> q.JobT
     error = q.JobTimeout(f"job {job.id} ({job.kind}) ran longer than its {timeout:g} s timeout")
     error.__cause__ = cause
     return error
+
+
+def batch_errors(jobs: Sequence[q.Job], error: BaseException | None, timeout: float | None = None) -> list[BaseException | None]:
+    """What a batch handler's call means for each job of `jobs` (both runtimes), in order:
+    None (complete it) or the exception to fail it with.
+
+    - returned (`error` None): every job completes;
+    - `BatchFailure({job.id: exc})`: the named jobs fail with their exception, the others
+      complete; a name that is not a job of this batch fails every job with a ValueError
+      (the BatchFailure its cause), as a handler bug must not complete jobs silently;
+    - anything else: every job fails with it (`DoNotRetry` makes them all dead letters).
+    `timeout`: the call outlived the kind's timeout (seconds), and each failure is recorded as
+    `JobTimeout` (retried), its cause the handler's exception; returning still completes."""
+    if error is None:
+        return [None] * len(jobs)
+    if isinstance(error, q.BatchFailure):
+        ids = {job.id for job in jobs}
+        strangers = sorted(set(error.errors) - ids)
+        if strangers:
+            wrong = ValueError(f"BatchFailure names job(s) {', '.join(map(str, strangers[:10]))} that are not in this "
+                               f"batch of {len(jobs)} (ids {min(ids)}..{max(ids)}); every job of the batch fails")
+            wrong.__cause__ = error
+            errors: list[BaseException | None] = [wrong] * len(jobs)
+        else:
+            errors = [error.errors.get(job.id) for job in jobs]
+    else:
+        errors = [error] * len(jobs)
+    if timeout is not None:
+        errors = [None if e is None else timed_out(job, timeout, e) for job, e in zip(jobs, errors, strict=True)]
+    return errors

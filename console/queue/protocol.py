@@ -27,7 +27,7 @@ import json
 import random
 import threading
 import traceback as traceback_module
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -62,6 +62,31 @@ class DoNotRetry(Exception):
 class Cancelled(DoNotRetry):
     """Raise from a handler that saw `job.cancel_requested()`: the job becomes a dead letter with
     error class `Cancelled` (no retry; an operator may replay it)."""
+
+
+class BatchFailure(Exception):
+    """Raise from a batch handler (`@task("kind", batch=N)`) to fail some jobs of its batch and
+    complete the others: `raise BatchFailure({job.id: error, ...})`.
+
+    Each job named fails with its own exception, exactly as if a single-job handler had raised
+    it (retried with backoff while attempts remain; a `DoNotRetry` makes it a dead letter); every
+    job of the batch not named completes. The keys are job ids (`job.id`, ints), the values
+    exceptions; a key that is not the id of a job of this batch fails the whole batch (a bug in
+    the handler must not complete jobs by accident). Raising any other exception from a batch
+    handler fails every job of the batch with it."""
+
+    def __init__(self, errors: Mapping[int, BaseException], message: str | None = None) -> None:
+        if not isinstance(errors, Mapping):
+            raise TypeError(f"BatchFailure takes a mapping of job id to exception (got {type(errors).__name__})")
+        checked: dict[int, BaseException] = {}
+        for job_id, error in errors.items():
+            if isinstance(job_id, bool) or not isinstance(job_id, int):
+                raise TypeError(f"BatchFailure: keys are job ids (job.id), got {job_id!r}")
+            if not isinstance(error, BaseException):
+                raise TypeError(f"BatchFailure: job {job_id}'s value must be an exception, got {error!r}")
+            checked[job_id] = error
+        self.errors = checked
+        super().__init__(message or f"{len(checked)} job(s) of the batch failed")
 
 
 class JobTimeout(TimeoutError):

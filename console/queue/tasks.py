@@ -15,6 +15,16 @@ An `async def` handler is awaited on the worker's event loop (console.queue.aio)
 handler thread: hundreds of them wait on I/O at once in one process. Sync and async handlers
 may share a tasks module; each job goes to the runtime its kind's handler was written for.
 
+`@console.task("kind", batch=100)` registers a batch handler: it is called as `handler(jobs)`
+with a list of up to 100 claimed jobs of that kind (sync, on a handler thread, or awaited when
+it is an `async def`). Returning completes every job of the list (fenced per job, in the
+worker's one completion statement); raising `console.BatchFailure({job.id: error})` fails the
+jobs it names (each retried or dead-lettered on its own) and completes the others; raising
+anything else fails every job of the list. A batch takes one handler thread (or one slot of
+the event loop), its `timeout` bounds the whole call, its log records are kept with every job
+of the list. `batch` cannot be combined with `inline` or `concurrency` (ValueError): see
+docs/queue.md, "Batch handlers".
+
 `@console.task("kind", timeout=30)` bounds one run: an async handler is cancelled at the
 deadline (`asyncio.CancelledError` at the await it is in), a sync one is asked to stop
 (`job.cancel_requested()` turns true, `job.cancel_event` is set: a thread cannot be stopped
@@ -37,6 +47,12 @@ _concurrency: dict[str, int | None] = {}
 _inline: set[str] = set()
 _async: set[str] = set()
 _timeouts: dict[str, float] = {}
+_batches: dict[str, int] = {}
+
+# The largest batch a kind may declare: the worker claims a batch kind's jobs up to this many
+# per free handler slot in one statement, and one statement should not lock tens of thousands
+# of rows at once (nor hand one call that many jobs to finish within one lease).
+MAX_BATCH = 10_000
 
 
 class UnknownTask(LookupError):
@@ -44,7 +60,7 @@ class UnknownTask(LookupError):
 
 
 def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
-         timeout: float | None = None) -> Callable[[F], F]:
+         timeout: float | None = None, batch: int | None = None) -> Callable[[F], F]:
     """Bind `kind` to the decorated function, returned unchanged; workers call it as `func(job)`
     with a `Job` (an `async def` function is awaited on the worker's event loop). Returning
     completes the job; raising fails the attempt (retried with backoff); raising `DoNotRetry`
@@ -55,6 +71,13 @@ def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
     async handler is cancelled at the deadline, a sync one sees `job.cancel_requested()`, and
     the attempt fails with `JobTimeout` (retried). A kind registered twice to different
     functions raises ValueError.
+
+    `batch=N` (1 to 10,000) makes it a batch handler, called as `func(jobs)` with a list of up
+    to N claimed jobs of the kind: returning completes them all; raising `BatchFailure({job.id:
+    error})` fails the named jobs (each retried or dead-lettered on its own) and completes the
+    others; raising anything else fails every job of the list (`DoNotRetry`: all become dead
+    letters). `timeout` then bounds the whole call. `batch` with `inline=True` or with
+    `concurrency` raises ValueError (docs/queue.md, "Batch handlers").
 
     The `logging` records the function emits while it runs are kept with the attempt,
     redacted and bounded (`[worker] log_records`, `log_message_chars`, `log_attempt_chars`),
@@ -67,6 +90,18 @@ def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
         raise ValueError(f"task {kind!r}: inline must be True or False (got {inline!r})")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0):
         raise ValueError(f"task {kind!r}: timeout must be a positive number of seconds (got {timeout!r})")
+    if batch is not None:
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"task {kind!r}: batch must be a positive whole number of jobs (got {batch!r})")
+        if batch > MAX_BATCH:
+            raise ValueError(f"task {kind!r}: batch must be at most {MAX_BATCH:,} jobs (got {batch:,})")
+        if inline:
+            raise ValueError(f"task {kind!r}: a batch handler cannot be inline (a batch runs on a handler thread "
+                             "or the event loop, never on the claim thread)")
+        if concurrency is not None:
+            raise ValueError(f"task {kind!r}: batch and concurrency cannot be combined yet (the fleet-wide limit "
+                             "claims a limited kind one free handler slot at a time, so its batches would not form); "
+                             "limit the kind's queue or drop one of them")
 
     def register(func: F) -> F:
         existing = _registry.get(kind)
@@ -83,6 +118,10 @@ def task(kind: str, *, concurrency: int | None = None, inline: bool = False,
             _timeouts.pop(kind, None)
         else:
             _timeouts[kind] = float(timeout)
+        if batch is None:
+            _batches.pop(kind, None)
+        else:
+            _batches[kind] = batch
         return func
 
     return register
@@ -113,6 +152,16 @@ def any_async() -> bool:
 def timeout_for(kind: str) -> float | None:
     """The kind's declared timeout in seconds (None: none)."""
     return _timeouts.get(kind) if _timeouts else None
+
+
+def batch_of(kind: str) -> int | None:
+    """The kind's declared batch size (None: a single-job handler)."""
+    return _batches.get(kind) if _batches else None
+
+
+def batch_kinds() -> list[str]:
+    """The kinds registered with `batch=`, sorted."""
+    return sorted(_batches)
 
 
 def registered() -> dict[str, Handler]:

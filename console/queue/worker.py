@@ -21,6 +21,12 @@ One process runs:
   handler threads: the main loop hands it each claimed job of an async kind and it reports the
   outcomes back like a handler thread, so leases, heartbeats, fenced completion, retries,
   limits, counters and shutdown are the same code for both;
+- batch handlers (`@task(kind, batch=N)`): the jobs of a batch kind a claim brings are cut
+  into lists of at most N, each one call of the handler on one handler thread (or one task on
+  the event loop), and a batch takes one slot however many jobs it holds. When a claim brings
+  a batch kind's jobs, one more claim of that kind alone fills their batches (and up to N for
+  each slot left); the outcome of each job (console.queue.aio.batch_errors) goes through the
+  same fenced completion, failure, retry and counters as a single job's;
 - the `logging` records each run emits, kept for its attempt (console.queue.joblogs): each
   handler thread and each awaited job has its own capture; the main loop writes a failed
   attempt's records with its failure, and completes the jobs that logged with their records
@@ -82,7 +88,7 @@ from console.db import (
 from console.histogram import Histogram
 from console.queue import joblogs, limits, tasks, telemetry
 from console.queue import protocol as q
-from console.queue.aio import AsyncRuntime, Outcome, timed_out
+from console.queue.aio import AsyncRuntime, Outcome, batch_errors, timed_out
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
@@ -99,16 +105,18 @@ SPLIT_AFTER = 0.005
 
 class Group:
     """Jobs one handler thread runs in turn. Its thread and the main loop both take jobs from
-    the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it."""
+    the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it.
+    A `batch` group is one call of its kind's batch handler with all its jobs (never split)."""
 
-    __slots__ = ("jobs", "current_since")
+    __slots__ = ("jobs", "current_since", "batch")
 
-    def __init__(self, jobs: list[q.Job]) -> None:
+    def __init__(self, jobs: list[q.Job], batch: bool = False) -> None:
         self.jobs = deque(jobs)
         self.current_since: float | None = None  # when the job running now started
+        self.batch = batch
 # How _dispatch sends a job: run here, in a group of fast jobs, alone to a handler thread, or to
 # the event loop.
-_INLINE, _FAST, _SLOW, _ASYNC = 0, 1, 2, 3
+_INLINE, _FAST, _SLOW, _ASYNC, _BATCH = 0, 1, 2, 3, 4
 # How often the worker re-reads which queues and kinds have limits (a NOTIFY also triggers it;
 # meanwhile the fast claim already leaves a newly limited queue alone, in the database).
 LIMITS_REFRESH = 2.0
@@ -223,6 +231,17 @@ class Worker:
         self._mixed = False
         self._async_kinds: list[str] = []
         self._async_held = 0  # jobs of async kinds held now (running on the loop)
+        # Batch handlers (@task(kind, batch=N)): a batch of n jobs takes one slot, so the slots
+        # in use are the jobs held less `_batch_extra` (the n - 1 of every batch running);
+        # `_async_extra` is the same for the loop's batches. `_batch_extra_of`: first job's
+        # (id, attempt) -> (n - 1, async?) of each batch running, settled when its outcomes come
+        # back (the attempt too: a job rescued from a running batch may start another here).
+        self._batch_kinds: list[str] = []
+        self._batch_extra = 0
+        self._async_extra = 0
+        self._batch_extra_of: dict[tuple[int, int], tuple[int, bool]] = {}
+        # Batch kinds whose last top-up came back short: not topped up again before (monotonic)
+        self._top_up_rest: dict[str, float] = {}
         self.batch_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
@@ -368,12 +387,74 @@ class Worker:
             timer.cancel()
         return Outcome(job, error, time.monotonic() - started)
 
+    def _run_batch(self, jobs: list[q.Job]) -> list[Outcome]:
+        """One call of a sync batch handler with `jobs` (a handler thread); one outcome per job.
+        Its log records, when it logged, are kept with every job of the batch."""
+        limits_ = self.log_limits
+        if limits_ is None:
+            return Worker._run_batch_plain(jobs)
+        slot = joblogs.slot_for(limits_)
+        slot.active = True
+        try:
+            outcomes = Worker._run_batch_plain(jobs)
+        finally:
+            capture = slot.take()
+        if capture is not None:
+            for outcome in outcomes:
+                outcome.logs = capture.entry(outcome.job.attempts, outcome.job.locked_by,
+                                             "completed" if outcome.error is None else "failed")
+        return outcomes
+
+    @staticmethod
+    def _run_batch_plain(jobs: list[q.Job]) -> list[Outcome]:
+        """`handler(jobs)`, bounded by the kind's timeout as _run_bounded bounds one job (at the
+        deadline every job's cancel event is set); what it returned or raised becomes each
+        job's outcome (console.queue.aio.batch_errors). Each job's runtime is the whole call's.
+        With OpenTelemetry each job gets its own `process` span, current during the call."""
+        started = time.monotonic()
+        kind = jobs[0].kind
+        timeout = tasks.timeout_for(kind)
+        otel = telemetry.current()
+        tokens = [otel.run_started(job) for job in jobs] if otel is not None else []
+        expired = threading.Event()
+        timer: threading.Timer | None = None
+        if timeout is not None:
+            def expire() -> None:
+                expired.set()
+                for job in jobs:
+                    job.cancel_event.set()
+
+            timer = threading.Timer(timeout, expire)
+            timer.daemon = True
+            timer.start()
+        error: BaseException | None = None
+        try:
+            tasks.handler_for(kind)(list(jobs))  # a copy: the handler may do what it likes with its list
+        except BaseException as exc:  # a handler's failure is its jobs', never the worker's
+            error = exc
+        finally:
+            if timer is not None:
+                timer.cancel()
+        errors = batch_errors(jobs, error, timeout if expired.is_set() else None)
+        if otel is not None:
+            for token, job_error in reversed(list(zip(tokens, errors, strict=True))):
+                otel.run_ended(token, job_error)
+        seconds = time.monotonic() - started
+        return [Outcome(job, job_error, seconds) for job, job_error in zip(jobs, errors, strict=True)]
+
     def _handler_loop(self) -> None:
         run_one, monotonic = self._run_one, time.monotonic
         while True:
             group = self._work.get()
             if group is None:
                 return
+            if group.batch:  # never in self._groups: nobody else takes from it
+                group.current_since = monotonic()
+                batch = list(group.jobs)
+                group.jobs.clear()
+                self._results.put(self._run_batch(batch))
+                self._wake.set()
+                continue
             outcomes: list[Outcome] = []
             jobs = group.jobs
             while True:
@@ -582,13 +663,16 @@ class Worker:
         fast: list[q.Job] = []
         inline: list[q.Job] = []
         awaited: list[q.Job] = []
+        batched: dict[str, list[q.Job]] = {}
         slow = False
-        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW / _ASYNC, decided once per batch
+        modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW / _ASYNC / _BATCH, decided once per batch
+        batch_kinds = self._batch_kinds
         for job in jobs:
             kind = job.kind
             mode = modes.get(kind)
             if mode is None:
-                mode = modes[kind] = _INLINE if tasks.is_inline(kind) else _ASYNC if tasks.is_async(kind) else \
+                mode = modes[kind] = _BATCH if batch_kinds and kind in batch_kinds else \
+                    _INLINE if tasks.is_inline(kind) else _ASYNC if tasks.is_async(kind) else \
                     _FAST if self._runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
             if mode is _FAST:
                 fast.append(job)
@@ -596,9 +680,14 @@ class Worker:
                 inline.append(job)
             elif mode is _ASYNC:
                 awaited.append(job)
+            elif mode is _BATCH:
+                batched.setdefault(kind, []).append(job)
             else:
                 slow = True
                 self._work.put(Group([job]))
+        if batched:
+            slow = True  # claimed into free slots only, never ahead
+            self._dispatch_batches(batched)
         if awaited:
             self._async_held += len(awaited)
             slow = True  # no prefetch: an awaited job may wait on I/O for a good part of its lease
@@ -612,6 +701,25 @@ class Worker:
         self._ahead = not slow
         if inline:
             self._results.put([self._run_one(job) for job in inline])
+
+    def _dispatch_batches(self, batched: dict[str, list[q.Job]]) -> None:
+        """Cut each batch kind's jobs into batches of at most its size, in claim order, and hand
+        each batch to a handler thread (or the event loop) as one unit."""
+        for kind, kind_jobs in batched.items():
+            size = tasks.batch_of(kind) or 1
+            is_async = tasks.is_async(kind)
+            for start in range(0, len(kind_jobs), size):
+                chunk = kind_jobs[start:start + size]
+                extra = len(chunk) - 1
+                self._batch_extra += extra
+                self._batch_extra_of[chunk[0].id, chunk[0].attempts] = (extra, is_async)
+                if is_async:
+                    assert self._async is not None
+                    self._async_held += len(chunk)
+                    self._async_extra += extra
+                    self._async.submit_batch(chunk)
+                else:
+                    self._work.put(Group(chunk, batch=True))
 
     def _split_long_groups(self) -> float | None:
         """Hand the rest of every group whose current job has run SPLIT_AFTER to the pool, one
@@ -653,6 +761,13 @@ class Worker:
                     self._in_flight.pop(outcome.job.id, None)
             if self._async is not None:
                 self._async_held -= sum(1 for outcome in outcomes if tasks.is_async(outcome.job.kind))
+            if self._batch_extra_of:  # a batch's outcomes come back together: its slot is free
+                for outcome in outcomes:
+                    settled = self._batch_extra_of.pop((outcome.job.id, outcome.job.attempts), None)
+                    if settled is not None:
+                        self._batch_extra -= settled[0]
+                        if settled[1]:
+                            self._async_extra -= settled[0]
             runtime = self._runtime
             self.counters.runtime_histogram.observe_many([outcome.seconds for outcome in outcomes])
             for outcome in outcomes:
@@ -673,7 +788,11 @@ class Worker:
                     self._logged.append(outcome)
 
     def _free_async(self) -> int:
-        return self.async_concurrency - self._async_held
+        return self.async_concurrency - (self._async_held - self._async_extra)
+
+    def _busy(self) -> int:
+        """Slots in use: the jobs held, a batch counting as one."""
+        return len(self._in_flight) - self._batch_extra
 
     def _claim_mixed(self, conn: psycopg.Connection, done: list[q.Job], limit: int,
                      free: int) -> tuple[list[int], list[q.Job]]:
@@ -695,6 +814,65 @@ class Worker:
                 completed = ids
             claimed += more
         return completed or [], claimed
+
+    def _top_up_batches(self, conn: psycopg.Connection, claimed: list[q.Job], free: int) -> tuple[list[q.Job], bool]:
+        """Fill the batches of the batch kinds that `claimed` (this round's claims, in priority
+        order) brought: one more claim per such kind (`kinds=[kind]`), for the rest of its
+        batches begun and up to its batch size for each slot its runtime has left (a batch takes
+        one slot). So the round's first claim stays the plain one, in the queue's order, and
+        costs a worker nothing more while no batch kind's job is at the head of the queue.
+
+        A kind's top-up that came back short (its eligible jobs ran out, as far as this claim
+        could see) is not asked again for `poll_interval` while the worker has work in flight:
+        a claim filtered on a kind walks the claim index past the other kinds' pending jobs,
+        and a rare kind among a large backlog would cost that walk every round.
+        Returns (jobs claimed, whether some top-up got all it asked for)."""
+        counts: dict[str, int] = {}  # batch kind -> its jobs in `claimed`, in order of appearance
+        plain_async = plain_sync = 0
+        batch_kinds = self._batch_kinds
+        for job in claimed:
+            kind = job.kind
+            if kind in batch_kinds:
+                counts[kind] = counts.get(kind, 0) + 1
+            elif self._async is not None and tasks.is_async(kind):
+                plain_async += 1
+            else:
+                plain_sync += 1
+        if not counts:
+            return [], False
+        if self._async is None:
+            free_async, free_sync = 0, free
+        elif self._mixed:
+            free_async = self._free_async()
+            free_sync = free - free_async
+        else:  # async handlers only: the threads serve only unknown kinds
+            free_async, free_sync = min(free, self._free_async()), 0
+        sizes = {kind: tasks.batch_of(kind) or 1 for kind in counts}
+        asynchronous = {kind: self._async is not None and tasks.is_async(kind) for kind in counts}
+        left = {True: free_async - plain_async, False: free_sync - plain_sync}
+        for kind, n in counts.items():
+            left[asynchronous[kind]] -= -(-n // sizes[kind])  # the batches these jobs begin
+        now = time.monotonic()
+        idle = not self._in_flight
+        more: list[q.Job] = []
+        full = False
+        for kind, n in counts.items():
+            if not idle and self._top_up_rest.get(kind, 0.0) > now:
+                continue
+            size, runtime = sizes[kind], asynchronous[kind]
+            begun = -(-n // size)
+            want = (begun + max(left[runtime], 0)) * size - n
+            if want <= 0:
+                continue
+            _, got = q.complete_and_claim(conn, self.id, [], queues=self.queues, limit=want, lease=self.lease,
+                                          cursor=self._cur, kinds=[kind])
+            left[runtime] -= -(-(n + len(got)) // size) - begun
+            if len(got) == want:
+                full = True
+            else:
+                self._top_up_rest[kind] = now + self.poll_interval
+            more += got
+        return more, full
 
     def _completions(self, done: list[q.Job], completed: list[int]) -> None:
         """Count what `complete_many`/`complete_and_claim` did with `done`, and end their spans."""
@@ -722,6 +900,7 @@ class Worker:
             self.slots = self.async_concurrency + (self.concurrency if self._mixed else 0)
             self._async = AsyncRuntime(self._report, hooks=None if self._otel is None else
                                        (self._otel.run_started, self._otel.run_ended), log_limits=self.log_limits)
+        self._batch_kinds = tasks.batch_kinds()
         if not self._declare_kinds():
             return 0  # stopped while the database was away
         if self._async is not None:
@@ -760,7 +939,7 @@ class Worker:
             try:
                 conn = self._connection()
                 self._record_failures(conn, failures)
-                free = self.slots - len(self._in_flight)  # handler threads and loop slots
+                free = self.slots - self._busy()  # handler threads and loop slots (a batch takes one)
                 room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
                 finished = bool(done or self._logged)  # jobs that ran and wait for their completion
                 overdue = finished and time.monotonic() - done_since >= BATCH_WAIT
@@ -773,6 +952,7 @@ class Worker:
                     limit = 0
                 claimed: list[q.Job] = []
                 completed: list[int] | None = None
+                more_waiting = False  # a claim got all it asked for: claim again at once
                 if limit > 0:
                     self._refresh_limits(conn)
                     # the jobs that logged complete with their records just before the claim
@@ -799,6 +979,11 @@ class Worker:
                                                                    limit=limit - len(claimed), lease=self.lease,
                                                                    cursor=self._cur)
                         claimed += more
+                    more_waiting = len(claimed) == limit
+                    if self._batch_kinds and claimed:  # batch kinds' jobs came: fill their batches
+                        more, topped_full = self._top_up_batches(conn, claimed, free)
+                        claimed += more
+                        more_waiting = more_waiting or topped_full
                     self._dispatch(claimed, time.monotonic() - started)
                 elif finished and (stopping or overdue):
                     self._complete_logged(conn)
@@ -827,7 +1012,7 @@ class Worker:
                     break
                 self._wake.wait(0.1)
                 continue
-            if claimed and len(claimed) == limit:
+            if claimed and more_waiting:
                 continue  # more may be waiting: claim again at once
             if not self._results.empty():
                 continue
