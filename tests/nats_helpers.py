@@ -156,6 +156,20 @@ async def _stream_messages(nats_url: str, stream: str) -> int | None:
         await nc.close()
 
 
+async def _delete_stream(nats_url: str, stream: str) -> None:
+    import nats
+
+    nc = await nats.connect(nats_url)
+    try:
+        await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+def delete_stream(nats_url: str, stream: str) -> None:
+    _run(_delete_stream(nats_url, stream))
+
+
 def stream_messages(nats_url: str, stream: str) -> int | None:
     """Messages stored in `stream` now (None: the stream does not exist)."""
     return _run(_stream_messages(nats_url, stream))

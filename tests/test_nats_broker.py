@@ -18,7 +18,7 @@ import pytest
 from console import queue as q
 from console.queue import broker
 from tests import nats_helpers
-from tests.nats_helpers import read_all, rows, set_backend, stream_messages
+from tests.nats_helpers import delete_stream, read_all, rows, set_backend, stream_messages
 from tests.workers import wait_for
 
 # The fixtures (a private nats-server, the runs table, the relay and worker processes).
@@ -55,6 +55,29 @@ def test_a_committed_job_is_relayed_and_run_once_and_a_rolled_back_one_never_rea
     assert stream_messages(nats_server, broker.dead_stream("mail")) == 0
 
 
+def test_a_job_whose_publish_is_refused_stays_in_the_outbox_until_the_broker_stores_it(procs, nats_server):
+    """A row is marked sent only after the broker acknowledged it: with the queue's stream
+    deleted under the running relay, the publish gets no answer and the row stays unsent; the
+    relay creates the stream again and the job arrives."""
+    dsn = procs.env["DATABASE_URL"]
+    set_backend(dsn, "mail")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q.enqueue(conn, "record", {"n": 1}, queue="mail")
+    relay = procs.relay(SKIPLOCK_BROKER_PUBLISH_TIMEOUT="1")
+    wait_for(lambda: unsent(dsn) == 0, timeout=20, what="the first job sent")
+    delete_stream(nats_server, broker.stream("mail"))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        second = q.enqueue(conn, "record", {"n": 2}, queue="mail")
+    wait_for(lambda: "not acknowledged" in procs.log("relay") or unsent(dsn) == 0, timeout=20,
+             what="the relay's publish of the second job")
+    wait_for(lambda: stream_messages(nats_server, broker.stream("mail")) == 1, timeout=20,
+             what="the second job in the re-created stream")
+    assert unsent(dsn) == 0 and relay.poll() is None
+    stored = read_all(nats_server, broker.stream("mail"), broker.subject("mail"))
+    assert [m["data"]["id"] for m in stored] == [second]
+    assert "not acknowledged" in procs.log("relay")  # it was refused once: the row waited
+
+
 def test_failures_retry_with_backoff_then_land_in_the_dead_letter_stream(procs, nats_server):
     dsn = procs.env["DATABASE_URL"]
     set_backend(dsn, "mail")
@@ -86,8 +109,7 @@ def test_in_progress_acks_keep_a_long_job_from_redelivery(procs, nats_server):
     with psycopg.connect(dsn, autocommit=True) as conn:
         job = q.enqueue(conn, "long_heartbeat", {"sleep": 3.5}, queue="mail")
     procs.relay()
-    procs.worker("mail", "--lease", "1", "--concurrency", "2", name="w1")
-    procs.worker("mail", "--lease", "1", "--concurrency", "2", name="w2")
+    procs.worker("mail", "--lease", "1", "--concurrency", "2")  # a redelivery would run here again
     wait_for(lambda: done_counts(dsn)[job] == 1, timeout=20, what="the long job to finish")
     started = rows(dsn, "SELECT attempt FROM public.nats_runs WHERE job_id = %s AND what = 'started'", (job,))
     assert started == [(1,)], "the job ran for 3.5 ack waits of 1 s: without heartbeats it is handed out again"
@@ -128,14 +150,18 @@ def test_kill_9_of_the_relay_mid_batch_loses_nothing_and_publishes_nothing_twice
 
 @pytest.mark.slow
 def test_kill_9_of_a_nats_worker_mid_job_redelivers_it_after_the_ack_wait(procs, nats_server):
+    """The killed worker's job is delivered again once the ack wait (the lease) runs out, as the
+    reaper rescues an expired lease; a job with max_attempts=1 whose only run was lost becomes a
+    dead letter instead, without running again."""
     dsn = procs.env["DATABASE_URL"]
     set_backend(dsn, "mail")
     with psycopg.connect(dsn, autocommit=True) as conn:
         job = q.enqueue(conn, "slow_first", {"sleep": 60}, queue="mail")
+        once = q.enqueue(conn, "slow_first", {"sleep": 60}, queue="mail", max_attempts=1)
     procs.relay()
     first = procs.worker("mail", "--lease", "2", name="first")
-    wait_for(lambda: rows(dsn, "SELECT 1 FROM public.nats_runs WHERE job_id = %s AND what = 'started'", (job,)),
-             timeout=20, what="the first attempt to start")
+    wait_for(lambda: len(rows(dsn, "SELECT 1 FROM public.nats_runs WHERE what = 'started'")) == 2,
+             timeout=20, what="both first attempts to start")
     first.kill()
     killed_at = time.monotonic()
     first.wait(timeout=10)
@@ -145,3 +171,26 @@ def test_kill_9_of_a_nats_worker_mid_job_redelivers_it_after_the_ack_wait(procs,
     assert rows(dsn, "SELECT attempt, what FROM public.nats_runs WHERE job_id = %s ORDER BY at", (job,)) == [
         (1, "started"), (2, "done")]
     assert waited >= 1.0, f"redelivered {waited:.1f} s after the kill: before the ack wait (2 s) ran out?"
+    wait_for(lambda: stream_messages(nats_server, broker.dead_stream("mail")) == 1, timeout=20,
+             what="the exhausted job in the dead-letter stream")
+    dead = read_all(nats_server, broker.dead_stream("mail"), broker.dead_subject("mail"))
+    assert [(m["data"]["id"], m["data"]["attempts"]) for m in dead] == [(once, 2)]
+    assert "attempts exhausted" in dead[0]["data"]["last_error"]
+    assert rows(dsn, "SELECT attempt, what FROM public.nats_runs WHERE job_id = %s", (once,)) == [(1, "started")]
+
+
+def test_one_relay_leads_a_database_and_a_standby_takes_over_after_kill_9(procs, nats_server):
+    dsn = procs.env["DATABASE_URL"]
+    set_backend(dsn, "mail")
+    leader = procs.relay("relay-a")
+    wait_for(lambda: "leader for this database" in procs.log("relay-a"), timeout=20, what="the first relay to lead")
+    standby = procs.relay("relay-b")
+    wait_for(lambda: "standing by" in procs.log("relay-b"), timeout=20, what="the second relay to stand by")
+    leader.kill()
+    leader.wait(timeout=10)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        job = q.enqueue(conn, "record", {}, queue="mail")
+    wait_for(lambda: unsent(dsn) == 0, timeout=20, what="the standby to lead and relay the job")
+    assert "leader for this database" in procs.log("relay-b") and standby.poll() is None
+    stored = read_all(nats_server, broker.stream("mail"), broker.subject("mail"))
+    assert [m["data"]["id"] for m in stored] == [job]

@@ -16,8 +16,9 @@ Each round, in order, never holding a transaction across a network call:
 So a kill -9 at any point loses nothing (a row is marked only after its ack) and publishes
 nothing twice within the de-duplication window (`[broker] duplicate_window`): the rows of an
 interrupted round are read and published again by the next leader, with the same ids. A row
-whose publish failed (broker away, timeout) stays unsent and is tried again next round; the
-rows after it in the batch that were acknowledged are marked, so one bad row holds nothing up.
+whose publish failed (broker away, timeout, its stream deleted) stays unsent and is tried again
+next round, after the relay looked for its queue's streams again (and created them); the rows
+of the batch that were acknowledged are marked, so one bad row holds nothing up.
 
 The relay wakes on the `skiplock_outbox` doorbell (enqueue's NOTIFY, delivered at commit) and
 also polls; it creates a queue's streams (jobs and dead letters) the first time it publishes
@@ -154,6 +155,10 @@ class Relay:
         if failed:
             log.warning("relay: %d of %d publishes not acknowledged (first: job %s, %s); they stay unsent",
                         len(failed), len(rows), failed[0][0], type(failed[0][1]).__name__)
+            # A stream deleted under the relay answers "no responders": look for (and create)
+            # the streams of these queues again next round.
+            self._streams -= {r["queue"] for r, result in zip(rows, results, strict=True)
+                              if isinstance(result, BaseException)}
         if acked:
             await conn.execute(query("broker", "outbox_sent"), {"ids": acked})
             self.published += len(acked)
