@@ -170,6 +170,34 @@ def delete_stream(nats_url: str, stream: str) -> None:
     _run(_delete_stream(nats_url, stream))
 
 
+async def _kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, more_than: int, timeout: float) -> None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if (await js.stream_info(stream)).state.messages > more_than:
+                    break
+            except NotFoundError:
+                pass
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError(f"{stream} did not grow past {more_than} messages within {timeout} s")
+        proc.kill()
+    finally:
+        await nc.close()
+
+
+def kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, *, more_than: int, timeout: float = 20) -> None:
+    """kill -9 `proc` as soon as `stream` holds more than `more_than` messages (polled every
+    few milliseconds on one connection)."""
+    asyncio.run(_kill_when_stored(nats_url, stream, proc, more_than, timeout))
+
+
 def stream_messages(nats_url: str, stream: str) -> int | None:
     """Messages stored in `stream` now (None: the stream does not exist)."""
     return _run(_stream_messages(nats_url, stream))

@@ -18,7 +18,14 @@ import pytest
 from console import queue as q
 from console.queue import broker
 from tests import nats_helpers
-from tests.nats_helpers import delete_stream, read_all, rows, set_backend, stream_messages
+from tests.nats_helpers import (
+    delete_stream,
+    kill_when_stored,
+    read_all,
+    rows,
+    set_backend,
+    stream_messages,
+)
 from tests.workers import wait_for
 
 # The fixtures (a private nats-server, the runs table, the relay and worker processes).
@@ -122,28 +129,28 @@ def test_kill_9_of_the_relay_mid_batch_loses_nothing_and_publishes_nothing_twice
     publishes those rows again with the same Nats-Msg-Id, and JetStream stores each once."""
     dsn = procs.env["DATABASE_URL"]
     set_backend(dsn, "mail")
-    n = 1000
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        ids = q.enqueue_many(conn, [q.NewJob("record", {"i": i}, queue="mail") for i in range(n)])
+    n = 600
     stream = broker.stream("mail")
+    ids: list[int] = []
     caught = None
-    for attempt in range(5):
-        relay = procs.relay(f"relay-{attempt}", SKIPLOCK_BROKER_RELAY_BATCH_SIZE="200")
-        wait_for(lambda relay=relay: (stream_messages(nats_server, stream) or 0) > 0 or relay.poll() is not None, timeout=20,
-                 interval=0.005, what="the relay's first publishes")
-        relay.kill()
+    for attempt in range(5):  # each try a fresh backlog, killed at the first message it stores
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            ids += q.enqueue_many(conn, [q.NewJob("record", {"i": i}, queue="mail") for i in range(n)])
+        before = stream_messages(nats_server, stream) or 0
+        relay = procs.relay(f"relay-{attempt}", SKIPLOCK_BROKER_RELAY_BATCH_SIZE="300")
+        kill_when_stored(nats_server, stream, relay, more_than=before)
         relay.wait(timeout=10)
         stored = stream_messages(nats_server, stream) or 0
-        sent = n - unsent(dsn)
+        sent = len(ids) - unsent(dsn)
         if stored != sent:  # killed inside a round: published and sent disagree
             caught = (stored, sent)
             break
     assert caught, "no kill landed inside a round (between a publish and its mark) in 5 tries"
     procs.relay("relay-final")
     wait_for(lambda: unsent(dsn) == 0, timeout=30, what="the restarted relay to send the rest")
-    assert stream_messages(nats_server, stream) == n, f"killed at {caught} (stored, sent): duplicates or losses"
+    assert stream_messages(nats_server, stream) == len(ids), f"killed at {caught} (stored, sent): duplicates or losses"
     procs.worker("mail", "--concurrency", "8", "--batch-size", "50")
-    wait_for(lambda: len(done_counts(dsn)) == n, timeout=40, interval=0.3, what="every job run")
+    wait_for(lambda: len(done_counts(dsn)) == len(ids), timeout=40, interval=0.3, what="every job run")
     counts = done_counts(dsn)
     assert set(counts) == set(ids) and max(counts.values()) == 1
 

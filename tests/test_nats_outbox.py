@@ -100,3 +100,16 @@ def test_the_engine_imports_no_nats_client_until_a_broker_is_used():
             "assert not [m for m in sys.modules if m == 'nats' or m.startswith('nats.')], 'nats imported'")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
+
+
+def test_an_unreachable_nats_ends_the_broker_worker_and_the_relay_with_a_message(dsn, monkeypatch, caplog):
+    from console.queue.broker import relay
+    from console.queue.broker.natsworker import NatsWorker, run_nats_worker
+    from tests.nats_helpers import _free_port
+
+    monkeypatch.setattr(relay, "CONNECT_WITHIN", 1.0)
+    nowhere = f"nats://127.0.0.1:{_free_port()}"
+    assert run_nats_worker(NatsWorker(nowhere, queues=["mail"], lease=2)) == 1
+    assert relay.run_relay(dsn, relay.RelaySettings(nats_url=nowhere)) == 1
+    assert f"cannot reach NATS at {nowhere}: TimeoutError" in caplog.text
+    assert "relay: cannot reach NATS" in caplog.text

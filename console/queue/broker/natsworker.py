@@ -47,14 +47,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import nats
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 
 from console.queue import broker, tasks
 from console.queue import protocol as q
 from console.queue.aio import timed_out
-from console.queue.broker.relay import ensure_streams
+from console.queue.broker.relay import connect_nats, ensure_streams
 from console.queue.worker import Worker
 
 log = logging.getLogger("skiplock.worker")
@@ -229,7 +228,11 @@ class NatsWorker:
                 task.add_done_callback(self._running.discard)
 
     async def run(self) -> int:
-        nc = await nats.connect(servers=broker.servers(self.nats_url), name=f"skiplock-worker {self.id}", max_reconnect_attempts=-1)
+        try:
+            nc = await connect_nats(self.nats_url, f"skiplock-worker {self.id}")
+        except Exception as exc:
+            log.error("worker %s: cannot reach NATS at %s: %s", self.id, self.nats_url, str(exc) or type(exc).__name__)
+            return 1
         self._js = nc.jetstream()
         log.info("worker %s started (nats): queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues),
                  self.concurrency, self.lease)

@@ -43,6 +43,7 @@ import nats
 import psycopg
 from nats.js import api
 from nats.js.errors import NotFoundError
+from psycopg.rows import dict_row
 
 from console.queue import broker
 from console.sqlfiles import query
@@ -72,6 +73,23 @@ async def ensure_streams(js: Any, queue: str, duplicate_window: float) -> None:
         except NotFoundError:
             await js.add_stream(api.StreamConfig(name=name, subjects=[subject], retention=retention,
                                                  storage=api.StorageType.FILE, duplicate_window=duplicate_window))
+
+
+CONNECT_WITHIN = 15.0  # seconds the first connection to NATS may take before the process gives up
+
+
+async def _nats_error(exc: Exception) -> None:
+    log.warning("nats: %s", str(exc) or type(exc).__name__)  # one line, not the client's traceback
+
+
+async def connect_nats(nats_url: str, name: str) -> Any:
+    """A NATS connection that reconnects for ever once made; the first connection must succeed
+    within CONNECT_WITHIN seconds, so a wrong address ends the process with a message instead
+    of retrying silently for ever."""
+    return await asyncio.wait_for(
+        nats.connect(servers=broker.servers(nats_url), name=name, max_reconnect_attempts=-1, connect_timeout=5,
+                     error_cb=_nats_error),
+        CONNECT_WITHIN)
 
 
 def message(row: dict[str, Any]) -> bytes:
@@ -135,8 +153,6 @@ class Relay:
 
     async def relay_once(self, conn: psycopg.AsyncConnection[Any], js: Any) -> tuple[int, int]:
         """One round: read, publish, mark. Returns (rows read, rows marked sent)."""
-        from psycopg.rows import dict_row
-
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(query("broker", "outbox_take"), {"limit": self.settings.batch_size})
             rows = await cur.fetchall()
@@ -190,7 +206,11 @@ class Relay:
         try:
             if not await self._lead(lock_conn):
                 return 0
-            nc = await nats.connect(servers=broker.servers(self.settings.nats_url), name="skiplock-relay", max_reconnect_attempts=-1)
+            try:
+                nc = await connect_nats(self.settings.nats_url, "skiplock-relay")
+            except Exception as exc:
+                log.error("relay: cannot reach NATS at %s: %s", self.settings.nats_url, str(exc) or type(exc).__name__)
+                return 1
             js = nc.jetstream(timeout=self.settings.publish_timeout)
             conn = await self._connect()
             listener = asyncio.create_task(self._listen())
