@@ -60,10 +60,12 @@ WHERE o.id = ANY(%(ids)s::bigint[])
 
 -- name: outbox_next_due
 -- Seconds until the next unsent row that waits for its run_at (NULL: none), so the relay
--- sleeps no longer than that.
+-- sleeps no longer than that. Rows already due are not counted: one whose publish failed is
+-- tried again at the next poll, not in a tight loop.
 SELECT extract(epoch FROM min(o.run_at) - now()) AS seconds
 FROM skiplock.outbox AS o
-WHERE o.sent_at IS NULL;
+WHERE o.sent_at IS NULL
+  AND o.run_at > now();
 
 -- name: outbox_prune
 -- Up to %(batch_size)s sent rows older than %(keep)s seconds, oldest first (outbox_sent_idx).

@@ -113,3 +113,24 @@ def test_an_unreachable_nats_ends_the_broker_worker_and_the_relay_with_a_message
     assert relay.run_relay(dsn, relay.RelaySettings(nats_url=nowhere)) == 1
     assert f"cannot reach NATS at {nowhere}: TimeoutError" in caplog.text
     assert "relay: cannot reach NATS" in caplog.text
+
+
+def test_the_relay_reads_only_due_unsent_rows_and_prunes_only_old_sent_ones(dsn, conn):
+    from datetime import UTC, datetime
+
+    from console.sqlfiles import query
+
+    set_backend(dsn, "mail")
+    due = q.enqueue(conn, "a", queue="mail")
+    later = q.enqueue(conn, "a", queue="mail", run_at=datetime.now(UTC) + timedelta(hours=1))
+    old_sent = q.enqueue(conn, "a", queue="mail")
+    new_sent = q.enqueue(conn, "a", queue="mail")
+    conn.execute("UPDATE skiplock.outbox SET sent_at = now() - interval '2 hours' WHERE id = %s", (old_sent,))
+    conn.execute("UPDATE skiplock.outbox SET sent_at = now() WHERE id = %s", (new_sent,))
+    taken = [r[0] for r in conn.execute(query("broker", "outbox_take"), {"limit": 10}).fetchall()]
+    assert taken == [due]  # not the one waiting for its run_at, not the sent ones
+    assert 3500 < conn.execute(query("broker", "outbox_next_due")).fetchone()[0] <= 3600  # `later`, not `due`
+    deleted = conn.execute(query("broker", "outbox_prune"), {"keep": 3600, "batch_size": 10}).rowcount
+    assert deleted == 1
+    left = {r[0] for r in conn.execute("SELECT id FROM skiplock.outbox").fetchall()}
+    assert left == {due, later, new_sent}
