@@ -4,14 +4,15 @@
 # The PostgreSQL matrix: the full suite runs on the machine's PostgreSQL (15), then the files
 # whose SQL depends on the server run again on each of these majors, whose binaries
 # scripts/bootstrap.sh --test fetches (tests/conftest.py --postgresql): the queue protocol's
-# statements and migrations, the worker, the archive and the maintenance CLI (batched
+# statements and migrations (and the enqueue's routing of broker queues' jobs to the outbox,
+# tests/test_nats_outbox.py), the worker, the archive and the maintenance CLI (batched
 # DELETE ... RETURNING, INSERT ... SELECT, partitions), the collectors' and the advisor's reads of
 # pg_stat_* views, and the version checks. Each major runs as two processes (-n 0), one per half
 # below (balanced by their times), all six at once: their tests mostly wait (on sleeps, locks, subprocesses and the server),
 # so six at once take about as long as the longest half (one process a major took 3 min 11 s
 # with the worker files added; see docs/reliability.md).
 PG_MATRIX = 16 17 18
-PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_worker.py
+PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_worker.py tests/test_nats_outbox.py
 PG_MATRIX_READS = tests/test_archive.py tests/test_cli_maintenance.py tests/test_collectors_*.py \
 	tests/test_advisor*.py tests/test_postgresql_versions.py
 

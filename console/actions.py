@@ -87,6 +87,8 @@ ACTIONS: dict[str, Requirement] = {
                "The same rescue the scheduler runs every minute, only sooner."),
     "limit_change": _r(("set limits", "clear limits"), True, "cli ui api", "Change a queue's concurrency or rate limits",
                        "Changes how fast a queue may run for everyone, across the fleet."),
+    "queue_backend": _r("set backend", True, "cli", "Route a queue's new jobs to PostgreSQL or to a broker (NATS)",
+                        "Changes where every producer's jobs of the queue go and which workers run them."),
     "alert_silence": _r("alert_silence", True, "cli ui api", "Silence alerts",
                         "Nobody is told while it lasts."),
     "alert_acknowledge": _r("alert_acknowledge", False, "cli ui api", "Acknowledge an alert (the note is the reason)",

@@ -75,6 +75,17 @@ def positive_duration(value: timedelta) -> str | None:
     return None if value > timedelta(0) else "must be longer than 0"
 
 
+_NATS_URL = re.compile(r"(nats|tls)://[^\s,/]+(:\d{1,5})?/?")
+
+
+def nats_urls(value: str) -> str | None:
+    """One or more NATS server addresses, comma-separated: nats://host:port or tls://host:port."""
+    parts = [p.strip() for p in value.split(",")]
+    if not all(parts) or not all(_NATS_URL.fullmatch(p) for p in parts):
+        return "must be nats://host:port or tls://host:port addresses, comma-separated"
+    return None
+
+
 _DURATION_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -120,6 +131,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("worker", "log_attempt_chars", int, 20000, "Characters of captured log records kept per attempt, all records together; records past it are dropped and counted.", positive),
     Setting("worker", "release", str, "", "The application's release this worker runs (a git sha, a build tag), written to its registry row with Skiplock's version: the Workers page shows it and the incident timeline shows a change as a deploy. Set it in the deploy's environment ($SKIPLOCK_WORKER_RELEASE); empty: not reported.", short_text),
     Setting("worker", "vacuum_interval", float, 10.0, "Seconds between the workers' own VACUUMs of skiplock.jobs (one worker at a time, only while jobs are claimed); 0 leaves it to autovacuum.", non_negative),
+    # [broker] (docs/exit-plan.md: queues served by NATS JetStream, the outbox relay)
+    Setting("broker", "nats_url", str, "nats://127.0.0.1:4222", "The NATS server(s) the relay publishes to and `skiplock worker --backend nats` consumes from: nats:// or tls:// addresses, comma-separated for a cluster (it may carry credentials: shown masked).", nats_urls, secret=True),
+    Setting("broker", "duplicate_window", duration, timedelta(minutes=2), "JetStream's de-duplication window of the streams the relay creates, e.g. 2m: a job published again within it (a relay killed between the broker's ack and marking the row sent) is stored once. Longer than the longest relay outage you expect to recover from.", positive_duration),
+    Setting("broker", "relay_batch_size", int, 100, "Most outbox rows the relay reads, publishes and marks sent per round.", positive),
+    Setting("broker", "relay_poll_interval", float, 1.0, "Seconds between the relay's looks at the outbox when no NOTIFY rings (and between a standby relay's tries to lead).", positive),
+    Setting("broker", "publish_timeout", float, 5.0, "Seconds the relay waits for the broker's ack of one publish; a row not acknowledged stays unsent and is published again.", positive),
+    Setting("broker", "outbox_keep", duration, timedelta(hours=1), "How long sent outbox rows are kept (an idempotency key holds while its row is kept), e.g. 1h; the relay deletes older ones in bounded batches.", positive_duration),
     # [scheduler]
     Setting("scheduler", "collect_interval", float, 15.0, "Seconds between collection cycles (queue and PostgreSQL health samples).", positive),
     Setting("scheduler", "reap_interval", float, 30.0, "Seconds between reaper runs (expired leases back to pending or failed).", positive),

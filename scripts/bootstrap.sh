@@ -3,8 +3,8 @@
 # into .venv. Safe to run again: each step checks before it installs.
 #   scripts/bootstrap.sh          PostgreSQL server binaries + .venv with the project
 #   scripts/bootstrap.sh --test   ... plus Chromium for the browser tests, Prometheus (with promtool)
-#                                 for the metrics tests, PostgreSQL 16, 17 and 18 for the test
-#                                 matrix, and the test extras
+#                                 for the metrics tests, nats-server for the broker tests,
+#                                 PostgreSQL 16, 17 and 18 for the test matrix, and the test extras
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,6 +34,13 @@ fi
 if [ "$want_test" = 1 ] && ! command -v promtool >/dev/null; then
   echo "installing Prometheus and promtool for the metrics tests"
   apt_install --no-install-recommends prometheus
+fi
+# NATS with JetStream for the broker queues' tests (tests/test_nats_broker.py starts its own
+# `nats-server -js` on a free loopback port): Debian's single binary; a system service, if the
+# package starts one, is left alone.
+if [ "$want_test" = 1 ] && ! command -v nats-server >/dev/null && [ ! -x /usr/sbin/nats-server ]; then
+  echo "installing nats-server for the broker tests"
+  apt_install --no-install-recommends nats-server
 fi
 
 # The server binaries of the other supported PostgreSQL majors, for the test matrix (`make test`

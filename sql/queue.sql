@@ -7,9 +7,21 @@
 -- when the caller's transaction commits, and folds identical payloads into one.
 -- The enqueue statements cast every parameter: asyncpg (console/queue/handles.py) lets the
 -- server infer each parameter's type, and a bare parameter in a SELECT list is text.
-WITH inserted AS (
+-- A queue whose backend is 'nats' (migration 030) gets the job in skiplock.outbox instead, in
+-- the same transaction, and the relay's doorbell (skiplock_outbox) rings at commit
+-- (docs/exit-plan.md). The queue's row is read by its primary key; a key held by a job of
+-- either table makes the enqueue a no-op.
+WITH route AS (
+    SELECT EXISTS (
+        SELECT 1
+        FROM skiplock.queues AS q
+        WHERE q.name = %(queue)s::text
+          AND q.backend = 'nats'
+    ) AS brokered
+),
+inserted AS (
     INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
-    VALUES (
+    SELECT
         %(queue)s::text,
         %(kind)s::text,
         %(payload)s::jsonb,
@@ -19,16 +31,44 @@ WITH inserted AS (
         %(idempotency_key)s::text,
         %(headers)s::jsonb,
         %(group_key)s::text
-    )
+    FROM route
+    WHERE NOT route.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.outbox AS o WHERE o.idempotency_key = %(idempotency_key)s::text)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+),
+outboxed AS (
+    INSERT INTO skiplock.outbox (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
+    SELECT
+        %(queue)s::text,
+        %(kind)s::text,
+        %(payload)s::jsonb,
+        %(priority)s::smallint,
+        coalesce(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s::integer,
+        %(idempotency_key)s::text,
+        %(headers)s::jsonb,
+        %(group_key)s::text
+    FROM route
+    WHERE route.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.idempotency_key = %(idempotency_key)s::text)
+    ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, queue
 )
 SELECT
     inserted.id,
     pg_notify('skiplock_jobs', inserted.queue) AS notified
-FROM inserted;
+FROM inserted
+UNION ALL
+SELECT
+    outboxed.id,
+    pg_notify('skiplock_outbox', outboxed.queue) AS notified
+FROM outboxed;
 
 -- name: enqueue_many
+-- Each job goes to skiplock.jobs, or to skiplock.outbox when its queue's backend is 'nats'
+-- (as `enqueue`). The ids are drawn in input order first (`numbered`, materialised: it calls
+-- nextval), so a batch that mixes both backends still gets ascending ids in input order.
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -42,34 +82,76 @@ WITH input AS (
         %(groups)s::text[]
     ) WITH ORDINALITY AS i (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, group_key, position)
 ),
+numbered AS (
+    SELECT
+        nextval('skiplock.jobs_id_seq'::regclass) AS id,
+        input.*,
+        coalesce(q.backend = 'nats', false) AS brokered
+    FROM input
+    LEFT JOIN skiplock.queues AS q ON q.name = input.queue
+    ORDER BY input.position
+),
 inserted AS (
     -- One headers value for the whole batch: the enqueue_many call's trace context, or NULL.
-    INSERT INTO skiplock.jobs (queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
+    INSERT INTO skiplock.jobs (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
+    OVERRIDING SYSTEM VALUE
     SELECT
-        input.queue,
-        input.kind,
-        input.payload,
-        input.priority,
-        coalesce(input.run_at, now()),
-        input.max_attempts,
-        input.idempotency_key,
+        n.id,
+        n.queue,
+        n.kind,
+        n.payload,
+        n.priority,
+        coalesce(n.run_at, now()),
+        n.max_attempts,
+        n.idempotency_key,
         %(headers)s::jsonb,
-        input.group_key
-    FROM input
-    ORDER BY input.position
+        n.group_key
+    FROM numbered AS n
+    WHERE NOT n.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.outbox AS o WHERE o.idempotency_key = n.idempotency_key)
+    ORDER BY n.position
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue, idempotency_key
+),
+outboxed AS (
+    INSERT INTO skiplock.outbox (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
+    SELECT
+        n.id,
+        n.queue,
+        n.kind,
+        n.payload,
+        n.priority,
+        coalesce(n.run_at, now()),
+        n.max_attempts,
+        n.idempotency_key,
+        %(headers)s::jsonb,
+        n.group_key
+    FROM numbered AS n
+    WHERE n.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.idempotency_key = n.idempotency_key)
+    ORDER BY n.position
+    ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, queue, idempotency_key
 ),
 notified AS (
     SELECT pg_notify('skiplock_jobs', q.queue)
     FROM (SELECT DISTINCT inserted.queue FROM inserted) AS q
+),
+relay_notified AS (
+    SELECT pg_notify('skiplock_outbox', q.queue)
+    FROM (SELECT DISTINCT outboxed.queue FROM outboxed) AS q
+),
+written AS (
+    SELECT inserted.id, inserted.idempotency_key FROM inserted
+    UNION ALL
+    SELECT outboxed.id, outboxed.idempotency_key FROM outboxed
 )
 SELECT
-    inserted.id,
-    inserted.idempotency_key,
-    (SELECT count(*) FROM notified) AS notifications
-FROM inserted
-ORDER BY inserted.id;
+    written.id,
+    written.idempotency_key,
+    (SELECT count(*) FROM notified) + (SELECT count(*) FROM relay_notified) AS notifications
+FROM written
+ORDER BY written.id;
 
 -- name: reserve_ids
 -- enqueue_many's COPY path: %(n)s ids drawn from the jobs' identity sequence, as one array
@@ -77,7 +159,17 @@ ORDER BY inserted.id;
 -- named as a regclass literal, resolved once when the statement is parsed: through
 -- pg_get_serial_sequence() it was looked up again for every row, 0.30 s of a 100 k batch's
 -- 1.2 s against 0.04 s (docs/benchmarks.md, "Enqueue"). Migration 001's identity column made it.
-SELECT array_agg(nextval('skiplock.jobs_id_seq'::regclass)) AS ids, now() AS now
+-- `brokered`: some queue of the batch is served by a broker (migration 030); COPY writes only
+-- skiplock.jobs, so the producer then takes the INSERT path, which routes each job.
+SELECT
+    array_agg(nextval('skiplock.jobs_id_seq'::regclass)) AS ids,
+    now() AS now,
+    EXISTS (
+        SELECT 1
+        FROM skiplock.queues AS q
+        WHERE q.name = ANY(%(queues)s::text[])
+          AND q.backend = 'nats'
+    ) AS brokered
 FROM generate_series(1, %(n)s::integer);
 
 -- name: enqueue_copy
@@ -95,7 +187,16 @@ FROM unnest(%(queues)s::text[]) AS q (queue);
 -- (the conditional DO UPDATE); a held window returns no `claimed_id` and the caller reads the
 -- holder. The job's id is drawn first so the window can point at it. A concurrent enqueue of
 -- the same key waits on the window row until this transaction ends, then sees it held.
-WITH new_job AS (
+-- A broker queue's job goes to skiplock.outbox (as `enqueue`), under the same window.
+WITH route AS (
+    SELECT EXISTS (
+        SELECT 1
+        FROM skiplock.queues AS q
+        WHERE q.name = %(queue)s::text
+          AND q.backend = 'nats'
+    ) AS brokered
+),
+new_job AS (
     SELECT nextval(pg_get_serial_sequence('skiplock.jobs', 'id')) AS id
 ),
 claimed AS (
@@ -123,14 +224,36 @@ inserted AS (
         %(idempotency_key)s::text,
         %(headers)s::jsonb,
         %(group_key)s::text
-    FROM claimed
+    FROM claimed, route
+    WHERE NOT route.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.outbox AS o WHERE o.idempotency_key = %(idempotency_key)s::text)
     ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+),
+outboxed AS (
+    INSERT INTO skiplock.outbox (id, queue, kind, payload, priority, run_at, max_attempts, idempotency_key, headers, group_key)
+    SELECT
+        claimed.job_id,
+        %(queue)s::text,
+        %(kind)s::text,
+        %(payload)s::jsonb,
+        %(priority)s::smallint,
+        coalesce(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s::integer,
+        %(idempotency_key)s::text,
+        %(headers)s::jsonb,
+        %(group_key)s::text
+    FROM claimed, route
+    WHERE route.brokered
+      AND NOT EXISTS (SELECT 1 FROM skiplock.jobs AS j WHERE j.idempotency_key = %(idempotency_key)s::text)
+    ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id, queue
 )
 SELECT
     (SELECT claimed.job_id FROM claimed) AS claimed_id,
-    (SELECT inserted.id FROM inserted) AS inserted_id,
-    (SELECT pg_notify('skiplock_jobs', inserted.queue) FROM inserted) AS notified;
+    coalesce((SELECT inserted.id FROM inserted), (SELECT outboxed.id FROM outboxed)) AS inserted_id,
+    (SELECT pg_notify('skiplock_jobs', inserted.queue) FROM inserted) AS notified,
+    (SELECT pg_notify('skiplock_outbox', outboxed.queue) FROM outboxed) AS relay_notified;
 
 -- name: unique_holder
 -- The job a held window points at (it may have been archived, or purged since).
@@ -178,12 +301,20 @@ WHERE j.id = %(id)s
 RETURNING j.id, j.queue, j.locked_by, j.attempts;
 
 -- name: ids_by_keys
+-- The jobs holding these keys, in skiplock.jobs or (a broker queue's) skiplock.outbox.
 SELECT
-    j.idempotency_key,
-    j.id
-FROM skiplock.jobs AS j
-WHERE j.idempotency_key = ANY(%(keys)s::text[])
-ORDER BY j.id;
+    k.idempotency_key,
+    k.id
+FROM (
+    SELECT j.idempotency_key, j.id
+    FROM skiplock.jobs AS j
+    WHERE j.idempotency_key = ANY(%(keys)s::text[])
+    UNION ALL
+    SELECT o.idempotency_key, o.id
+    FROM skiplock.outbox AS o
+    WHERE o.idempotency_key = ANY(%(keys)s::text[])
+) AS k
+ORDER BY k.id;
 
 -- name: claim
 -- Claim up to %(limit)s eligible jobs in one statement. The inner SELECT walks the partial

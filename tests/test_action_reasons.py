@@ -314,6 +314,9 @@ SCENARIOS: dict[str, Scenario] = {
         "ui": lambda c: Call(web=post("/queues/mail/limits", concurrency="2"), ok=302),
         "api": lambda c: Call(web=put_json("/api/v1/queues/mail/limits", rate="30/m")),
     }),
+    "queue_backend": Scenario(a_queue(False), "SELECT name, backend FROM skiplock.queues", {
+        "cli": lambda c: Call(cli=["queues", "backend", "mail", "nats"], rows=1),
+    }),
     "resume": Scenario(a_queue(True), "SELECT name, paused FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["resume", "mail"], rows=1),
         "ui": lambda c: Call(web=post("/queues/mail/resume"), ok=302, rows=1),

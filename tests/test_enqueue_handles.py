@@ -656,4 +656,4 @@ def test_the_translation_numbers_a_repeated_name_once_and_unescapes_percent():
     pattern = handles._PLACEHOLDER
     assert pattern.sub(lambda m: "%" if m.group(0) == "%%" else "$", "%(a)s %% %(b)s") == "$ % $"
     text, names = handles.dollar_query("enqueue_unique")
-    assert names.count("kind") == 1 and text.count(f"${names.index('kind') + 1}::text") == 2
+    assert names.count("kind") == 1 and text.count(f"${names.index('kind') + 1}::text") == 3  # the window, the job, the outbox row

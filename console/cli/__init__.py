@@ -13,7 +13,7 @@ import sys
 import click
 
 # Each module registers its commands on main_group when imported:
-# advisor: check · alerts: the alerts group · backends: backends show|cancel|terminate · core: migrate, worker, enqueue · demo: demo ·
+# advisor: check · alerts: the alerts group · backends: backends show|cancel|terminate · core: migrate, worker, relay, enqueue · demo: demo ·
 # external: the external group (dead letters of [[external_queues]], their replay, purge, ...) ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
 # groups: groups list|ignore|unignore · periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·

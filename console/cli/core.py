@@ -1,4 +1,4 @@
-"""Queue commands: migrate, worker, enqueue."""
+"""Queue commands: migrate, worker (PostgreSQL or NATS), relay, enqueue."""
 
 from __future__ import annotations
 
@@ -67,18 +67,30 @@ def migrate_cmd(obj, all_databases: bool) -> None:
               help="Most async handlers awaited at once on the event loop [config: worker.async_concurrency].")
 @click.option("--lease", type=click.FloatRange(min=0.1), default=None, help="Lease in seconds [config: worker.lease].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Most jobs per claim [config: worker.batch_size].")
+@click.option("--backend", type=click.Choice(["postgres", "nats"]), default="postgres", show_default=True,
+              help="Where the jobs come from: skiplock.jobs, or NATS JetStream ([broker] nats_url; needs --queues "
+                   "and the nats extra; docs/exit-plan.md).")
 @friendly_errors
 @click.pass_obj
 def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | None, async_concurrency: int | None,
-               lease: float | None, batch_size: int | None) -> None:
+               lease: float | None, batch_size: int | None, backend: str) -> None:
     """Run a worker process until SIGTERM/Ctrl-C (graceful) or a second signal (immediate)."""
-    from console.queue.worker import Worker
-
     cfg = obj.config
+    if backend == "nats":
+        if not queues:
+            raise click.UsageError("--backend nats needs --queues: a broker worker consumes named queues")
+        from console.queue import broker
+
+        for name in queues.split(","):
+            broker.check_queue(name)
     try:
         tasks.load_modules(task_modules)
     except ImportError as exc:
         raise click.UsageError(f"--tasks: cannot import {task_modules!r}: {exc}") from None
+    if backend == "nats":
+        sys.exit(_nats_worker(cfg, queues or "", concurrency, async_concurrency, lease, batch_size))
+    from console.queue.worker import Worker
+
     worker = Worker(
         obj.dsn,
         queues=queues.split(",") if queues else None,
@@ -104,6 +116,54 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
     )
     worker.install_signal_handlers()
     sys.exit(worker.run())
+
+
+def _nats_worker(cfg, queues: str, concurrency: int | None, async_concurrency: int | None, lease: float | None,
+                 batch_size: int | None) -> int:
+    try:
+        from console.queue.broker.natsworker import NatsWorker, run_nats_worker
+    except ImportError as exc:
+        raise click.UsageError(f"--backend nats needs the nats extra (pip install 'skiplock[nats]'): {exc}") from None
+    worker = NatsWorker(
+        cfg.broker.nats_url,
+        queues=[x for x in queues.split(",") if x],
+        concurrency=concurrency or cfg.worker.concurrency,
+        async_concurrency=async_concurrency or cfg.worker.async_concurrency,
+        batch_size=batch_size or cfg.worker.batch_size,
+        lease=lease or cfg.worker.lease,
+        poll_interval=cfg.worker.poll_interval,
+        shutdown_grace=cfg.worker.shutdown_grace,
+        backoff_base=cfg.queue.backoff_base,
+        backoff_cap=cfg.queue.backoff_cap,
+        duplicate_window=cfg.broker.duplicate_window.total_seconds(),
+    )
+    return run_nats_worker(worker)
+
+
+@main_group.command("relay")
+@dsn_option
+@friendly_errors
+@click.pass_obj
+def relay_cmd(obj) -> None:
+    """Publish the outbox of broker queues to NATS JetStream until SIGTERM/Ctrl-C: one leader per
+    database, the others stand by ([broker] settings; docs/exit-plan.md)."""
+    try:
+        from console.queue.broker.relay import RelaySettings, run_relay
+    except ImportError as exc:
+        raise click.UsageError(f"the relay needs the nats extra (pip install 'skiplock[nats]'): {exc}") from None
+    cfg = obj.config
+    dsn = obj.dsn
+    with connect(dsn, application_name="skiplock-relay") as conn:
+        require_schema(conn)
+    settings = RelaySettings(
+        nats_url=cfg.broker.nats_url,
+        batch_size=cfg.broker.relay_batch_size,
+        poll_interval=cfg.broker.relay_poll_interval,
+        publish_timeout=cfg.broker.publish_timeout,
+        duplicate_window=cfg.broker.duplicate_window.total_seconds(),
+        outbox_keep=cfg.broker.outbox_keep.total_seconds(),
+    )
+    sys.exit(run_relay(dsn, settings))
 
 
 @main_group.command("enqueue")

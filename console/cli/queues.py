@@ -1,12 +1,14 @@
-"""`skiplock queues list`, `skiplock queues show` and
+"""`skiplock queues list`, `skiplock queues show`,
 `skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--group-concurrency N]
-[--group-weight GROUP=W ...] [--clear]`.
+[--group-weight GROUP=W ...] [--clear]` and `skiplock queues backend NAME postgres|nats`.
 
 `list` is the Queues page in a terminal: per queue the eligible, scheduled and running jobs, the
 oldest eligible job's wait, dead letters, stuck leases, limits and who paused it (console.browse's
 bounded queue figures, a figure with "+" is a lower bound). `set` is a thin face over
 console.queue.limits: the same function the web console and the API call, audited with the actor
-`cli:<os user>@<host>` and the required `--reason`. Exit codes: 0 done; 2 bad input (nothing changed).
+`cli:<os user>@<host>` and the required `--reason`. `backend` routes a queue's new jobs to
+skiplock.jobs or, through the outbox and the relay, to NATS JetStream (console.queue.broker;
+docs/exit-plan.md), audited the same way. Exit codes: 0 done; 2 bad input (nothing changed).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import click
 from console import browse
 from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
 from console.db import connect, require_schema
-from console.queue import limits
+from console.queue import broker, limits
 
 
 @main_group.group("queues")
@@ -144,3 +146,22 @@ def show_cmd(obj, as_json: bool) -> None:
         click.echo(f"{'KIND':<24} {'CONCURRENCY':>11} {'RUNNING':>8}  DECLARED BY")
         for k in kinds:
             click.echo(f"{k['kind']:<24} {k['concurrency']:>11} {k['running']:>8}  {k['declared_by'] or '?'}")
+
+
+@queues_group.command("backend")
+@dsn_option
+@click.argument("name")
+@click.argument("backend", type=click.Choice(broker.BACKENDS))
+@who_and_why("queue_backend")
+@friendly_errors
+@click.pass_obj
+def backend_cmd(obj, name: str, backend: str, actor: str, reason: str) -> None:
+    """Route the NEW jobs of queue NAME to BACKEND: postgres (skiplock.jobs) or nats (the outbox,
+    published by `skiplock relay`, run by `skiplock worker --backend nats`). Jobs already enqueued
+    stay where they are and are finished by that backend's workers (docs/exit-plan.md)."""
+    if backend == "nats":
+        broker.check_queue(name)  # before connecting: a name a broker cannot carry is bad input
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        result = broker.set_backend(conn, name, backend, actor=actor, reason=reason)
+    click.echo(f"queue {name!r}: new jobs go to {result['after']} (was: {result['before']})")

@@ -18,6 +18,12 @@ calls, and every handle, share this module's logic and the SQL file. The options
 payload are checked before any statement runs, with the same `InvalidJob` message whatever the
 handle.
 
+Broker queues (docs/exit-plan.md): a queue whose backend is 'nats' (`skiplock.queues.backend`,
+console.queue.broker) gets its jobs in `skiplock.outbox` instead, written by the same statements
+in the same transaction (they read the queue's row by its key), and the relay publishes them.
+The caller sees no difference: the same call, the same id (drawn from the jobs' sequence), the
+same idempotency keys, held across both tables.
+
 Uniqueness windows (`unique_for=timedelta`): the key (kind, idempotency_key) is claimed in
 `skiplock.unique_keys` until the window ends, and a second enqueue inside it returns the first
 job's id whatever became of that job (pending, running, completed, failed, archived, even
@@ -201,7 +207,7 @@ def _insert_one(params: dict[str, Any]) -> Steps[int]:
 def _insert_unique(params: dict[str, Any], window: float) -> Steps[int]:
     key = {"kind": params["kind"], "idempotency_key": params["idempotency_key"]}
     for _ in range(UNIQUE_TRIES + 1):
-        ((claimed_id, inserted_id, _),) = yield Step("enqueue_unique", {**params, "unique_for": window})
+        ((claimed_id, inserted_id, *_),) = yield Step("enqueue_unique", {**params, "unique_for": window})
         if inserted_id is not None:
             return int(inserted_id)
         if claimed_id is not None:
@@ -263,7 +269,9 @@ def _copy_steps(items: list[NewJob], headers: JsonText | None = None) -> Steps[l
     """
     payloads = [_copy_field(check_payload(i.payload)) for i in items]
     names: dict[str, str] = {}
-    ((ids, now),) = yield Step("reserve_ids", {"n": len(items)})
+    ((ids, now, brokered),) = yield Step("reserve_ids", {"n": len(items), "queues": sorted({i.queue for i in items})})
+    if brokered:  # a queue of the batch is served by a broker: COPY cannot route, the INSERT does
+        return (yield from _insert_steps(items, headers))
     ids = sorted(ids)
     default_run_at = now.isoformat()
     header_field = "\\N" if headers is None else _copy_field(headers)

@@ -1,0 +1,272 @@
+"""The broker worker: the same `@task` handlers, served from NATS JetStream
+(`skiplock worker --backend nats --queues a,b`; docs/exit-plan.md, "The worker backend").
+
+Per queue: the relay's work-queue stream (`skiplock_jobs_<queue>`) and one durable pull consumer
+(`skiplock`) that every worker of the queue shares, so each message goes to one worker at a time.
+The queue's contract maps onto JetStream like this:
+
+| PostgreSQL backend                    | JetStream                                                    |
+|---------------------------------------|--------------------------------------------------------------|
+| claim (SKIP LOCKED)                   | fetch from the durable pull consumer                         |
+| lease (`[worker] lease`)              | the consumer's ack wait                                      |
+| heartbeat                             | `msg.in_progress()` every lease/3 while the handler runs     |
+| complete                              | `ack` (double ack: waits for the server's confirmation)      |
+| attempts                              | the delivery count (`num_delivered`)                         |
+| fail with backoff                     | `nak(delay=backoff)` (the same `backoff_delay` with jitter)  |
+| max_attempts                          | the job's own, checked by the worker (see below)             |
+| dead letter (exhausted, DoNotRetry)   | published to `skiplock_dead_<queue>`, then `ack`             |
+| reaper (expired lease)                | the server redelivers after the ack wait                     |
+
+Why the worker, not the consumer's `max_deliver`, enforces max_attempts: max_attempts is per
+job (an `enqueue` option), max_deliver per consumer; and a message that reaches max_deliver
+stays in a work-queue stream, never delivered again and in no dead-letter set. So the consumer
+has no max_deliver, and a delivery past the job's max_attempts (the earlier runs' workers died:
+what the reaper turns into a dead letter) goes to the dead-letter stream without running.
+
+Dead letters are published with `Nats-Msg-Id` = the job's msg id + ":dead", so a worker killed
+between that publish and its ack does not write the dead letter twice.
+
+What it does not do (yet): priorities, fair groups, limits, cancel requests, per-attempt logs,
+the worker registry and counters (the console does not see broker workers), and fencing: a
+worker whose handler outlived the ack wait without heartbeats may finish a job another worker
+was given meanwhile (at-least-once, as JetStream delivers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeout
+from nats.js import api
+
+from console.queue import broker, tasks
+from console.queue import protocol as q
+from console.queue.aio import timed_out
+from console.queue.broker.relay import connect_nats, ensure_streams
+from console.queue.worker import Worker
+
+log = logging.getLogger("skiplock.worker")
+
+
+class NatsWorker:
+    def __init__(
+        self,
+        nats_url: str,
+        *,
+        queues: list[str],
+        concurrency: int = 4,
+        async_concurrency: int = 100,
+        batch_size: int = 10,
+        lease: float = q.DEFAULT_LEASE,
+        poll_interval: float = 1.0,
+        shutdown_grace: float = 30.0,
+        backoff_base: float = q.DEFAULT_BACKOFF_BASE,
+        backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
+        duplicate_window: float = 120.0,
+        name: str | None = None,
+    ) -> None:
+        if not queues:
+            raise ValueError("a broker worker needs --queues: one pull consumer per queue")
+        if concurrency < 1 or async_concurrency < 1 or batch_size < 1 or lease <= 0 or poll_interval <= 0:
+            raise ValueError("concurrency, async_concurrency, batch_size, lease and poll_interval must be positive")
+        self.queues = [broker.check_queue(x) for x in queues]
+        self.nats_url = nats_url
+        self.concurrency = concurrency
+        self.async_concurrency = async_concurrency
+        self.batch_size = batch_size
+        self.lease = lease
+        self.poll_interval = poll_interval
+        self.shutdown_grace = shutdown_grace
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.duplicate_window = duplicate_window
+        self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.completed = self.retried = self.failed = 0
+        self._stop = asyncio.Event()
+        self._async_slots = asyncio.Semaphore(async_concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
+        self._js: Any = None
+
+    def stop(self) -> None:
+        if self._stop.is_set():
+            log.info("second signal: stopping now")
+            for task in self._running:
+                task.cancel()
+        self._stop.set()
+
+    # --- one job ----------------------------------------------------------------------------
+
+    def _job(self, msg: Any, body: dict[str, Any]) -> q.Job:
+        now = datetime.now(UTC)
+        return q.Job(
+            id=int(body["id"]), queue=body["queue"], kind=body["kind"], payload=body.get("payload"),
+            priority=int(body.get("priority", 0)), run_at=datetime.fromisoformat(body["run_at"]),
+            attempts=int(msg.metadata.num_delivered), max_attempts=int(body["max_attempts"]),
+            idempotency_key=body.get("idempotency_key"), locked_by=self.id, locked_at=now,
+            lease_until=now + timedelta(seconds=self.lease), created_at=datetime.fromisoformat(body["created_at"]),
+            headers=body.get("headers"),
+        )
+
+    async def _heartbeat(self, msg: Any, job: q.Job) -> None:
+        """Extend the ack wait while the handler runs: the broker's lease."""
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            with contextlib.suppress(Exception):  # a lost connection: the redelivery is the reaper
+                await msg.in_progress()
+                job.lease_until = datetime.now(UTC) + timedelta(seconds=self.lease)
+
+    async def _run(self, job: q.Job) -> BaseException | None:
+        if tasks.is_async(job.kind):
+            async with self._async_slots:
+                timeout = tasks.timeout_for(job.kind)
+                try:
+                    if timeout is None:
+                        await tasks.handler_for(job.kind)(job)
+                    else:
+                        try:
+                            await asyncio.wait_for(tasks.handler_for(job.kind)(job), timeout)
+                        except TimeoutError as exc:
+                            return timed_out(job, timeout, exc)
+                except Exception as exc:  # a handler's failure is the job's, never the worker's
+                    return exc
+                return None
+        loop = asyncio.get_running_loop()
+        # The PostgreSQL worker's own run (timeouts, telemetry spans), on a handler thread.
+        outcome = await loop.run_in_executor(self._pool, Worker._run_plain, job)
+        return outcome.error
+
+    async def _dead_letter(self, msg: Any, job: q.Job, error: BaseException | str) -> None:
+        entry = q.error_entry(job, error)
+        body = json.loads(msg.data)
+        body.update(attempts=job.attempts, last_error=f"{entry['error_class']}: {entry['message']}"[:2000],
+                    error=entry, failed_at=datetime.now(UTC).isoformat())
+        msg_id = (msg.headers or {}).get(broker.MSG_ID) or f"job-{job.id}"
+        await self._js.publish(broker.dead_subject(job.queue), json.dumps(body, default=str).encode(),
+                               headers={broker.MSG_ID: f"{msg_id}:dead", broker.JOB_ID: str(job.id)})
+        await msg.ack_sync(timeout=10)
+        self.failed += 1
+        log.info("job %s (%s) is a dead letter after %d attempt(s): %s", job.id, job.kind, job.attempts,
+                 entry["error_class"])
+
+    async def _handle(self, msg: Any) -> None:
+        try:
+            body = json.loads(msg.data)
+            job = self._job(msg, body)
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("unreadable message on %s (%s): terminated", msg.subject, exc)
+            await msg.term()
+            return
+        if job.attempts > job.max_attempts:
+            # Its earlier runs' workers died (the ack wait ran out each time): what the reaper
+            # makes a dead letter of, without running it once more.
+            await self._dead_letter(msg, job, f"lease expired {job.max_attempts} time(s): attempts exhausted")
+            return
+        beat = asyncio.create_task(self._heartbeat(msg, job))
+        try:
+            error = await self._run(job)
+        finally:
+            beat.cancel()
+        if error is None:
+            await msg.ack_sync(timeout=10)
+            self.completed += 1
+            return
+        if isinstance(error, q.DoNotRetry) or job.attempts >= job.max_attempts:
+            await self._dead_letter(msg, job, error)
+            return
+        delay = q.backoff_delay(job.attempts, self.backoff_base, self.backoff_cap)
+        await msg.nak(delay=delay)
+        self.retried += 1
+        log.info("job %s (%s) attempt %d failed (%s): retry in %.1f s", job.id, job.kind, job.attempts,
+                 type(error).__name__, delay)
+
+    async def _guarded(self, msg: Any) -> None:
+        try:
+            await self._handle(msg)
+        except Exception:  # the broker redelivers after the ack wait
+            log.exception("job message on %s: could not settle it; it is redelivered after the ack wait", msg.subject)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def _consume(self, queue: str) -> None:
+        stream = broker.stream(queue)
+        await ensure_streams(self._js, queue, self.duplicate_window)
+        config = api.ConsumerConfig(durable_name=broker.CONSUMER, ack_policy=api.AckPolicy.EXPLICIT,
+                                    ack_wait=self.lease, max_deliver=-1, filter_subject=broker.subject(queue))
+        try:
+            await self._js.add_consumer(stream, config)
+        except Exception as exc:  # it exists with another ack wait (another lease): use it as it is
+            info = await self._js.consumer_info(stream, broker.CONSUMER)
+            log.warning("queue %s: consumer exists with ack wait %s s, not this worker's lease %g s (%s)",
+                        queue, info.config.ack_wait, self.lease, type(exc).__name__)
+        sub = await self._js.pull_subscribe_bind(durable=broker.CONSUMER, stream=stream)
+        while not self._stop.is_set():
+            # Fetch only what can start now: a fetched message's ack wait is already running.
+            slots = self.concurrency + (self.async_concurrency if tasks.any_async() else 0)
+            free = slots - len(self._running)
+            if free <= 0:
+                await asyncio.sleep(0.01)
+                continue
+            try:
+                msgs = await sub.fetch(min(self.batch_size, free), timeout=self.poll_interval)
+            except (NatsTimeout, TimeoutError):
+                continue
+            for msg in msgs:
+                task = asyncio.create_task(self._guarded(msg))
+                self._running.add(task)
+                task.add_done_callback(self._running.discard)
+
+    async def run(self) -> int:
+        try:
+            nc = await connect_nats(self.nats_url, f"skiplock-worker {self.id}")
+        except Exception as exc:
+            log.error("worker %s: cannot reach NATS at %s: %s", self.id, self.nats_url, str(exc) or type(exc).__name__)
+            return 1
+        self._js = nc.jetstream()
+        log.info("worker %s started (nats): queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues),
+                 self.concurrency, self.lease)
+        consumers = [asyncio.create_task(self._consume(queue)) for queue in self.queues]
+        stopped = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stopped, *consumers], return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in done if t is not stopped and t.exception() is not None]
+        self._stop.set()
+        for task in consumers:
+            task.cancel()
+        deadline = time.monotonic() + self.shutdown_grace
+        while self._running and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for task in list(self._running):  # out of grace: the broker redelivers them after the ack wait
+            task.cancel()
+        await asyncio.gather(*consumers, *self._running, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            # close, not drain: every message this worker settles is settled by now, and a
+            # drain waits on the pull subscriptions' pending requests for its whole timeout
+            await nc.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s stopped: %d completed, %d failed, %d retried", self.id, self.completed, self.failed,
+                 self.retried)
+        if failed:
+            log.error("worker %s: %s", self.id, failed[0].exception())
+            return 1
+        return 0
+
+
+def run_nats_worker(worker: NatsWorker) -> int:
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        return await worker.run()
+
+    return asyncio.run(main())

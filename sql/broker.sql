@@ -1,0 +1,87 @@
+-- Broker queues (issue 32; docs/exit-plan.md): which backend serves a queue, and the outbox the
+-- relay publishes from (migration 030). Every statement is one short transaction of its own:
+-- the relay never holds a transaction open across a call to the broker.
+
+-- name: backend_of
+SELECT coalesce(
+    (SELECT q.backend FROM skiplock.queues AS q WHERE q.name = %(queue)s),
+    'postgres'
+) AS backend;
+
+-- name: set_backend
+-- The row is created when the queue has none (a queue exists by being named).
+INSERT INTO skiplock.queues AS q (name, backend, updated_at)
+VALUES (%(queue)s, %(backend)s, now())
+ON CONFLICT (name) DO UPDATE
+SET backend = excluded.backend,
+    updated_at = now();
+
+-- name: broker_queues
+SELECT q.name AS queue
+FROM skiplock.queues AS q
+WHERE q.backend = %(backend)s
+ORDER BY q.name;
+
+-- name: relay_lock
+-- One relay per database: a session advisory lock held by the leader's connection (released
+-- by PostgreSQL when that session ends, a kill -9 included). The key is ('skiplock', 'relay')
+-- hashed, so it cannot meet the scheduler's or the vacuum's lock.
+SELECT pg_try_advisory_lock(hashtext('skiplock'), hashtext('relay')) AS leader;
+
+-- name: outbox_take
+-- The oldest unsent rows that are due (a job enqueued with run_at in the future waits here
+-- until then: JetStream has no delayed delivery on the servers Skiplock supports). A read
+-- only: the leader is the only relay, so nothing is locked, and the rows are marked sent by
+-- `outbox_sent` only after the broker acknowledged them.
+SELECT
+    o.id,
+    o.msg_id,
+    o.queue,
+    o.kind,
+    o.payload::text AS payload,
+    o.priority,
+    o.run_at,
+    o.max_attempts,
+    o.idempotency_key,
+    o.headers::text AS headers,
+    o.group_key,
+    o.created_at
+FROM skiplock.outbox AS o
+WHERE o.sent_at IS NULL
+  AND o.run_at <= now()
+ORDER BY o.id
+LIMIT %(limit)s;
+
+-- name: outbox_sent
+UPDATE skiplock.outbox AS o
+SET sent_at = now()
+WHERE o.id = ANY(%(ids)s::bigint[])
+  AND o.sent_at IS NULL;
+
+-- name: outbox_next_due
+-- Seconds until the next unsent row that waits for its run_at (NULL: none), so the relay
+-- sleeps no longer than that. Rows already due are not counted: one whose publish failed is
+-- tried again at the next poll, not in a tight loop.
+SELECT extract(epoch FROM min(o.run_at) - now()) AS seconds
+FROM skiplock.outbox AS o
+WHERE o.sent_at IS NULL
+  AND o.run_at > now();
+
+-- name: outbox_prune
+-- Up to %(batch_size)s sent rows older than %(keep)s seconds, oldest first (outbox_sent_idx).
+DELETE FROM skiplock.outbox AS o
+WHERE o.id IN (
+    SELECT s.id
+    FROM skiplock.outbox AS s
+    WHERE s.sent_at IS NOT NULL
+      AND s.sent_at < now() - make_interval(secs => %(keep)s::double precision)
+    ORDER BY s.sent_at
+    LIMIT %(batch_size)s
+);
+
+-- name: outbox_counts
+SELECT
+    count(*) FILTER (WHERE o.sent_at IS NULL) AS unsent,
+    count(*) FILTER (WHERE o.sent_at IS NOT NULL) AS sent
+FROM skiplock.outbox AS o
+WHERE (%(queue)s::text IS NULL OR o.queue = %(queue)s::text);

@@ -1,0 +1,236 @@
+"""A private NATS JetStream server per test, and the processes and reads tests/test_nats_*.py use.
+
+`nats_server` starts Debian's `nats-server -js` (scripts/bootstrap.sh --test installs it) on a
+free loopback port with a store directory under the test's tmp_path, waits (with a deadline) for
+it to accept connections, and kills it at teardown. Without the binary the test is skipped with
+the reason, which CI=true turns into a failure (tests/conftest.py).
+
+Every wait has a deadline; every process started here is killed at teardown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NATS_SERVER = shutil.which("nats-server") or ("/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def nats_server(tmp_path):
+    """The URL of a private nats-server with JetStream, killed at the test's end."""
+    if NATS_SERVER is None:
+        pytest.skip("nats-server is not installed (scripts/bootstrap.sh --test installs Debian's nats-server)")
+    port = _free_port()
+    store = tmp_path / "jetstream"
+    log = open(tmp_path / "nats-server.log", "w")  # noqa: SIM115 (closed at teardown)
+    proc = subprocess.Popen([NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(port), "-sd", str(store)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"nats-server exited with {proc.returncode}: "
+                                     f"{(tmp_path / 'nats-server.log').read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise AssertionError("nats-server did not accept connections within 10 s") from None
+                time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def runs_table(dsn):
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.nats_runs (job_id bigint, attempt int, what text, pid int, "
+                     "at timestamptz DEFAULT clock_timestamp())")
+    return dsn
+
+
+def set_backend(dsn: str, queue: str, backend: str = "nats") -> None:
+    from console.queue import broker
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        broker.set_backend(conn, queue, backend, actor="test", reason="exit plan test")
+
+
+class Procs:
+    """Relay and worker processes of one test, all killed at its end."""
+
+    def __init__(self, dsn: str, nats_url: str, tmp_path: Path):
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("SKIPLOCK_")}
+        self.env.update(
+            DATABASE_URL=dsn,
+            PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+            SKIPLOCK_BROKER_NATS_URL=nats_url,
+            SKIPLOCK_BROKER_RELAY_POLL_INTERVAL="0.2",
+            SKIPLOCK_WORKER_POLL_INTERVAL="0.2",
+            SKIPLOCK_WORKER_SHUTDOWN_GRACE="2",
+        )
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(self.tmp_path / f"{name}.log", "a")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen([sys.executable, "-m", "console", *args], env={**self.env, **(env or {})},
+                                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def relay(self, name: str = "relay", **env: str) -> subprocess.Popen:
+        return self.start(name, "relay", env=env)
+
+    def worker(self, queue: str, *extra: str, name: str = "worker", **env: str) -> subprocess.Popen:
+        return self.start(name, "worker", "--backend", "nats", "--queues", queue, "--tasks", "tests.nats_tasks",
+                          *extra, env=env)
+
+    def log(self, name: str) -> str:
+        path = self.tmp_path / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def procs(runs_table, nats_server, tmp_path):
+    p = Procs(runs_table, nats_server, tmp_path)
+    yield p
+    p.stop_all()
+
+
+# --- reading the broker ---------------------------------------------------------------------
+
+
+def _run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+async def _stream_messages(nats_url: str, stream: str) -> int | None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url)
+    try:
+        try:
+            info = await nc.jetstream().stream_info(stream)
+        except NotFoundError:
+            return None
+        return info.state.messages
+    finally:
+        await nc.close()
+
+
+async def _delete_stream(nats_url: str, stream: str) -> None:
+    import nats
+
+    nc = await nats.connect(nats_url)
+    try:
+        await nc.jetstream().delete_stream(stream)
+    finally:
+        await nc.close()
+
+
+def delete_stream(nats_url: str, stream: str) -> None:
+    _run(_delete_stream(nats_url, stream))
+
+
+async def _kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, more_than: int, timeout: float) -> None:
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if (await js.stream_info(stream)).state.messages > more_than:
+                    break
+            except NotFoundError:
+                pass
+            await asyncio.sleep(0.002)
+        else:
+            raise AssertionError(f"{stream} did not grow past {more_than} messages within {timeout} s")
+        proc.kill()
+    finally:
+        await nc.close()
+
+
+def kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, *, more_than: int, timeout: float = 20) -> None:
+    """kill -9 `proc` as soon as `stream` holds more than `more_than` messages (polled every
+    few milliseconds on one connection)."""
+    asyncio.run(_kill_when_stored(nats_url, stream, proc, more_than, timeout))
+
+
+def stream_messages(nats_url: str, stream: str) -> int | None:
+    """Messages stored in `stream` now (None: the stream does not exist)."""
+    return _run(_stream_messages(nats_url, stream))
+
+
+async def _read_all(nats_url: str, stream: str, subject: str) -> list[dict]:
+    """Every message of a (limits) stream, by an ephemeral ordered read of its sequence numbers."""
+    import nats
+    from nats.js.errors import NotFoundError
+
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        try:
+            info = await js.stream_info(stream)
+        except NotFoundError:
+            return []
+        out = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                msg = await js.get_msg(stream, seq)
+            except NotFoundError:
+                continue
+            out.append({"data": json.loads(msg.data), "headers": dict(msg.headers or {})})
+        return out
+    finally:
+        await nc.close()
+
+
+def read_all(nats_url: str, stream: str, subject: str) -> list[dict]:
+    return _run(_read_all(nats_url, stream, subject))
+
+
+def rows(dsn: str, sql: str, params=None) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
