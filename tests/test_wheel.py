@@ -69,7 +69,7 @@ def test_the_installed_wheel_carries_the_skiplock_import_name_typed(installed_ve
                          capture_output=True, text=True).stdout.splitlines()
     assert out[0].startswith(str(venv)) and out[0].endswith("skiplock/__init__.py")
     assert out[1] == "True True"
-    assert out[2] == ("True True ['Cancelled', 'DoNotRetry', 'InvalidJob', 'Job', 'JobTimeout', 'NewJob', 'enqueue', "
+    assert out[2] == ("True True ['BatchFailure', 'Cancelled', 'DoNotRetry', 'InvalidJob', 'Job', 'JobTimeout', 'NewJob', 'enqueue', "
                       "'enqueue_async', 'enqueue_many', 'enqueue_many_async', 'migrate', 'schedule', 'task']")
 
 
