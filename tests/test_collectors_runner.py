@@ -113,3 +113,24 @@ def test_metrics_before_any_collection(conn):
     assert families["skiplock_metrics_queues_folded"].samples[0].value == 0
     assert families["skiplock_metrics_groups_folded"].samples[0].value == 0
     assert families["skiplock_metrics_series_dropped"].samples[0].value == 0
+
+
+def test_a_wide_cycle_is_stored_past_the_pages_statement_timeout(conn):
+    """One statement stores a whole cycle (45,000 samples at 5,000 queues, with the triggers that
+    keep samples_latest): at load 7 it took longer than the 2 s `statement_timeout` the pages
+    and collectors share, and the cycle was lost. The store has a limit of its own
+    (STORE_TIMEOUT_MS); here the session's limit is 100 ms and 40,000 samples (about half a
+    second) still land."""
+    from datetime import UTC, datetime
+
+    from console.samples import Sample
+
+    wide = [Sample("queue_depth", {"queue": f"q{i}", "state": "eligible"}, float(i)) for i in range(40_000)]
+    report = collectors.CollectionReport(started_at=datetime.now(UTC), duration_s=0.1, samples=wide, collectors={})
+    conn.execute("SET statement_timeout = '100ms'")
+    try:
+        assert collectors._store(conn, report, {}, None) > 0
+    finally:
+        conn.execute("RESET statement_timeout")
+    assert conn.execute("SELECT count(*) FROM skiplock.samples_latest WHERE metric = 'queue_depth'").fetchone()[0] == 40_000
+    assert conn.execute("SHOW statement_timeout").fetchone()[0] != "15s"  # SET LOCAL: the session's own limit is back

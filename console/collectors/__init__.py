@@ -146,9 +146,19 @@ def collect(
     return result
 
 
+# The store's own time limit, never below this: one statement writes a whole cycle (45,000
+# samples at 5,000 queues, and the triggers keeping samples_latest), about 0.6 s on a quiet
+# machine and past the pages' 2 s `statement_timeout` at load 7, which cancelled the cycle and
+# lost its samples. Still bounded: one statement per cycle, in its own short transaction.
+STORE_TIMEOUT_MS = 15_000
+
+
 def _store(conn: psycopg.Connection, report: CollectionReport, new_state: dict[str, dict[str, Any]], leader: str | None) -> int:
     finished = datetime.now(UTC)
     with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT set_config('statement_timeout', "
+                    "greatest(extract(epoch FROM current_setting('statement_timeout')::interval) * 1000, %s)::bigint || 'ms', true)",
+                    (STORE_TIMEOUT_MS,))
         samples_store.store(conn, report.samples, at=report.started_at)
         if new_state:
             cur.execute(query("collectors_runs", "save_states"), {
