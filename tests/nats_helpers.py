@@ -18,8 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -137,8 +139,26 @@ def procs(runs_table, nats_server, tmp_path):
 # --- reading the broker ---------------------------------------------------------------------
 
 
-def _run(coro):
-    return asyncio.run(asyncio.wait_for(coro, 20))
+def _run(coro, timeout: float = 20):
+    """asyncio.run in a thread of its own, within `timeout` seconds: in an xdist worker that
+    already ran a Playwright (sync API) test, the main thread still has a running event loop,
+    and asyncio.run refuses to start another there ("cannot be called from a running event
+    loop"); every broker test failed so in a full suite, and passed alone."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(asyncio.wait_for(coro, timeout))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="nats-helper")
+    thread.start()
+    thread.join(timeout + 10)
+    assert not thread.is_alive(), f"a NATS helper did not finish within {timeout + 10:g} s"
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 async def _stream_messages(nats_url: str, stream: str) -> int | None:
@@ -195,7 +215,7 @@ async def _kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, 
 def kill_when_stored(nats_url: str, stream: str, proc: subprocess.Popen, *, more_than: int, timeout: float = 20) -> None:
     """kill -9 `proc` as soon as `stream` holds more than `more_than` messages (polled every
     few milliseconds on one connection)."""
-    asyncio.run(_kill_when_stored(nats_url, stream, proc, more_than, timeout))
+    _run(_kill_when_stored(nats_url, stream, proc, more_than, timeout), timeout + 5)
 
 
 def stream_messages(nats_url: str, stream: str) -> int | None:
