@@ -102,17 +102,24 @@ def test_the_engine_imports_no_nats_client_until_a_broker_is_used():
     assert result.returncode == 0, result.stderr
 
 
-def test_an_unreachable_nats_ends_the_broker_worker_and_the_relay_with_a_message(dsn, monkeypatch, caplog):
-    from console.queue.broker import relay
-    from console.queue.broker.natsworker import NatsWorker, run_nats_worker
+def test_an_unreachable_nats_ends_the_broker_worker_and_the_relay_with_a_message(dsn):
+    """In a process of its own, as the CLI runs them: both entry points run asyncio.run in the
+    main thread, which in an xdist worker that has run a Playwright test already has a loop."""
     from tests.nats_helpers import _free_port
 
-    monkeypatch.setattr(relay, "CONNECT_WITHIN", 1.0)
     nowhere = f"nats://127.0.0.1:{_free_port()}"
-    assert run_nats_worker(NatsWorker(nowhere, queues=["mail"], lease=2)) == 1
-    assert relay.run_relay(dsn, relay.RelaySettings(nats_url=nowhere)) == 1
-    assert f"cannot reach NATS at {nowhere}: TimeoutError" in caplog.text
-    assert "relay: cannot reach NATS" in caplog.text
+    code = ("import logging, sys\n"
+            "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+            "from console.queue.broker import relay\n"
+            "from console.queue.broker.natsworker import NatsWorker, run_nats_worker\n"
+            "relay.CONNECT_WITHIN = 1.0\n"
+            f"worker = run_nats_worker(NatsWorker({nowhere!r}, queues=['mail'], lease=2))\n"
+            f"relayed = relay.run_relay({dsn!r}, relay.RelaySettings(nats_url={nowhere!r}))\n"
+            "print(worker, relayed)\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert result.stdout.split() == ["1", "1"], (result.stdout, result.stderr)
+    assert f"cannot reach NATS at {nowhere}: TimeoutError" in result.stderr
+    assert "relay: cannot reach NATS" in result.stderr
 
 
 def test_the_relay_reads_only_due_unsent_rows_and_prunes_only_old_sent_ones(dsn, conn):
