@@ -26,7 +26,7 @@ demo:
 # `make test ARGS=tests/test_x.py` runs what ARGS names on 15 only.
 test:
 	scripts/bootstrap.sh --test
-	.venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=30 $(ARGS)
+	.venv/bin/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder --max-worker-restart 0 --durations=30 $(ARGS)
 	$(if $(ARGS),,$(MAKE) --no-print-directory test-matrix)
 
 test-matrix:

@@ -24,6 +24,7 @@ import pytest
 from console.db import connect, migrate
 from console.pgcluster import RELAXED_DURABILITY, PostgresNotFound, PrivateCluster, find_bindir
 from tests.spare_databases import SpareDatabases
+from tests.timeouts import pytest_sessionstart, pytest_terminal_summary, pytest_timeout_set_timer  # noqa: F401 (hooks)
 
 TEMPLATE = "skiplock_template"
 ROOT = Path(__file__).resolve().parent.parent

@@ -161,3 +161,40 @@ def test_under_ci_a_missing_chromium_stops_the_run_instead_of_skipping_browser_t
     assert in_ci.returncode != 0 and "/nonexistent/chromium is missing" in in_ci.stdout + in_ci.stderr, in_ci
     outside = _run_child_pytest(tmp_path, conftest, BROWSER_TEST, {})
     assert outside.returncode == 0, outside.stdout
+
+
+SLOW_TEST = """
+import time
+
+
+def test_outlives_its_timeout():
+    time.sleep(60)
+
+
+def test_quick():
+    pass
+"""
+
+
+def test_a_test_past_its_timeout_under_xdist_is_named_with_its_stack_and_ends_the_run(tmp_path):
+    """Under xdist the thread timeout's own dump is lost with the worker's terminal, and a lost
+    worker could leave `loadfile` waiting forever (tests/timeouts.py). The run must end, name the
+    test, and print where it was."""
+    (tmp_path / "conftest.py").write_text(
+        "from tests.timeouts import pytest_sessionstart, pytest_terminal_summary, pytest_timeout_set_timer  # noqa: F401\n")
+    (tmp_path / "test_slow.py").write_text(SLOW_TEST)
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "PYTEST_ADDOPTS", "CI"}}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "pytest_timeout", "-p", "xdist.plugin",
+         "-n", "2", "--dist", "loadfile", "--max-worker-restart", "0", "--timeout", "3", "-o", "timeout_method=thread",
+         str(tmp_path / "test_slow.py")],
+        cwd=tmp_path, env={**env, **NO_PLUGIN_AUTOLOAD}, capture_output=True, text=True, timeout=120,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode != 0, output
+    assert time.monotonic() - started < 60, "the run waited for the sleeping test instead of ending it"
+    assert "crashed while running 'test_slow.py::test_outlives_its_timeout'" in output, output
+    assert "tests past their timeout" in output and "ran past its 3 s timeout" in output, output
+    assert 'test_slow.py", line 6 in test_outlives_its_timeout' in output, output  # the stack, where it slept
