@@ -301,6 +301,7 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         db.execute("CREATE TABLE public.executions (job_id bigint NOT NULL, attempt int NOT NULL, "
                    "worker_pid int NOT NULL, release text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())")
         db.execute("CREATE TABLE public.fixed (at timestamptz NOT NULL DEFAULT now())")
+        db.execute("CREATE TABLE public.released (at timestamptz NOT NULL DEFAULT now())")
         db.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # as a production database would have
 
         # This release refuses that database, each process with the same instruction.
@@ -315,17 +316,19 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         assert fleet.run("old", "pause", "held", "--reason", "held across the upgrade").returncode == 0
         done = fleet.enqueue("old", [{"kind": "work"} for _ in range(6)])
         broken = fleet.enqueue("old", [{"kind": "broken_until_fixed", "max_attempts": 1} for _ in range(3)])
-        long = fleet.enqueue("old", [{"kind": "work", "queue": "slow", "payload": {"sleep": 12}} for _ in range(3)])
+        long = fleet.enqueue("old", [{"kind": "work", "queue": "slow", "payload": {"hold": True}} for _ in range(3)])
         flaky = fleet.enqueue("old", [{"kind": "flaky_once"} for _ in range(3)])
         held = fleet.enqueue("old", [{"kind": "work", "queue": "held"} for _ in range(4)])
         stuck = fleet.enqueue("old", [{"kind": "work", "queue": "stuck", "payload": {"first_sleep": 120}} for _ in range(2)])
         later = fleet.enqueue("old", [{"kind": "work"} for _ in range(4)])
-        db.execute("UPDATE skiplock.jobs SET run_at = now() + interval '14 seconds' WHERE id = ANY(%s)", (later,))
+        # Due only once the test says so (after the migration): no clock decides what is held.
+        db.execute("UPDATE skiplock.jobs SET run_at = now() + interval '1 hour' WHERE id = ANY(%s)", (later,))
 
         fleet.start("old-scheduler", "old", "scheduler")
         fleet.supervise_old_scheduler("old-scheduler")
         # Each group in its own queue and worker, so that every state is held at one moment:
-        # the long jobs run on old-b while old-a fails the flaky ones, whose retries wait 5-10 s.
+        # the long jobs run on old-b (until public.released has a row) while old-a fails the
+        # flaky ones, whose retries wait 5-10 s.
         fleet.worker("old-a", "old", "default,held")
         fleet.worker("old-b", "old", "slow")
         fleet.start("old-stuck", "old", "worker", "--tasks", "upgrade_tasks", "--queues", "stuck", "--lease", "3")
@@ -354,6 +357,8 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         assert all(fleet.alive().get(name) for name in ("old-scheduler", "old-a", "old-b")), fleet.alive()
         # The old release keeps enqueueing (the application is upgraded later) and working:
         # the jobs it held across the migration complete, by its own workers.
+        db.execute("INSERT INTO public.released DEFAULT VALUES")
+        db.execute("UPDATE skiplock.jobs SET run_at = now() WHERE id = ANY(%s)", (later,))
         after_migrate = fleet.enqueue("old", [{"kind": "work", "payload": {"sleep": 0.1}} for _ in range(6)])
         fleet.until(lambda: count(db, long + after_migrate, "completed") == 9, running=("old-scheduler", "old-a", "old-b"),
                     timeout=60, what="the old workers finishing what they held across the migration")

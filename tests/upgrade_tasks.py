@@ -28,11 +28,25 @@ def _record(job) -> None:
         )
 
 
+def _hold_until_released(job) -> None:
+    """Run until the test inserts a row in public.released: a job held across the migration
+    however long a loaded machine takes to get there (a fixed sleep ended before it, at load 9-11)."""
+    deadline = time.monotonic() + 180
+    with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+        while not conn.execute("SELECT EXISTS (SELECT 1 FROM public.released)").fetchone()[0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"job {job.id} was never released")
+            time.sleep(0.2)
+
+
 @console.task("work")
 def work(job):
     """Sleeps `sleep` seconds (`first_sleep` on the first attempt: a job whose worker is killed
-    while it runs, and which is quick once rescued), then records its run."""
+    while it runs, and which is quick once rescued), or with `hold` runs until released, then
+    records its run."""
     payload = job.payload if isinstance(job.payload, dict) else {}
+    if payload.get("hold"):
+        _hold_until_released(job)
     time.sleep(float(payload.get("first_sleep" if job.attempt == 1 and "first_sleep" in payload else "sleep", 0)))
     _record(job)
 
