@@ -604,7 +604,7 @@ def queue_claim_latency(conn: psycopg.Connection, queue: str, *, window: timedel
     verdict, which reads all queues together; `skiplock exit-plan` shows it beside the verdict."""
     series = {"claim_latency_seconds": _read_limited(conn, "claim_latency_seconds", window, timeout_ms, {"queue": queue}),
               "xmin_horizon_age_seconds": _read_limited(conn, "xmin_horizon_age_seconds", window, timeout_ms)}
-    groups = series["claim_latency_seconds"].select(lambda lab: lab.get("queue") == queue and lab.get("quantile") in ("p95", "mean", "last"))
+    groups = series["claim_latency_seconds"].select(lambda lab: lab.get("quantile") in ("p95", "mean", "last"))
     sig = _claim_latency_of("queue-claim-latency", f"Claim latency of queue {queue}", groups,
                             what=f"claim latency of queue {queue}")
     if sig.level == "unknown":
