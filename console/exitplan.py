@@ -89,7 +89,7 @@ def dual_run(conn: psycopg.Connection, queue: str) -> dict[str, Any]:
             "the console (a replayed job runs on the PostgreSQL workers)." if jobs["failed"] else "")
     if backend == "nats":
         old, left = "postgres", on_pg
-        drained: bool | None = on_pg == 0 and not pending_capped
+        drained: bool | None = None if on_pg == 0 and pending_capped else on_pg == 0
         if on_pg:
             text = (f"Left on PostgreSQL (skiplock.jobs): {_count(jobs['pending'], pending_capped)} pending, "
                     f"{_count(jobs['scheduled'], pending_capped)} scheduled, {jobs['running']:,} running: keep the "

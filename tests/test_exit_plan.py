@@ -208,3 +208,18 @@ def test_the_plan_takes_this_machines_tools_as_found(conn):
     found = exitplan.plan(conn, "mail", client_installed=True, server_path="/usr/sbin/nats-server")
     assert [s.state for s in missing.steps[:3]] == ["to do", "check", "check"]
     assert [s.state for s in found.steps[:2]] == ["done", "done"] and "/usr/sbin/nats-server" in found.steps[1].note
+
+
+def test_a_drain_hidden_beyond_the_claim_index_window_is_not_called_complete(dsn, conn, monkeypatch):
+    from console import browse
+
+    figures = browse.queue_figures
+    monkeypatch.setattr(exitplan.browse, "queue_figures", lambda c: figures(c, pending_cap=2))
+    for _ in range(2):
+        q.enqueue(conn, "send", {}, queue="reports", priority=5)  # the head of the claim index
+    q.enqueue(conn, "send", {}, queue="mail")  # beyond the window of 2
+    set_backend(dsn, "mail")
+    state = exitplan.dual_run(conn, "mail")
+    assert state["drained"] is None and state["jobs"]["capped"] is True
+    assert "the drain cannot be confirmed yet" in state["text"]
+    assert exitplan.plan(conn, "mail").steps[6].state == "to do"
