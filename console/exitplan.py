@@ -85,8 +85,10 @@ def dual_run(conn: psycopg.Connection, queue: str) -> dict[str, Any]:
     outbox = {"unsent": ob["unsent"], "waiting": ob["waiting"], "capped": ob["unsent"] >= OUTBOX_CAP,
               "oldest": ob["oldest"].isoformat() if ob["oldest"] else None}
     on_pg = jobs["pending"] + jobs["scheduled"] + jobs["running"]
-    dead = (f" {_count(jobs['failed'], jobs['failed_capped'])} dead letters stay in skiplock.jobs, replayable from "
-            "the console (a replayed job runs on the PostgreSQL workers)." if jobs["failed"] else "")
+    one = jobs["failed"] == 1 and not jobs["failed_capped"]
+    dead = (f" {_count(jobs['failed'], jobs['failed_capped'])} dead letter{'' if one else 's'} stay{'s' if one else ''} in "
+            "skiplock.jobs, replayable from the console (a replayed job runs on the PostgreSQL workers)."
+            if jobs["failed"] else "")
     if backend == "nats":
         old, left = "postgres", on_pg
         drained: bool | None = None if on_pg == 0 and pending_capped else on_pg == 0
@@ -111,10 +113,11 @@ def dual_run(conn: psycopg.Connection, queue: str) -> dict[str, Any]:
                     "which `skiplock relay` still publishes to JetStream: keep the relay and "
                     "`skiplock worker --backend nats` running until they are sent and run.")
         else:
-            text = ("Nothing left in the outbox. Jobs already published to JetStream are in its stream "
-                    f"{broker.stream(queue) if _broker_name(queue) else '(none: the name cannot be a stream)'}"
-                    ", which PostgreSQL cannot see: if the queue was ever on nats, keep `skiplock worker --backend nats` "
-                    "running until `nats stream info` shows 0 messages.")
+            text = "Nothing left in the outbox."
+            if _broker_name(queue):
+                text += (f" If the queue was ever on nats, the jobs already published are in the stream "
+                         f"{broker.stream(queue)}, which PostgreSQL cannot see: keep `skiplock worker --backend nats` "
+                         f"running until `nats stream info {broker.stream(queue)}` shows 0 messages.")
         text += dead
     return {"queue": queue, "backend": backend, "jobs": jobs, "outbox": outbox, "old_side": old, "left": left,
             "drained": drained, "text": text}
@@ -127,8 +130,8 @@ def status_lines(state: dict[str, Any]) -> list[str]:
     return [
         f"queue {state['queue']!r}: backend {state['backend']} (new jobs go to {where})",
         f"  skiplock.jobs: {_count(jobs['pending'], jobs['capped'])} pending, {_count(jobs['scheduled'], jobs['capped'])} "
-        f"scheduled, {jobs['running']:,} running ({jobs['stuck']:,} stuck), "
-        f"{_count(jobs['failed'], jobs['failed_capped'])} dead letters",
+        f"scheduled, {jobs['running']:,} running ({jobs['stuck']:,} stuck); "
+        f"dead letters: {_count(jobs['failed'], jobs['failed_capped'])}",
         f"  outbox: {_count(outbox['unsent'], outbox['capped'])} unsent"
         + (f" ({outbox['waiting']:,} waiting for their run_at)" if outbox["waiting"] else ""),
         "  drain: " + state["text"],

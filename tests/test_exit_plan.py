@@ -59,7 +59,7 @@ def test_the_plan_shows_the_verdict_its_signals_by_scope_and_the_steps_of_a_post
     assert "[OUTGROWING] Claim latency growing: claim latency went from" in database
     assert "Autovacuum falling behind" in database and "of queue mail" not in database
     assert "[OUTGROWING] Claim latency of queue mail: claim latency of queue mail went from 11.3 ms to 44.7 ms" in own
-    assert "skiplock.jobs: 2 pending, 1 scheduled, 1 running (0 stuck), 1 dead letters" in out
+    assert "skiplock.jobs: 2 pending, 1 scheduled, 1 running (0 stuck); dead letters: 1" in out
     steps = out.split("Steps:")[1]
     for line in ("Install the NATS client", "pip install 'skiplock[nats]'", "nats-server -js -sd /var/lib/nats",
                  "4. [to do]     Start the relay", "         skiplock relay",
@@ -105,7 +105,7 @@ def test_moving_to_nats_leaves_a_watched_dual_run_window_and_marks_the_steps_don
     assert "queue 'mail': moved to nats (was: postgres); new jobs go to the outbox" in moved.output
     assert ("Left on PostgreSQL (skiplock.jobs): 2 pending, 1 scheduled, 1 running: keep the PostgreSQL workers"
             in moved.output)
-    assert "1 dead letters stay in skiplock.jobs, replayable" in moved.output
+    assert "1 dead letter stays in skiplock.jobs, replayable" in moved.output
     assert "watch the drain: skiplock queues move mail --status" in moved.output
     assert broker.backend_of(conn, "mail") == "nats"
     ((target, reason, detail),) = moves(conn)
