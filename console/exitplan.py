@@ -15,7 +15,8 @@ queue served by NATS JetStream, and back.
 What it cannot see: the broker. Jobs already published to JetStream, the broker workers and the
 nats-server are outside PostgreSQL, so the steps that depend on them say "check" and name the
 command that answers (`nats stream info`). It never scans the jobs table, and takes its
-configuration as arguments (the faces read it).
+configuration as arguments (the faces read it; only the declared default of `[broker] nats_url`
+is read from console.config's table of settings).
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from psycopg.rows import dict_row
 
 from console import browse
 from console.advisor import verdict as advisor_verdict
+from console.config import SETTINGS
 from console.maintenance.actions import check_known_queue
 from console.queue import broker
 from console.sqlfiles import query
 
 OUTBOX_CAP = browse.PENDING_CAP  # unsent outbox rows counted per queue (exact below it)
-DEFAULT_NATS_URL = "nats://127.0.0.1:4222"  # console.config's default for [broker] nats_url
+# [broker] nats_url's declared default (the step says "check" while it is in force)
+DEFAULT_NATS_URL: str = next(s.default for s in SETTINGS if (s.section, s.key) == ("broker", "nats_url"))
 DONE, TODO, CHECK, IF_NEEDED = "done", "to do", "check", "if needed"
 PLACEHOLDER_REASON = "INC-...: why (the advisor's verdict, the incident)"
 
