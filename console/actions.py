@@ -89,6 +89,9 @@ ACTIONS: dict[str, Requirement] = {
                        "Changes how fast a queue may run for everyone, across the fleet."),
     "queue_backend": _r("set backend", True, "cli", "Route a queue's new jobs to PostgreSQL or to a broker (NATS)",
                         "Changes where every producer's jobs of the queue go and which workers run them."),
+    "queue_move": _r("move queue", True, "cli", "Move a queue to PostgreSQL or to a broker (NATS), with a dual-run window",
+                     "Changes where every producer's jobs of the queue go; the review needs to know why, and what "
+                     "the old side still held."),
     "alert_silence": _r("alert_silence", True, "cli ui api", "Silence alerts",
                         "Nobody is told while it lasts."),
     "alert_acknowledge": _r("alert_acknowledge", False, "cli ui api", "Acknowledge an alert (the note is the reason)",

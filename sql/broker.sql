@@ -85,3 +85,39 @@ SELECT
     count(*) FILTER (WHERE o.sent_at IS NOT NULL) AS sent
 FROM skiplock.outbox AS o
 WHERE (%(queue)s::text IS NULL OR o.queue = %(queue)s::text);
+
+-- name: outbox_unsent_of_queue
+-- One queue's unsent outbox rows, the first %(cap)s in id order through outbox_unsent_idx
+-- (unsent rows only: a handful while the relay keeps up), and how many of those wait for
+-- their run_at. Exact below the cap; `skiplock queues move --status` and `exit-plan` read it.
+SELECT
+    count(*) AS unsent,
+    count(*) FILTER (WHERE u.run_at > now()) AS waiting,
+    min(u.created_at) AS oldest
+FROM (
+    SELECT o.run_at, o.created_at
+    FROM skiplock.outbox AS o
+    WHERE o.sent_at IS NULL
+      AND o.queue = %(queue)s
+    ORDER BY o.id
+    LIMIT %(cap)s
+) AS u;
+
+-- name: relay_leader
+-- Who holds the relay's leader lock (`relay_lock`: a two-key advisory lock, which pg_locks shows
+-- as classid = first key, objid = second key, objsubid = 2), from pg_locks: no table is read.
+SELECT
+    l.pid,
+    a.application_name,
+    a.client_addr::text AS client_addr,
+    a.backend_start
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a
+    ON a.pid = l.pid
+WHERE l.locktype = 'advisory'
+  AND l.granted
+  AND l.database = (SELECT d.oid FROM pg_database AS d WHERE d.datname = current_database())
+  AND l.classid = hashtext('skiplock')::oid
+  AND l.objid = hashtext('relay')::oid
+  AND l.objsubid = 2
+ORDER BY l.pid;

@@ -317,6 +317,9 @@ SCENARIOS: dict[str, Scenario] = {
     "queue_backend": Scenario(a_queue(False), "SELECT name, backend FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["queues", "backend", "mail", "nats"], rows=1),
     }),
+    "queue_move": Scenario(a_queue(False), "SELECT name, backend FROM skiplock.queues", {
+        "cli": lambda c: Call(cli=["queues", "move", "mail", "--to", "nats"], rows=1),
+    }),
     "resume": Scenario(a_queue(True), "SELECT name, paused FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["resume", "mail"], rows=1),
         "ui": lambda c: Call(web=post("/queues/mail/resume"), ok=302, rows=1),

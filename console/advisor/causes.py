@@ -47,7 +47,7 @@ CHANGES_LIMIT = 20
 LOAD_CHANGES = ("pause", "resume", "set limits", "clear limits", "replay", "edit_replay", "purge", "cancel",
                 "resume_operation", "enqueue", "archive", "reap", "retention", "periodic_pause", "periodic_resume",
                 "periodic_run_now", "backend_cancel", "backend_terminate",
-                "set backend")  # a queue's new jobs go to the broker, or come back (docs/exit-plan.md)
+                "set backend", "move queue")  # a queue's new jobs go to the broker, or come back (docs/exit-plan.md)
 NO_LOAD_CHANGES = ("login", "user_add", "user_update", "user_disable", "user_enable", "sessions_revoke",
                    "token_create", "token_revoke", "alert_acknowledge", "alert_silence", "alert_unsilence",
                    "alert_rule_save", "alert_rule_delete", "alert_destination_save", "alert_destination_delete",

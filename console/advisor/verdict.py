@@ -62,8 +62,8 @@ EXPLAINS = 0.5  # a cause explains a signal when present during at least this sh
 # Which causes can drive which signal: a horizon holder leaves dead rows that vacuum cannot remove
 # and the claim walks past; held-back work is walked past by every claim; an operator's change
 # can move any of them.
-HOLDER_SIGNALS = ("claim-latency", "autovacuum", "competition")
-HELD_BACK_SIGNALS = ("claim-latency", "competition")
+HOLDER_SIGNALS = ("claim-latency", "autovacuum", "competition", "queue-claim-latency")
+HELD_BACK_SIGNALS = ("claim-latency", "competition", "queue-claim-latency")
 
 
 @dataclass
@@ -148,9 +148,9 @@ class Series:
         return (min(stamps), max(stamps)) if stamps else None
 
 
-def read(conn: psycopg.Connection, metric: str, window: timedelta) -> Series:
+def read(conn: psycopg.Connection, metric: str, window: timedelta, labels: dict[str, str] | None = None) -> Series:
     groups: dict[tuple[tuple[str, str], ...], list[tuple[datetime, float]]] = {}
-    for point in samples.series(conn, metric, since=window):
+    for point in samples.series(conn, metric, since=window, labels=labels):
         if point["value"] is None or "external" in (point["labels"] or {}):
             continue  # [[external_queues]] series (their claim latency, throughput) are not Skiplock's workload
         key = tuple(sorted((point["labels"] or {}).items()))
@@ -272,8 +272,13 @@ def _share_signal(sid: str, name: str, groups: list[list[tuple[datetime, float]]
 
 def _claim_latency(series: dict[str, Series]) -> Signal:
     groups = series["claim_latency_seconds"].select(lambda lab: lab.get("quantile") in ("p95", "mean", "last") and lab.get("queue", "all") == "all")
-    return _growth_signal("claim-latency", "Claim latency growing", groups, floor=0.002, watch_ratio=1.5,
-                          outgrowing_ratio=3.0, outgrowing_floor=0.02, fmt=_fmt_s, what="claim latency")
+    return _claim_latency_of("claim-latency", "Claim latency growing", groups, what="claim latency")
+
+
+def _claim_latency_of(sid: str, name: str, groups: list[list[tuple[datetime, float]]], *, what: str) -> Signal:
+    """The claim-latency thresholds, for all queues (the verdict) and for one (queue_claim_latency)."""
+    return _growth_signal(sid, name, groups, floor=0.002, watch_ratio=1.5, outgrowing_ratio=3.0, outgrowing_floor=0.02,
+                          fmt=_fmt_s, what=what)
 
 
 def _autovacuum(series: dict[str, Series]) -> Signal:
@@ -502,6 +507,7 @@ def _explain(sig: Signal, series: dict[str, Series], present: _Present) -> Cause
 
 
 _THEN = {"claim-latency": "claims recover once vacuum runs", "competition": "claims recover once vacuum runs",
+         "queue-claim-latency": "claims recover once vacuum runs",
          "autovacuum": "vacuum can then remove the dead rows"}
 
 
@@ -541,14 +547,7 @@ def _known_causes(signals: list[Signal]) -> str:
 
 def evaluate_verdict(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WINDOW, timeout_ms: int = 2000) -> Verdict:
     """Read the stored history and decide. A metric whose read times out counts as missing."""
-    series: dict[str, Series] = {}
-    for metric in METRICS:
-        try:
-            with conn.transaction():
-                conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout_ms)}ms",))
-                series[metric] = read(conn, metric, window)
-        except psycopg.errors.QueryCanceled:
-            series[metric] = Series({})
+    series = {metric: _read_limited(conn, metric, window, timeout_ms) for metric in METRICS}
     spans = [s.span for s in series.values() if s.span]
     history = (max(e for _, e in spans) - min(s for s, _ in spans)) if spans else timedelta(0)
     latency = _claim_latency(series)
@@ -583,6 +582,36 @@ def evaluate_verdict(conn: psycopg.Connection, *, window: timedelta = DEFAULT_WI
         else:
             headline = f"Fits PostgreSQL so far: no migration signal in {span_text} of history; trends need at least a day"
     return Verdict(label, level, headline, signals, history.total_seconds(), window.total_seconds(), enough, minimums())
+
+
+def _read_limited(conn: psycopg.Connection, metric: str, window: timedelta, timeout_ms: int,
+                  labels: dict[str, str] | None = None) -> Series:
+    """One metric's history under the time limit; a read that times out is an empty series."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('statement_timeout', %s, true)", (f"{int(timeout_ms)}ms",))
+            return read(conn, metric, window, labels)
+    except psycopg.errors.QueryCanceled:
+        return Series({})
+
+
+def queue_claim_latency(conn: psycopg.Connection, queue: str, *, window: timedelta = DEFAULT_WINDOW,
+                        timeout_ms: int = 2000) -> Signal:
+    """One queue's own claim latency: the collectors' rolled-back probe of that queue alone
+    (`claim_latency_seconds{queue=Q, source="probe"}`, taken each cycle for the `[scheduler]
+    probe_queues` queues with eligible jobs at the head of the claim index), judged exactly as
+    the verdict's claim-latency signal (thresholds, evidence, known causes). Not part of the
+    verdict, which reads all queues together; `skiplock exit-plan` shows it beside the verdict."""
+    series = {"claim_latency_seconds": _read_limited(conn, "claim_latency_seconds", window, timeout_ms, {"queue": queue}),
+              "xmin_horizon_age_seconds": _read_limited(conn, "xmin_horizon_age_seconds", window, timeout_ms)}
+    groups = series["claim_latency_seconds"].select(lambda lab: lab.get("quantile") in ("p95", "mean", "last"))
+    sig = _claim_latency_of("queue-claim-latency", f"Claim latency of queue {queue}", groups,
+                            what=f"claim latency of queue {queue}")
+    if sig.level == "unknown":
+        sig.text = (f"no probe samples of queue {queue} yet (the collectors probe the [scheduler] probe_queues "
+                    "queues with eligible jobs at the head of the claim index)")
+    _judge(sig, series, _Present(conn, timeout_ms, datetime.now(UTC)))
+    return sig
 
 
 # How the verdict reads on the overview's healthy / degraded / failing scale: outgrowing is a

@@ -17,7 +17,7 @@ import click
 # external: the external group (dead letters of [[external_queues]], their replay, purge, ...) ·
 # maintenance: reap, archive, retention, replay, purge, pause, resume, dead-letters, operations ·
 # groups: groups list|ignore|unignore · periodic: periodic list|pause|resume|run · prometheus: prometheus rules|dashboard ·
-# queues: queues list|set|show · why: why JOB_ID | why --queue NAME ·
+# exitplan: exit-plan QUEUE · queues: queues list|set|show|backend|move · why: why JOB_ID | why --queue NAME ·
 # timeline: timeline [--alert N] [--markdown|--json] ·
 # scheduler: collect, scheduler · settings: config example|show · users: users · web: serve
 from console.cli import (  # noqa: F401
@@ -26,6 +26,7 @@ from console.cli import (  # noqa: F401
     backends,
     core,
     demo,
+    exitplan,
     external,
     groups,
     maintenance,

@@ -1,6 +1,7 @@
 """`skiplock queues list`, `skiplock queues show`,
 `skiplock queues set NAME [--concurrency N] [--rate N/s|N/m] [--group-concurrency N]
-[--group-weight GROUP=W ...] [--clear]` and `skiplock queues backend NAME postgres|nats`.
+[--group-weight GROUP=W ...] [--clear]`, `skiplock queues backend NAME postgres|nats` and
+`skiplock queues move NAME --to nats|postgres | --status`.
 
 `list` is the Queues page in a terminal: per queue the eligible, scheduled and running jobs, the
 oldest eligible job's wait, dead letters, stuck leases, limits and who paused it (console.browse's
@@ -8,7 +9,11 @@ bounded queue figures, a figure with "+" is a lower bound). `set` is a thin face
 console.queue.limits: the same function the web console and the API call, audited with the actor
 `cli:<os user>@<host>` and the required `--reason`. `backend` routes a queue's new jobs to
 skiplock.jobs or, through the outbox and the relay, to NATS JetStream (console.queue.broker;
-docs/exit-plan.md), audited the same way. Exit codes: 0 done; 2 bad input (nothing changed).
+docs/exit-plan.md), audited the same way ('set backend'). `move` is the exit plan's switch
+(console.exitplan): the same routing, audited as 'move queue' with what the old side still held,
+a no-op (exit 0, no audit row) when the queue already has that backend, and it prints the
+dual-run window; `move --status` shows that window without moving. Exit codes: 0 done; 2 bad
+input (nothing changed).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import json
 import click
 
 from console import browse
-from console.cli.common import dsn_option, friendly_errors, main_group, who_and_why
+from console.cli.common import dsn_option, friendly_errors, main_group, resolve_reason, who_and_why
 from console.db import connect, require_schema
 from console.queue import broker, limits
 
@@ -165,3 +170,49 @@ def backend_cmd(obj, name: str, backend: str, actor: str, reason: str) -> None:
         require_schema(conn)
         result = broker.set_backend(conn, name, backend, actor=actor, reason=reason)
     click.echo(f"queue {name!r}: new jobs go to {result['after']} (was: {result['before']})")
+
+
+@queues_group.command("move")
+@dsn_option
+@click.argument("name")
+@click.option("--to", "to", type=click.Choice(broker.BACKENDS), default=None,
+              help="The backend that serves the queue's new jobs from now on.")
+@click.option("--status", is_flag=True, help="Show the dual-run window (what each side still holds) without moving.")
+@click.option("--create", is_flag=True, help="Move a queue no job, sample or limit has named yet.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@who_and_why()
+@friendly_errors
+@click.pass_obj
+def move_cmd(obj, name: str, to: str | None, status: bool, create: bool, as_json: bool, actor: str,
+             reason: str | None) -> None:
+    """Move queue NAME --to nats or --to postgres, with a dual-run window: new jobs go to the
+    new backend at once, while the old side's workers finish what it already holds (the
+    PostgreSQL workers the jobs in skiplock.jobs, the relay and the broker workers the outbox).
+    Prints what is left and how to watch it; `--status` only shows it. Moving a queue to the
+    backend it already has changes nothing and exits 0 (docs/exit-plan.md)."""
+    from console import exitplan
+
+    if status == (to is not None):
+        raise click.UsageError("give either --to nats|postgres (move) or --status (show the drain)")
+    if to is not None:
+        broker.check_backend(name, to)  # before connecting: a name a broker cannot carry is bad input
+        reason = resolve_reason("queue_move", reason)
+    with connect(obj.dsn, application_name="skiplock-cli") as conn:
+        require_schema(conn)
+        if to is None:
+            exitplan.known_queue(conn, name)
+            state = exitplan.dual_run(conn, name)
+            click.echo(json.dumps(state, default=str, indent=2) if as_json else "\n".join(exitplan.status_lines(state)))
+            return
+        result = exitplan.move(conn, name, to, actor=actor, reason=reason or "", create=create)
+    if as_json:
+        click.echo(json.dumps(result, default=str, indent=2))
+        return
+    if not result["changed"]:
+        click.echo(f"queue {name!r} is already served by {to}: nothing changed (no audit row)")
+    else:
+        where = "the outbox, published by `skiplock relay`" if to == "nats" else "skiplock.jobs"
+        click.echo(f"queue {name!r}: moved to {to} (was: {result['before']}); new jobs go to {where}")
+    for line in exitplan.status_lines(result["dual_run"])[1:]:
+        click.echo(line)
+    click.echo(f"watch the drain: skiplock queues move {name} --status   (or: skiplock exit-plan {name})")

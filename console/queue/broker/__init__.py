@@ -15,15 +15,16 @@ This module holds what both share: the names of streams, subjects and consumers,
 of a broker queue's name, and switching a queue's backend. It imports no NATS client: the base
 install (and `import skiplock`) never needs nats-py; `relay` and `natsworker` import it.
 
-What it does not do (yet): move a queue with a dual-run window and the advisor's verdict
-(`skiplock queues move`), show broker queues in the console, or replay the broker's dead
-letters from it. Setting a queue's backend here only routes its NEW jobs: jobs already in
+Moving a queue with its dual-run window and the advisor's verdict (`skiplock queues move`,
+`skiplock exit-plan`) is console.exitplan's; it calls `set_backend(..., move=True)`. What it does
+not do (yet): show broker queues in the console, or replay the broker's dead letters from it. Setting a queue's backend here only routes its NEW jobs: jobs already in
 skiplock.jobs stay there for the PostgreSQL workers to finish.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 
@@ -79,27 +80,43 @@ def backend_of(conn: psycopg.Connection, queue: str) -> str:
     return str(conn.execute(query("broker", "backend_of"), {"queue": queue}).fetchone()[0])
 
 
-def set_backend(conn: psycopg.Connection, queue: str, backend: str, *, actor: str, reason: str) -> dict[str, str]:
-    """Route `queue`'s new jobs to `backend` ('postgres' or 'nats'), audited with `reason`
-    (required); returns {"queue", "before", "after"}. Jobs already enqueued stay where they are:
-    switching to 'nats' leaves skiplock.jobs' pending jobs to the PostgreSQL workers, and
-    switching back leaves unsent outbox rows to the relay."""
+def check_backend(queue: str, backend: str) -> None:
+    """InvalidBrokerQueue unless `queue` can be served by `backend` (before anything is read)."""
     if backend not in BACKENDS:
         raise InvalidBrokerQueue(f"backend must be one of {', '.join(BACKENDS)} (got {backend!r})")
     if backend == "nats":
         check_queue(queue)
     elif not isinstance(queue, str) or not queue.strip():
         raise InvalidBrokerQueue("queue must be a non-empty string")
+
+
+def set_backend(conn: psycopg.Connection, queue: str, backend: str, *, actor: str, reason: str,
+                move: bool = False, left: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Route `queue`'s new jobs to `backend` ('postgres' or 'nats'), audited with `reason`
+    (required); returns {"queue", "before", "after", "changed"}. Jobs already enqueued stay where
+    they are: switching to 'nats' leaves skiplock.jobs' pending jobs to the PostgreSQL workers, and
+    switching back leaves unsent outbox rows to the relay.
+
+    `move` (`skiplock queues move`, console.exitplan): audited as 'move queue' with `left`, what
+    the old side still held when it moved (the dual-run window); a queue that already has that
+    backend is left alone, with no audit row (`changed` False). Without it ('set backend',
+    `skiplock queues backend`) the switch is written and audited every time, as before."""
+    check_backend(queue, backend)
     if not actor:
         raise ValueError("an action needs an actor")
     if clean_reason(reason) is None:
         raise ValueError("switching a queue's backend needs a reason for the audit log")
     with conn.transaction():
         before = backend_of(conn, queue)
+        if move and before == backend:
+            return {"queue": queue, "before": before, "after": backend, "changed": False}
         conn.execute(query("broker", "set_backend"), {"queue": queue, "backend": backend})
-        audit.record(conn, actor=actor, action="set backend", target=f"queue:{queue}", selection={"queue": queue},
-                     reason=reason, rows=1, outcome="ok", detail={"before": before, "after": backend})
-    return {"queue": queue, "before": before, "after": backend}
+        detail: dict[str, Any] = {"before": before, "after": backend}
+        if move and left is not None:
+            detail["left"] = left
+        audit.record(conn, actor=actor, action="move queue" if move else "set backend", target=f"queue:{queue}",
+                     selection={"queue": queue}, reason=reason, rows=1, outcome="ok", detail=detail)
+    return {"queue": queue, "before": before, "after": backend, "changed": before != backend}
 
 
 def broker_queues(conn: psycopg.Connection, backend: str = "nats") -> list[str]:
