@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from contextlib import contextmanager
 
+import psycopg
+import psycopg.sql
 import pytest
+from psycopg.types.json import Jsonb
 
 import skiplock
 from console import queue as q
@@ -324,6 +328,60 @@ def test_a_batch_kind_registers_its_size_and_a_plain_kind_has_none():
         tasks._registry.pop("batch_plain_again", None)
         tasks._concurrency.pop("batch_plain_again", None)
 
+
+
+# The fenced statements a worker runs with the jobs it holds, each with the values to run it on:
+# (name in sql/queue.sql, parameters given the held jobs `held` and the ones finished `done`).
+_FENCED = {
+    "complete_and_claim": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done],
+                                           "queues": None, "limit": 0, "lease": 60.0, "kinds": None, "skip_kinds": None},
+    "complete_many": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done]},
+    "heartbeat": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done],
+                                  "lease": 60.0},
+    "release": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done]},
+    "complete_logged": lambda w, done: {"worker": w, "history": 5, "done": Jsonb(
+        [{"id": j.id, "attempt": j.attempts, "entry": {"records": []}} for j in done])},
+    "fail": lambda w, done: {"worker": w, "id": done[0].id, "attempt": done[0].attempts, "retry": True, "delay": 1.0,
+                             "last_error": "x", "fingerprint": "f", "history": 5, "entry": Jsonb({}), "logs": None},
+}
+
+
+def _generic_plan(conn, name: str, params: dict) -> str:
+    """EXPLAIN ANALYZE of the named statement's generic plan (the plan a worker's prepared
+    statement settles on after five runs), run on `params` and rolled back."""
+    from console.sqlfiles import query
+
+    order: list[str] = []
+    text = re.sub(r"%\((\w+)\)s", lambda m: f"${(order.index(m[1]) if m[1] in order else order.append(m[1]) or len(order) - 1) + 1}",
+                  query("queue", name))
+    cur = psycopg.ClientCursor(conn)
+    with conn.transaction(force_rollback=True):
+        cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cur.execute(f"PREPARE fenced AS {text}")
+        try:
+            args = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
+            plan = cur.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE fenced ({})").format(args)).fetchall()
+        finally:
+            cur.execute("DEALLOCATE fenced")
+    return "\n".join(row[0] for row in plan)
+
+
+@pytest.mark.parametrize("name", sorted(_FENCED))
+def test_a_fenced_statement_costs_the_jobs_it_names_not_every_job_the_worker_holds(conn, name):
+    """The batch=1000 stall (bench/batch_throughput.py: a worker holding ten batches of 1,000
+    completed nothing for 15 s): the statistics of a queue table hold almost no running rows, so
+    with the fence as constants the generic plan went through jobs_lease_idx and compared every
+    job the worker holds with every job of the list (held x finished rows). The fence must be
+    compared per id of the list (the primary key, or a hash of the list): no plan row read and thrown
+    away per held job."""
+    q.enqueue_many(conn, [q.NewJob("batch_record", {"i": i}) for i in range(1500)])
+    conn.execute("ANALYZE skiplock.jobs")  # what autovacuum sees on a queue table: all pending, none running
+    held = q.claim(conn, "holder", limit=1500, lease=60)
+    assert len(held) == 1500
+    plan = _generic_plan(conn, name, _FENCED[name]("holder", held[:500]))
+    thrown = sum(int(n) for n in re.findall(r"Rows Removed by (?:Join )?Filter: (\d+)", plan))
+    # (on a table this small a hash join over a scan of it is as good as the primary key)
+    assert "jobs_lease_idx" not in plan and thrown < 100, f"{name} reads the jobs the worker holds:\n{plan}"
 
 
 @pytest.mark.slow
