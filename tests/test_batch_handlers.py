@@ -22,6 +22,7 @@ import skiplock
 from console import queue as q
 from console.queue import tasks
 from console.queue.worker import Worker
+from console.sqlfiles import query
 from tests.workers import wait_for
 
 SIZE = 5  # batch_record's batch
@@ -330,8 +331,8 @@ def test_a_batch_kind_registers_its_size_and_a_plain_kind_has_none():
 
 
 
-# The fenced statements a worker runs with the jobs it holds, each with the values to run it on:
-# (name in sql/queue.sql, parameters given the held jobs `held` and the ones finished `done`).
+# The fenced statements a worker runs on the jobs it holds (sql/queue.sql), each with its
+# parameters for worker `w` and the jobs `done` it names (fail: the first of them).
 _FENCED = {
     "complete_and_claim": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done],
                                            "queues": None, "limit": 0, "lease": 60.0, "kinds": None, "skip_kinds": None},
@@ -349,11 +350,9 @@ _FENCED = {
 def _generic_plan(conn, name: str, params: dict) -> str:
     """EXPLAIN ANALYZE of the named statement's generic plan (the plan a worker's prepared
     statement settles on after five runs), run on `params` and rolled back."""
-    from console.sqlfiles import query
-
-    order: list[str] = []
-    text = re.sub(r"%\((\w+)\)s", lambda m: f"${(order.index(m[1]) if m[1] in order else order.append(m[1]) or len(order) - 1) + 1}",
-                  query("queue", name))
+    text = query("queue", name)
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))  # each parameter once, in order: $1, $2, ...
+    text = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}", text)
     cur = psycopg.ClientCursor(conn)
     with conn.transaction(force_rollback=True):
         cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
