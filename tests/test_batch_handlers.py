@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 import skiplock
 from console import queue as q
 from console.queue import tasks
-from console.queue.worker import Worker
+from console.queue.worker import FAST_JOB, Worker
 from console.sqlfiles import query
 from tests.workers import wait_for
 
@@ -111,10 +111,23 @@ async def batch_async_slow(jobs):
     await asyncio.sleep(20)
 
 
+_quick: list[dict] = []  # batch_quick's calls: its job, the thread, when it started and ended
+
+
+@skiplock.task("batch_quick", batch=1)
+def batch_quick(jobs):
+    """A no-op batch of one, or a sleep when the payload asks for it."""
+    started = time.monotonic()
+    time.sleep(jobs[0].payload.get("sleep", 0))
+    with _calls_lock:
+        _quick.append({"id": jobs[0].id, "thread": threading.get_ident(), "started": started, "ended": time.monotonic()})
+
+
 @pytest.fixture(autouse=True)
 def _fresh():
     with _calls_lock:
         _calls.clear()
+        _quick.clear()
     _release.clear()
     _holding.clear()
     yield
@@ -329,6 +342,52 @@ def test_a_batch_kind_registers_its_size_and_a_plain_kind_has_none():
         tasks._registry.pop("batch_plain_again", None)
         tasks._concurrency.pop("batch_plain_again", None)
 
+
+
+def _teach_fast(conn, worker) -> int:
+    """Run batch_quick's no-op until the worker counts the kind as fast (its calls' moving
+    average under FAST_JOB; on a machine loaded past its cores a preempted no-op can measure
+    above it, so this goes on until it does). Returns how many jobs it ran."""
+    taught = 0
+    deadline = time.monotonic() + 60
+    while worker._runtime.get("batch_quick", 1.0) >= FAST_JOB:
+        assert time.monotonic() < deadline, f"the kind never counted as fast: {worker._runtime.get('batch_quick')}"
+        q.enqueue_many(conn, [q.NewJob("batch_quick", {}) for _ in range(20)])
+        taught += 20
+        wait_for(lambda n=taught: completed(conn, "batch_quick") == n, timeout=30, what=f"{taught} quick jobs completed")
+    with _calls_lock:
+        _quick.clear()
+    return taught
+
+
+def completed(conn, kind: str) -> int:
+    return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND status = 'completed'", (kind,)).fetchone()[0]
+
+
+def test_fast_batches_of_one_claim_go_to_one_handler_thread_together(dsn, conn):
+    """batch=1 cost twice the single-job handler's CPU: one hand-off to a thread per call. The
+    batches of a kind whose calls run fast go to one thread together, as fast single jobs do."""
+    with running(dsn, concurrency=8, batch_size=10) as worker:
+        taught = _teach_fast(conn, worker)
+        ids = q.enqueue_many(conn, [q.NewJob("batch_quick", {}) for _ in range(8)])  # one claim of 8
+        wait_for(lambda: completed(conn, "batch_quick") == taught + 8, timeout=30, what="the 8 jobs completed")
+    with _calls_lock:
+        runs = list(_quick)
+    assert sorted(r["id"] for r in runs) == sorted(ids), "a job ran twice or not at all"
+    assert len({r["thread"] for r in runs}) == 1, f"8 fast batches went to {len({r['thread'] for r in runs})} threads"
+
+
+def test_a_group_of_fast_batches_gives_the_rest_back_when_one_call_runs_long(dsn, conn):
+    with running(dsn, concurrency=4, batch_size=10) as worker:
+        taught = _teach_fast(conn, worker)
+        # one claim of 4 batches of one: the first call sleeps, the three behind it do not
+        slow, *fast = q.enqueue_many(conn, [q.NewJob("batch_quick", {"sleep": 0.5})] + [q.NewJob("batch_quick", {}) for _ in range(3)])
+        wait_for(lambda: completed(conn, "batch_quick") == taught + 4, timeout=30, what="the 4 jobs completed")
+    with _calls_lock:
+        by_id = {r["id"]: r for r in _quick}
+    assert set(by_id) == {slow, *fast}, "a job ran twice or not at all"
+    late = [job_id for job_id in fast if by_id[job_id]["started"] >= by_id[slow]["ended"]]
+    assert not late, f"batches {late} waited behind the long call of their group instead of going back to the pool"
 
 
 # The fenced statements a worker runs on the jobs it holds (sql/queue.sql), each with its
