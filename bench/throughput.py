@@ -372,19 +372,25 @@ def start_skiplock_workers(dsn: str, n: int, args, extra_env: dict[str, str] | N
             for _ in range(n)]
 
 
-def stop_skiplock_workers(procs: list[subprocess.Popen]) -> None:
+def stop_skiplock_workers(procs: list[subprocess.Popen]) -> list[str]:
+    """SIGTERM, then wait (60 s each, then SIGKILL). Returns (and prints to stderr) a line per
+    process that did not exit 0, with the last line it wrote to stderr."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
+    exits: list[str] = []
     for proc in procs:
         try:
             _, err = proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+            exits.append(f"worker {proc.pid} killed after 60 s")
             continue
         if proc.returncode != 0:
-            print(f"  worker {proc.pid} exited {proc.returncode}: {err.strip().splitlines()[-1:]}", file=sys.stderr)
+            exits.append(f"worker {proc.pid} exited {proc.returncode}: {err.strip().splitlines()[-1:]}")
+            print(f"  {exits[-1]}", file=sys.stderr)
+    return exits
 
 
 def registry_histogram(conn) -> tuple[list[int], int]:

@@ -17,7 +17,8 @@ pg_stat_statements mean. For decisions on a shared machine: pair the rounds, not
 
 A name starting with `bare` runs the bare loop (its tree is ignored); `:inline` after a tree
 registers the no-op inline; `:logging` a no-op that logs one INFO record per job
-(bench/noop_logging_tasks.py: the cost of per-attempt logs, docs/queue.md). PROF=/tmp/p writes a cProfile (thread CPU time) of each Worker's
+(bench/noop_logging_tasks.py: the cost of per-attempt logs, docs/queue.md); `:batchN` the no-op
+registered `batch=N` (bench/noop_batch_tasks.py). PROF=/tmp/p writes a cProfile (thread CPU time) of each Worker's
 main thread to /tmp/p.<name>.<round>.
 """
 
@@ -64,7 +65,10 @@ if mode == "bare":
         cpu, wall = time.process_time() - c0, time.time() - t0
 else:
     from console.queue.worker import Worker
-    __import__({"inline": "noop_inline_tasks", "logging": "noop_logging_tasks"}.get(mode, "noop_tasks"))
+    if mode.startswith("batch"):  # `:batchN`: the no-op as a batch handler of N (bench/noop_batch_tasks.py)
+        os.environ["SKIPLOCK_BENCH_BATCH"] = mode[len("batch"):]
+    __import__({"inline": "noop_inline_tasks", "logging": "noop_logging_tasks"}.get(
+        mode, "noop_batch_tasks" if mode.startswith("batch") else "noop_tasks"))
     worker = Worker(dsn, concurrency=10, batch_size=10, poll_interval=0.2, flush_interval=1)
 
     def stopper():

@@ -348,16 +348,29 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.
 -- The worker's steady state in one round trip and one commit: complete the jobs it finished
 -- (fenced by owner and attempt) and claim the next batch. The claim cannot pick the rows just
 -- completed: they were running, not pending, in the statement's snapshot.
+--
+-- The fence (owner, attempt, status 'running') is compared with columns of `d`, not with
+-- constants, in every fenced statement of this file (complete_many, complete_logged, heartbeat,
+-- release, fail): as constants they let the planner reach the jobs through jobs_lease_idx
+-- (status = 'running'), and the statistics of a queue table hold almost no running rows, so the
+-- plan it prefers, once prepared (generic), scans every job the worker holds and compares each
+-- with every id of the list: time = jobs held x jobs finished. A worker holding ten batches of
+-- 1,000 spent 15 s and more on one such completion (docs/queue.md, "Batch handlers"). As join
+-- conditions they leave it one way in, the primary key, per id of the list: time = jobs
+-- finished. OFFSET 0 keeps `d` a subquery, so the planner cannot fold the constants back in.
+-- tests/test_batch_handlers.py checks the generic plans.
 WITH finished AS (
     UPDATE skiplock.jobs AS j
     SET status = 'completed',
         finished_at = now(),
         lease_until = NULL
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+    FROM (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+          FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+          OFFSET 0) AS d
     WHERE j.id = d.id
       AND j.attempts = d.attempt
-      AND j.locked_by = %(worker)s
-      AND j.status = 'running'
+      AND j.locked_by = d.worker
+      AND j.status = d.status
     RETURNING j.id
 ),
 candidates AS (
@@ -399,11 +412,14 @@ UPDATE skiplock.jobs AS j
 SET status = 'completed',
     finished_at = now(),
     lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+-- the fence as join conditions: see complete_and_claim
+FROM (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+      OFFSET 0) AS d
 WHERE j.id = d.id
   AND j.attempts = d.attempt
-  AND j.locked_by = %(worker)s
-  AND j.status = 'running'
+  AND j.locked_by = d.worker
+  AND j.status = d.status
 RETURNING j.id;
 
 -- name: complete_logged
@@ -418,11 +434,14 @@ SET status = 'completed',
     attempt_logs = CASE WHEN jsonb_array_length(coalesce(j.attempt_logs, '[]')) >= %(history)s
                         THEN (j.attempt_logs - 0) || jsonb_build_array(d.entry)
                         ELSE coalesce(j.attempt_logs, '[]') || jsonb_build_array(d.entry) END
-FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, attempt integer, entry jsonb)
+-- the fence as join conditions: see complete_and_claim
+FROM (SELECT r.id, r.attempt, r.entry, %(worker)s::text AS worker, 'running'::text AS status
+      FROM jsonb_to_recordset(%(done)s::jsonb) AS r (id bigint, attempt integer, entry jsonb)
+      OFFSET 0) AS d
 WHERE j.id = d.id
   AND j.attempts = d.attempt
-  AND j.locked_by = %(worker)s
-  AND j.status = 'running'
+  AND j.locked_by = d.worker
+  AND j.status = d.status
 RETURNING j.id;
 
 -- name: fail
@@ -446,21 +465,30 @@ SET status = CASE WHEN %(retry)s AND j.attempts < j.max_attempts THEN 'pending' 
                         WHEN jsonb_array_length(coalesce(j.attempt_logs, '[]')) >= %(history)s
                         THEN (j.attempt_logs - 0) || jsonb_build_array(%(logs)s::jsonb)
                         ELSE coalesce(j.attempt_logs, '[]') || jsonb_build_array(%(logs)s::jsonb) END
-WHERE j.id = %(id)s
-  AND j.attempts = %(attempt)s
-  AND j.locked_by = %(worker)s
-  AND j.status = 'running'
+-- the fence as join conditions (see complete_and_claim): as constants, the planner went through
+-- jobs_lease_idx and read every job the worker holds to fail one (a batch of 1,000 that failed
+-- whole, while the worker held 10,000: 1,000 x 10,000 rows)
+FROM (SELECT %(id)s::bigint AS id, %(attempt)s::integer AS attempt, %(worker)s::text AS worker,
+             'running'::text AS status
+      OFFSET 0) AS d
+WHERE j.id = d.id
+  AND j.attempts = d.attempt
+  AND j.locked_by = d.worker
+  AND j.status = d.status
 RETURNING j.status;
 
 -- name: heartbeat
 -- Also returns whether an operator asked this claim to stop (console "cancel requested").
 UPDATE skiplock.jobs AS j
 SET lease_until = now() + make_interval(secs => %(lease)s)
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+-- the fence as join conditions: see complete_and_claim
+FROM (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+      OFFSET 0) AS d
 WHERE j.id = d.id
   AND j.attempts = d.attempt
-  AND j.locked_by = %(worker)s
-  AND j.status = 'running'
+  AND j.locked_by = d.worker
+  AND j.status = d.status
 RETURNING j.id, j.lease_until, coalesce(j.cancel_requested_at >= j.locked_at, false) AS cancel_requested;
 
 -- name: release
@@ -471,11 +499,14 @@ SET status = 'pending',
     locked_by = NULL,
     locked_at = NULL,
     lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS d (id, attempt)
+-- the fence as join conditions: see complete_and_claim
+FROM (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+      FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+      OFFSET 0) AS d
 WHERE j.id = d.id
   AND j.attempts = d.attempt
-  AND j.locked_by = %(worker)s
-  AND j.status = 'running'
+  AND j.locked_by = d.worker
+  AND j.status = d.status
 RETURNING j.id;
 
 -- name: reap

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
 from contextlib import contextmanager
 
+import psycopg
+import psycopg.sql
 import pytest
+from psycopg.types.json import Jsonb
 
 import skiplock
 from console import queue as q
 from console.queue import tasks
-from console.queue.worker import Worker
+from console.queue.worker import FAST_JOB, Worker
+from console.sqlfiles import query
 from tests.workers import wait_for
 
 SIZE = 5  # batch_record's batch
@@ -106,10 +111,23 @@ async def batch_async_slow(jobs):
     await asyncio.sleep(20)
 
 
+_quick: list[dict] = []  # batch_quick's calls: its job, the thread, when it started and ended
+
+
+@skiplock.task("batch_quick", batch=1)
+def batch_quick(jobs):
+    """A no-op batch of one, or a sleep when the payload asks for it."""
+    started = time.monotonic()
+    time.sleep(jobs[0].payload.get("sleep", 0))
+    with _calls_lock:
+        _quick.append({"id": jobs[0].id, "thread": threading.get_ident(), "started": started, "ended": time.monotonic()})
+
+
 @pytest.fixture(autouse=True)
 def _fresh():
     with _calls_lock:
         _calls.clear()
+        _quick.clear()
     _release.clear()
     _holding.clear()
     yield
@@ -324,6 +342,104 @@ def test_a_batch_kind_registers_its_size_and_a_plain_kind_has_none():
         tasks._registry.pop("batch_plain_again", None)
         tasks._concurrency.pop("batch_plain_again", None)
 
+
+
+def _teach_fast(conn, worker) -> int:
+    """Run batch_quick's no-op until the worker counts the kind as fast (its calls' moving
+    average under FAST_JOB; on a machine loaded past its cores a preempted no-op can measure
+    above it, so this goes on until it does). Returns how many jobs it ran."""
+    taught = 0
+    deadline = time.monotonic() + 60
+    while worker._runtime.get("batch_quick", 1.0) >= FAST_JOB:
+        assert time.monotonic() < deadline, f"the kind never counted as fast: {worker._runtime.get('batch_quick')}"
+        q.enqueue_many(conn, [q.NewJob("batch_quick", {}) for _ in range(20)])
+        taught += 20
+        wait_for(lambda n=taught: completed(conn, "batch_quick") == n, timeout=30, what=f"{taught} quick jobs completed")
+    with _calls_lock:
+        _quick.clear()
+    return taught
+
+
+def completed(conn, kind: str) -> int:
+    return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND status = 'completed'", (kind,)).fetchone()[0]
+
+
+def test_fast_batches_of_one_claim_go_to_one_handler_thread_together(dsn, conn):
+    """batch=1 cost twice the single-job handler's CPU: one hand-off to a thread per call. The
+    batches of a kind whose calls run fast go to one thread together, as fast single jobs do."""
+    with running(dsn, concurrency=8, batch_size=10) as worker:
+        taught = _teach_fast(conn, worker)
+        ids = q.enqueue_many(conn, [q.NewJob("batch_quick", {}) for _ in range(8)])  # one claim of 8
+        wait_for(lambda: completed(conn, "batch_quick") == taught + 8, timeout=30, what="the 8 jobs completed")
+    with _calls_lock:
+        runs = list(_quick)
+    assert sorted(r["id"] for r in runs) == sorted(ids), "a job ran twice or not at all"
+    assert len({r["thread"] for r in runs}) == 1, f"8 fast batches went to {len({r['thread'] for r in runs})} threads"
+
+
+def test_a_group_of_fast_batches_gives_the_rest_back_when_one_call_runs_long(dsn, conn):
+    with running(dsn, concurrency=4, batch_size=10) as worker:
+        taught = _teach_fast(conn, worker)
+        # one claim of 4 batches of one: the first call sleeps, the three behind it do not
+        slow, *fast = q.enqueue_many(conn, [q.NewJob("batch_quick", {"sleep": 0.5})] + [q.NewJob("batch_quick", {}) for _ in range(3)])
+        wait_for(lambda: completed(conn, "batch_quick") == taught + 4, timeout=30, what="the 4 jobs completed")
+    with _calls_lock:
+        by_id = {r["id"]: r for r in _quick}
+    assert set(by_id) == {slow, *fast}, "a job ran twice or not at all"
+    late = [job_id for job_id in fast if by_id[job_id]["started"] >= by_id[slow]["ended"]]
+    assert not late, f"batches {late} waited behind the long call of their group instead of going back to the pool"
+
+
+# The fenced statements a worker runs on the jobs it holds (sql/queue.sql), each with its
+# parameters for worker `w` and the jobs `done` it names (fail: the first of them).
+_FENCED = {
+    "complete_and_claim": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done],
+                                           "queues": None, "limit": 0, "lease": 60.0, "kinds": None, "skip_kinds": None},
+    "complete_many": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done]},
+    "heartbeat": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done],
+                                  "lease": 60.0},
+    "release": lambda w, done: {"worker": w, "ids": [j.id for j in done], "attempts": [j.attempts for j in done]},
+    "complete_logged": lambda w, done: {"worker": w, "history": 5, "done": Jsonb(
+        [{"id": j.id, "attempt": j.attempts, "entry": {"records": []}} for j in done])},
+    "fail": lambda w, done: {"worker": w, "id": done[0].id, "attempt": done[0].attempts, "retry": True, "delay": 1.0,
+                             "last_error": "x", "fingerprint": "f", "history": 5, "entry": Jsonb({}), "logs": None},
+}
+
+
+def _generic_plan(conn, name: str, params: dict) -> str:
+    """EXPLAIN ANALYZE of the named statement's generic plan (the plan a worker's prepared
+    statement settles on after five runs), run on `params` and rolled back."""
+    text = query("queue", name)
+    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))  # each parameter once, in order: $1, $2, ...
+    text = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}", text)
+    cur = psycopg.ClientCursor(conn)
+    with conn.transaction(force_rollback=True):
+        cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cur.execute(f"PREPARE fenced AS {text}")
+        try:
+            args = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
+            plan = cur.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE fenced ({})").format(args)).fetchall()
+        finally:
+            cur.execute("DEALLOCATE fenced")
+    return "\n".join(row[0] for row in plan)
+
+
+@pytest.mark.parametrize("name", sorted(_FENCED))
+def test_a_fenced_statement_costs_the_jobs_it_names_not_every_job_the_worker_holds(conn, name):
+    """The batch=1000 stall (bench/batch_throughput.py: a worker holding ten batches of 1,000
+    completed nothing for 15 s): the statistics of a queue table hold almost no running rows, so
+    with the fence as constants the generic plan went through jobs_lease_idx and compared every
+    job the worker holds with every job of the list (held x finished rows). The fence must be
+    compared per id of the list (the primary key, or a hash of the list): no plan row read and thrown
+    away per held job."""
+    q.enqueue_many(conn, [q.NewJob("batch_record", {"i": i}) for i in range(1500)])
+    conn.execute("ANALYZE skiplock.jobs")  # what autovacuum sees on a queue table: all pending, none running
+    held = q.claim(conn, "holder", limit=1500, lease=60)
+    assert len(held) == 1500
+    plan = _generic_plan(conn, name, _FENCED[name]("holder", held[:500]))
+    thrown = sum(int(n) for n in re.findall(r"Rows Removed by (?:Join )?Filter: (\d+)", plan))
+    # (on a table this small a hash join over a scan of it is as good as the primary key)
+    assert "jobs_lease_idx" not in plan and thrown < 100, f"{name} reads the jobs the worker holds:\n{plan}"
 
 
 @pytest.mark.slow

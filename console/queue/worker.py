@@ -23,7 +23,9 @@ One process runs:
   limits, counters and shutdown are the same code for both;
 - batch handlers (`@task(kind, batch=N)`): the jobs of a batch kind a claim brings are cut
   into lists of at most N, each one call of the handler on one handler thread (or one task on
-  the event loop), and a batch takes one slot however many jobs it holds. When a claim brings
+  the event loop), and a batch takes one slot however many jobs it holds (the batches of a
+  sync kind whose calls ran fast go to one thread together, as a group of fast jobs does, and
+  give the rest back to the pool the same way). When a claim brings
   a batch kind's jobs, one more claim of that kind alone fills their batches (and up to N for
   each slot left); the outcome of each job (console.queue.aio.batch_errors) goes through the
   same fenced completion, failure, retry and counters as a single job's;
@@ -106,12 +108,13 @@ SPLIT_AFTER = 0.005
 class Group:
     """Jobs one handler thread runs in turn. Its thread and the main loop both take jobs from
     the left of `jobs` (deque.popleft is atomic), so a job runs once whoever takes it.
-    A `batch` group is one call of its kind's batch handler with all its jobs (never split)."""
+    In a `batch` group the items are batches (lists of jobs), each one call of its kind's batch
+    handler: taken whole, never split."""
 
     __slots__ = ("jobs", "current_since", "batch")
 
-    def __init__(self, jobs: list[q.Job], batch: bool = False) -> None:
-        self.jobs = deque(jobs)
+    def __init__(self, jobs: list[q.Job] | list[list[q.Job]], batch: bool = False) -> None:
+        self.jobs: deque = deque(jobs)
         self.current_since: float | None = None  # when the job running now started
         self.batch = batch
 # How _dispatch sends a job: run here, in a group of fast jobs, alone to a handler thread, or to
@@ -416,11 +419,13 @@ class Worker:
         timeout = tasks.timeout_for(kind)
         otel = telemetry.current()
         tokens = [otel.run_started(job) for job in jobs] if otel is not None else []
-        expired = threading.Event()
+        expired: threading.Event | None = None  # only a kind with a timeout pays for the event and timer
         timer: threading.Timer | None = None
         if timeout is not None:
+            fired = expired = threading.Event()
+
             def expire() -> None:
-                expired.set()
+                fired.set()
                 for job in jobs:
                     job.cancel_event.set()
 
@@ -435,7 +440,7 @@ class Worker:
         finally:
             if timer is not None:
                 timer.cancel()
-        errors = batch_errors(jobs, error, timeout if expired.is_set() else None)
+        errors = batch_errors(jobs, error, timeout if expired is not None and expired.is_set() else None)
         if otel is not None:
             for token, job_error in reversed(list(zip(tokens, errors, strict=True))):
                 otel.run_ended(token, job_error)
@@ -448,15 +453,19 @@ class Worker:
             group = self._work.get()
             if group is None:
                 return
-            if group.batch:  # never in self._groups: nobody else takes from it
-                group.current_since = monotonic()
-                batch = list(group.jobs)
-                group.jobs.clear()
-                self._results.put(self._run_batch(batch))
-                self._wake.set()
-                continue
             outcomes: list[Outcome] = []
             jobs = group.jobs
+            if group.batch:  # batches in turn, each taken whole (the main loop may take the later ones)
+                while True:
+                    try:
+                        batch = jobs.popleft()
+                    except IndexError:
+                        break
+                    group.current_since = monotonic()
+                    outcomes += self._run_batch(batch)
+                self._results.put(outcomes)  # one report per group
+                self._wake.set()
+                continue
             while True:
                 try:
                     job = jobs.popleft()
@@ -704,10 +713,18 @@ class Worker:
 
     def _dispatch_batches(self, batched: dict[str, list[q.Job]]) -> None:
         """Cut each batch kind's jobs into batches of at most its size, in claim order, and hand
-        each batch to a handler thread (or the event loop) as one unit."""
+        each batch to a handler thread (or the event loop) as one unit. The batches of a sync
+        kind whose calls ran fast so far (under FAST_JOB on average) go to one thread together,
+        one hand-off each way, as fast single jobs do (a hand-off per call cost a batch of one
+        twice the single job's CPU: docs/benchmarks.md, "Batch handlers"); the main loop hands
+        the rest of them to the pool one by one when a call runs SPLIT_AFTER. Each batch still
+        counts as one slot."""
         for kind, kind_jobs in batched.items():
             size = tasks.batch_of(kind) or 1
             is_async = tasks.is_async(kind)
+            together: list[list[q.Job]] | None = None
+            if not is_async and len(kind_jobs) > size and self._runtime.get(kind, FAST_JOB) < FAST_JOB:
+                together = []
             for start in range(0, len(kind_jobs), size):
                 chunk = kind_jobs[start:start + size]
                 extra = len(chunk) - 1
@@ -718,8 +735,14 @@ class Worker:
                     self._async_held += len(chunk)
                     self._async_extra += extra
                     self._async.submit_batch(chunk)
+                elif together is not None:
+                    together.append(chunk)
                 else:
-                    self._work.put(Group(chunk, batch=True))
+                    self._work.put(Group([chunk], batch=True))
+            if together:
+                group = Group(together, batch=True)
+                self._groups.append(group)
+                self._work.put(group)
 
     def _split_long_groups(self) -> float | None:
         """Hand the rest of every group whose current job has run SPLIT_AFTER to the pool, one
@@ -735,10 +758,10 @@ class Worker:
             if group.current_since is not None and now - group.current_since >= SPLIT_AFTER:
                 while True:
                     try:
-                        job = group.jobs.popleft()
+                        item = group.jobs.popleft()  # a job, or a whole batch of a batch group
                     except IndexError:
                         break
-                    self._work.put(Group([job]))
+                    self._work.put(Group([item], batch=group.batch))
                 continue
             keep.append(group)
         self._groups = keep
