@@ -71,6 +71,13 @@ def one_of(*choices: str) -> Callable[[Any], str | None]:
     return check
 
 
+def in_range(low: int, high: int) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be from {low} to {high}"
+
+    return check
+
+
 def positive_duration(value: timedelta) -> str | None:
     return None if value > timedelta(0) else "must be longer than 0"
 
@@ -134,6 +141,7 @@ SETTINGS: tuple[Setting, ...] = (
     # [broker] (docs/exit-plan.md: queues served by NATS JetStream, the outbox relay)
     Setting("broker", "nats_url", str, "nats://127.0.0.1:4222", "The NATS server(s) the relay publishes to and `skiplock worker --backend nats` consumes from: nats:// or tls:// addresses, comma-separated for a cluster (it may carry credentials: shown masked).", nats_urls, secret=True),
     Setting("broker", "duplicate_window", duration, timedelta(minutes=2), "JetStream's de-duplication window of the streams the relay creates, e.g. 2m: a job published again within it (a relay killed between the broker's ack and marking the row sent) is stored once. Longer than the longest relay outage you expect to recover from.", positive_duration),
+    Setting("broker", "replicas", int, 1, "Replicas of each stream the relay creates for a broker queue (its jobs and its dead letters), 1 to 5: 3 on a three-node JetStream cluster keeps every stored job through the loss of one node. A stream that already exists keeps its replica count (the relay and the worker log a warning when it differs).", in_range(1, 5)),
     Setting("broker", "relay_batch_size", int, 100, "Most outbox rows the relay reads, publishes and marks sent per round.", positive),
     Setting("broker", "relay_poll_interval", float, 1.0, "Seconds between the relay's looks at the outbox when no NOTIFY rings (and between a standby relay's tries to lead).", positive),
     Setting("broker", "publish_timeout", float, 5.0, "Seconds the relay waits for the broker's ack of one publish; a row not acknowledged stays unsent and is published again.", positive),

@@ -11,6 +11,7 @@ Every wait has a deadline; every process started here is killed at teardown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -254,3 +255,190 @@ def read_all(nats_url: str, stream: str, subject: str) -> list[dict]:
 def rows(dsn: str, sql: str, params=None) -> list[tuple]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(sql, params).fetchall()
+
+
+# --- a three-node JetStream cluster on loopback -----------------------------------------------
+
+
+class NatsCluster:
+    """Three `nats-server -js` nodes on free loopback ports, routed to each other in one cluster
+    (name "skiplock"), each with its own store directory and monitoring port. `kill(node)` is a
+    kill -9; `restart(node)` starts it again on the same ports and store, so it rejoins and
+    catches up its streams. Every wait has a deadline; every node is killed at teardown."""
+
+    NAME = "skiplock"
+
+    def __init__(self, tmp_path: Path, size: int = 3):
+        if NATS_SERVER is None:
+            pytest.skip("nats-server is not installed (scripts/bootstrap.sh --test installs Debian's nats-server)")
+        self.tmp_path = tmp_path
+        self.names = [f"n{i + 1}" for i in range(size)]
+        self.ports = {n: (_free_port(), _free_port(), _free_port()) for n in self.names}  # client, route, http
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def url(self, node: str) -> str:
+        return f"nats://127.0.0.1:{self.ports[node][0]}"
+
+    @property
+    def urls(self) -> str:
+        """Every node's address, comma-separated: `[broker] nats_url` for a cluster."""
+        return ",".join(self.url(n) for n in self.names)
+
+    def start(self, node: str) -> None:
+        client, route, http = self.ports[node]
+        routes = ",".join(f"nats://127.0.0.1:{self.ports[n][1]}" for n in self.names if n != node)
+        log = open(self.tmp_path / f"nats-{node}.log", "a")  # noqa: SIM115 (closed at once: the child keeps it)
+        self.procs[node] = subprocess.Popen(
+            [NATS_SERVER, "-js", "-n", node, "-a", "127.0.0.1", "-p", str(client), "-m", str(http),
+             "-sd", str(self.tmp_path / f"js-{node}"), "--cluster_name", self.NAME,
+             "--cluster", f"nats://127.0.0.1:{route}", "--routes", routes],
+            stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+
+    def start_all(self, timeout: float = 20) -> str:
+        """Start every node and wait for the meta leader; returns its name."""
+        for node in self.names:
+            self.start(node)
+        return self.wait_ready(timeout=timeout)
+
+    def monitor(self, node: str, path: str) -> dict:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[node][2]}{path}", timeout=2) as resp:
+            return json.loads(resp.read())
+
+    def meta_leader(self, node: str) -> str | None:
+        """The JetStream meta leader as `node` sees it (None: none elected, or node down)."""
+        try:
+            meta = self.monitor(node, "/jsz").get("meta_cluster") or {}
+        except OSError:
+            return None
+        return meta.get("leader") or None
+
+    def wait_ready(self, nodes: list[str] | None = None, timeout: float = 20) -> str:
+        """Wait until every node of `nodes` (default: the running ones) sees the same meta leader
+        among the running nodes; returns its name."""
+        nodes = nodes or [n for n, p in self.procs.items() if p.poll() is None]
+        deadline = time.monotonic() + timeout
+        while True:
+            for node in nodes:
+                if self.procs[node].poll() is not None:
+                    raise AssertionError(f"nats-server {node} exited with {self.procs[node].returncode}: "
+                                         f"{(self.tmp_path / f'nats-{node}.log').read_text()[-2000:]}")
+            seen = {self.meta_leader(n) for n in nodes}
+            if len(seen) == 1 and (leader := seen.pop()) in nodes:
+                return leader
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no JetStream meta leader within {timeout} s (nodes see {seen})")
+            time.sleep(0.1)
+
+    def kill(self, node: str) -> None:
+        """kill -9 one node."""
+        self.procs[node].kill()
+        self.procs[node].wait(timeout=10)
+
+    def restart(self, node: str, timeout: float = 20) -> None:
+        """Start a killed node again (same ports, same store) and wait until it sees the leader."""
+        assert self.procs[node].poll() is not None, f"{node} is still running"
+        self.start(node)
+        self.wait_ready(timeout=timeout)
+
+    def client_node(self, name_prefix: str) -> str | None:
+        """The node a client whose connection name starts with `name_prefix` is connected to."""
+        for node, proc in self.procs.items():
+            if proc.poll() is not None:
+                continue
+            try:
+                conns = self.monitor(node, "/connz?limit=1024").get("connections") or []
+            except OSError:
+                continue
+            if any((c.get("name") or "").startswith(name_prefix) for c in conns):
+                return node
+        return None
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def nats_cluster(tmp_path):
+    """A three-node JetStream cluster on loopback, not started yet (`start_all()`, or `start(node)`
+    one by one to choose where clients connect first), killed at the end."""
+    cluster = NatsCluster(tmp_path)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+async def _stream_cluster(nats_url: str, stream: str) -> dict:
+    """The replicas' view of `stream`: its leader and, per other replica, current/offline/lag."""
+    import nats
+
+    nc = await nats.connect(servers=nats_url.split(","))
+    try:
+        info = await nc.jetstream(timeout=5).stream_info(stream)
+        cluster = info.cluster
+        return {"leader": cluster.leader if cluster else None,
+                "replicas": [{"name": p.name, "current": p.current, "offline": p.offline, "lag": p.lag}
+                             for p in (cluster.replicas or [])] if cluster else [],
+                "messages": info.state.messages, "num_replicas": info.config.num_replicas}
+    finally:
+        await nc.close()
+
+
+def stream_cluster(nats_url: str, stream: str) -> dict:
+    return _run(_stream_cluster(nats_url, stream))
+
+
+async def _consumer_state(nats_url: str, stream: str, consumer: str) -> dict:
+    import nats
+
+    nc = await nats.connect(servers=nats_url.split(","))
+    try:
+        info = await nc.jetstream(timeout=5).consumer_info(stream, consumer)
+        return {"leader": info.cluster.leader if info.cluster else None, "ack_pending": info.num_ack_pending,
+                "pending": info.num_pending, "redelivered": info.num_redelivered}
+    finally:
+        await nc.close()
+
+
+def consumer_state(nats_url: str, stream: str, consumer: str) -> dict:
+    return _run(_consumer_state(nats_url, stream, consumer))
+
+
+async def _move_leaders(nats_url: str, stream: str, consumer: str, to: str, timeout: float) -> tuple[str, str]:
+    """Step the stream's (then the consumer's) raft leader down until `to` leads it, within
+    `timeout`; returns the leaders reached (the caller checks them)."""
+    import nats
+
+    nc = await nats.connect(servers=nats_url.split(","))
+    try:
+        js = nc.jetstream(timeout=5)
+        deadline = time.monotonic() + timeout
+
+        async def leader_of(kind: str) -> str | None:
+            with contextlib.suppress(Exception):
+                info = await (js.stream_info(stream) if kind == "stream" else js.consumer_info(stream, consumer))
+                return info.cluster.leader if info.cluster else None
+            return None
+
+        leaders = {}
+        for kind, subject in (("stream", f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}"),
+                              ("consumer", f"$JS.API.CONSUMER.LEADER.STEPDOWN.{stream}.{consumer}")):
+            while (leader := await leader_of(kind)) != to and time.monotonic() < deadline:
+                if leader is not None:
+                    with contextlib.suppress(Exception):
+                        await nc.request(subject, b"", timeout=2)
+                await asyncio.sleep(0.3)
+            leaders[kind] = leader
+        return leaders["stream"], leaders["consumer"]
+    finally:
+        await nc.close()
+
+
+def move_leaders(nats_url: str, stream: str, consumer: str, to: str, timeout: float = 15) -> tuple[str, str]:
+    return _run(_move_leaders(nats_url, stream, consumer, to, timeout), timeout + 10)

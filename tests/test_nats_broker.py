@@ -201,3 +201,25 @@ def test_one_relay_leads_a_database_and_a_standby_takes_over_after_kill_9(procs,
     assert "leader for this database" in procs.log("relay-b") and standby.poll() is None
     stored = read_all(nats_server, broker.stream("mail"), broker.subject("mail"))
     assert [m["data"]["id"] for m in stored] == [job]
+
+
+def test_a_stream_that_exists_with_another_replica_count_is_used_and_the_difference_logged(procs, nats_server):
+    """[broker] replicas applies when the relay creates a queue's streams; a stream created
+    before with another count is left as it is (changing it is the operator's call) and said."""
+    dsn = procs.env["DATABASE_URL"]
+    set_backend(dsn, "mail")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q.enqueue(conn, "record", {"n": 1}, queue="mail")
+    first = procs.relay("relay-1")  # replicas = 1, the default: a single server holds one replica
+    wait_for(lambda: unsent(dsn) == 0, timeout=20, what="the streams created and the first job sent")
+    first.terminate()
+    first.wait(timeout=10)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        q.enqueue(conn, "record", {"n": 2}, queue="mail")
+    procs.relay("relay-3", SKIPLOCK_BROKER_REPLICAS="3")
+    wait_for(lambda: unsent(dsn) == 0, timeout=20, what="the second job sent to the existing stream")
+    log = procs.log("relay-3")
+    assert f"stream {broker.stream('mail')} exists with 1 replica(s), not [broker] replicas = 3" in log
+    assert f"stream {broker.dead_stream('mail')} exists with 1 replica(s)" in log
+    assert "exists with" not in procs.log("relay-1")
+    assert stream_messages(nats_server, broker.stream("mail")) == 2

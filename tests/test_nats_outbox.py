@@ -92,6 +92,10 @@ def test_bad_broker_settings_are_refused_with_the_settings_name():
         load_config(env={"SKIPLOCK_BROKER_NATS_URL": "http://127.0.0.1:4222"})
     with pytest.raises(ConfigError, match=r"broker.duplicate_window"):
         load_config(env={"SKIPLOCK_BROKER_DUPLICATE_WINDOW": "0s"})
+    for bad in ("0", "6"):  # JetStream keeps 1 to 5 replicas of a stream
+        with pytest.raises(ConfigError, match=r"broker.replicas .*must be from 1 to 5"):
+            load_config(env={"SKIPLOCK_BROKER_REPLICAS": bad})
+    assert load_config(env={"SKIPLOCK_BROKER_REPLICAS": "3"}).broker.replicas == 3
     assert load_config(env={"SKIPLOCK_BROKER_NATS_URL": "nats://a:4222, nats://b:4222"}).broker.nats_url
 
 

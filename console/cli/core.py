@@ -136,6 +136,7 @@ def _nats_worker(cfg, queues: str, concurrency: int | None, async_concurrency: i
         backoff_base=cfg.queue.backoff_base,
         backoff_cap=cfg.queue.backoff_cap,
         duplicate_window=cfg.broker.duplicate_window.total_seconds(),
+        replicas=cfg.broker.replicas,
     )
     return run_nats_worker(worker)
 
@@ -162,6 +163,7 @@ def relay_cmd(obj) -> None:
         publish_timeout=cfg.broker.publish_timeout,
         duplicate_window=cfg.broker.duplicate_window.total_seconds(),
         outbox_keep=cfg.broker.outbox_keep.total_seconds(),
+        replicas=cfg.broker.replicas,
     )
     sys.exit(run_relay(dsn, settings))
 

@@ -26,6 +26,13 @@ what the reaper turns into a dead letter) goes to the dead-letter stream without
 Dead letters are published with `Nats-Msg-Id` = the job's msg id + ":dead", so a worker killed
 between that publish and its ack does not write the dead letter twice.
 
+The broker may be away for a while once the worker runs (a cluster's node lost: the connection
+moves to another server, the stream and the consumer elect new leaders): a fetch or a consumer
+set-up that fails is logged (once per 10 s per queue) and tried again, and an ack without an
+answer is tried again until the ack wait runs out (after that the job is delivered again: at
+least once). Only a set-up that fails for another reason before the first fetch ends the
+worker, as a misconfiguration (more replicas than the cluster has nodes, say).
+
 What it does not do (yet): priorities, fair groups, limits, cancel requests, per-attempt logs,
 the worker registry and counters (the console does not see broker workers), and fencing: a
 worker whose handler outlived the ack wait without heartbeats may finish a job another worker
@@ -49,14 +56,19 @@ from typing import Any
 
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
+from nats.js.errors import APIError
 
 from console.queue import broker, tasks
 from console.queue import protocol as q
 from console.queue.aio import timed_out
-from console.queue.broker.relay import connect_nats, ensure_streams
+from console.queue.broker.relay import connect_nats, ensure_streams, unavailable
 from console.queue.worker import Worker
 
 log = logging.getLogger("skiplock.worker")
+
+UNAVAILABLE_PAUSE = 0.5  # seconds between two tries while the broker is away
+ACK_PATIENCE = 15.0  # seconds an unanswered ack is tried again: longer than a leader election (4-9 s)
+COMPLAIN_EVERY = 10.0  # seconds between two warnings about the same queue's broker failure
 
 
 class NatsWorker:
@@ -74,6 +86,7 @@ class NatsWorker:
         backoff_base: float = q.DEFAULT_BACKOFF_BASE,
         backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
         duplicate_window: float = 120.0,
+        replicas: int = 1,
         name: str | None = None,
     ) -> None:
         if not queues:
@@ -91,6 +104,7 @@ class NatsWorker:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.duplicate_window = duplicate_window
+        self.replicas = replicas
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.completed = self.retried = self.failed = 0
         self._stop = asyncio.Event()
@@ -98,6 +112,7 @@ class NatsWorker:
         self._running: set[asyncio.Task[None]] = set()
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
         self._js: Any = None
+        self._complained: dict[str, float] = {}
 
     def stop(self) -> None:
         if self._stop.is_set():
@@ -155,10 +170,27 @@ class NatsWorker:
         msg_id = (msg.headers or {}).get(broker.MSG_ID) or f"job-{job.id}"
         await self._js.publish(broker.dead_subject(job.queue), json.dumps(body, default=str).encode(),
                                headers={broker.MSG_ID: f"{msg_id}:dead", broker.JOB_ID: str(job.id)})
-        await msg.ack_sync(timeout=10)
+        await self._ack(msg)
         self.failed += 1
         log.info("job %s (%s) is a dead letter after %d attempt(s): %s", job.id, job.kind, job.attempts,
                  entry["error_class"])
+
+    async def _ack(self, msg: Any) -> None:
+        """Acknowledge `msg` and wait for the server's confirmation, trying again for
+        ACK_PATIENCE seconds (or the ack wait, if longer): while the consumer's leader is being
+        elected (a node of the cluster lost) an ack gets no answer, and an ack given up on is a
+        job run twice. An ack that arrives after the ack wait is still worth sending: the new
+        leader may not have handed the message out again yet, and if it has, acknowledging a
+        job that ran to completion ends the other delivery's claim on it, nothing worse."""
+        deadline = time.monotonic() + max(self.lease, ACK_PATIENCE)
+        while True:
+            try:
+                await msg.ack_sync(timeout=min(5.0, max(0.5, self.lease / 2)))
+                return
+            except Exception as exc:
+                if not unavailable(exc) or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(UNAVAILABLE_PAUSE / 2)
 
     async def _handle(self, msg: Any) -> None:
         try:
@@ -179,7 +211,7 @@ class NatsWorker:
         finally:
             beat.cancel()
         if error is None:
-            await msg.ack_sync(timeout=10)
+            await self._ack(msg)
             self.completed += 1
             return
         if isinstance(error, q.DoNotRetry) or job.attempts >= job.max_attempts:
@@ -194,24 +226,51 @@ class NatsWorker:
     async def _guarded(self, msg: Any) -> None:
         try:
             await self._handle(msg)
-        except Exception:  # the broker redelivers after the ack wait
+        except Exception as exc:  # the broker redelivers after the ack wait
+            if unavailable(exc):  # the broker away (a node lost): one line, not a traceback per job
+                log.warning("job message on %s: could not settle it, the broker did not answer (%s); it is "
+                            "redelivered after the ack wait", msg.subject, type(exc).__name__)
+                return
             log.exception("job message on %s: could not settle it; it is redelivered after the ack wait", msg.subject)
 
     # --- the loop ---------------------------------------------------------------------------
 
-    async def _consume(self, queue: str) -> None:
+    async def _subscribe(self, queue: str) -> Any:
+        """The queue's streams, its durable consumer and a pull subscription bound to it."""
         stream = broker.stream(queue)
-        await ensure_streams(self._js, queue, self.duplicate_window)
+        await ensure_streams(self._js, queue, self.duplicate_window, self.replicas)
         config = api.ConsumerConfig(durable_name=broker.CONSUMER, ack_policy=api.AckPolicy.EXPLICIT,
                                     ack_wait=self.lease, max_deliver=-1, filter_subject=broker.subject(queue))
         try:
             await self._js.add_consumer(stream, config)
-        except Exception as exc:  # it exists with another ack wait (another lease): use it as it is
+        except APIError as exc:  # it exists with another ack wait (another lease): use it as it is
+            if exc.code == 503:
+                raise
             info = await self._js.consumer_info(stream, broker.CONSUMER)
             log.warning("queue %s: consumer exists with ack wait %s s, not this worker's lease %g s (%s)",
                         queue, info.config.ack_wait, self.lease, type(exc).__name__)
-        sub = await self._js.pull_subscribe_bind(durable=broker.CONSUMER, stream=stream)
+        return await self._js.pull_subscribe_bind(durable=broker.CONSUMER, stream=stream)
+
+    async def _consume(self, queue: str) -> None:
+        """Fetch `queue`'s messages while there are free slots, until stopped. The broker may be
+        away for a while (a node of the cluster lost, its streams and consumers electing new
+        leaders, the connection moving to another server): a fetch or a setup that fails is
+        logged and tried again, at most every UNAVAILABLE_PAUSE seconds; only a setup that
+        fails for another reason than the broker's absence, before the first fetch, ends the
+        worker (a misconfiguration, such as more replicas than the cluster has nodes)."""
+        sub = None
+        started = False
         while not self._stop.is_set():
+            if sub is None:
+                try:
+                    sub = await self._subscribe(queue)
+                    started = True
+                except Exception as exc:
+                    if not started and not unavailable(exc):
+                        raise
+                    self._complain(queue, "cannot set up its consumer", exc)
+                    await self._pause()
+                    continue
             # Fetch only what can start now: a fetched message's ack wait is already running.
             slots = self.concurrency + (self.async_concurrency if tasks.any_async() else 0)
             free = slots - len(self._running)
@@ -222,10 +281,29 @@ class NatsWorker:
                 msgs = await sub.fetch(min(self.batch_size, free), timeout=self.poll_interval)
             except (NatsTimeout, TimeoutError):
                 continue
+            except Exception as exc:  # the broker away: try again, and set the consumer up again
+                self._complain(queue, "fetch failed", exc)
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+                sub = None
+                await self._pause()
+                continue
+            self._complained.pop(queue, None)
             for msg in msgs:
                 task = asyncio.create_task(self._guarded(msg))
                 self._running.add(task)
                 task.add_done_callback(self._running.discard)
+
+    def _complain(self, queue: str, what: str, exc: BaseException) -> None:
+        """Log a broker failure of `queue` once per COMPLAIN_EVERY seconds, not once per try."""
+        now = time.monotonic()
+        if now - self._complained.get(queue, float("-inf")) >= COMPLAIN_EVERY:
+            self._complained[queue] = now
+            log.warning("queue %s: %s (%s: %s); trying again", queue, what, type(exc).__name__, exc)
+
+    async def _pause(self) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), UNAVAILABLE_PAUSE)
 
     async def run(self) -> int:
         try:

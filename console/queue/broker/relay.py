@@ -21,8 +21,15 @@ next round, after the relay looked for its queue's streams again (and created th
 of the batch that were acknowledged are marked, so one bad row holds nothing up.
 
 The relay wakes on the `skiplock_outbox` doorbell (enqueue's NOTIFY, delivered at commit) and
-also polls; it creates a queue's streams (jobs and dead letters) the first time it publishes
-to it, and deletes sent rows older than `[broker] outbox_keep` in bounded batches.
+also polls; it creates a queue's streams (jobs and dead letters, `[broker] replicas` replicas
+each) the first time it publishes to it, and deletes sent rows older than `[broker] outbox_keep`
+in bounded batches.
+
+On a JetStream cluster that loses a node (docs/exit-plan.md, "A JetStream cluster") the
+connection moves to another server by itself, and until the streams have elected new leaders
+publishes go unacknowledged and stream look-ups time out: the rows stay unsent, a round with
+failures is followed by a poll interval's pause (not the next doorbell), and nothing ends the
+process.
 
 It does not run handlers, retry jobs or read the broker's state: the broker worker
 (console.queue.broker.natsworker) does.
@@ -41,14 +48,22 @@ from typing import Any
 
 import nats
 import psycopg
+from nats.errors import (
+    ConnectionClosedError,
+    ConnectionReconnectingError,
+    NoRespondersError,
+    StaleConnectionError,
+)
+from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, ServiceUnavailableError
 from psycopg.rows import dict_row
 
 from console.queue import broker
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.relay")
+nats_log = logging.getLogger("skiplock.nats")  # the broker as the relay and the broker worker see it
 
 PRUNE_EVERY = 60.0  # seconds between two prunes of sent rows
 PRUNE_BATCH = 1000
@@ -62,34 +77,75 @@ class RelaySettings:
     publish_timeout: float = 5.0
     duplicate_window: float = 120.0
     outbox_keep: float = 3600.0
+    replicas: int = 1
 
 
-async def ensure_streams(js: Any, queue: str, duplicate_window: float) -> None:
-    """Create `queue`'s work-queue stream and its dead-letter stream unless they exist."""
+async def ensure_streams(js: Any, queue: str, duplicate_window: float, replicas: int = 1) -> None:
+    """Create `queue`'s work-queue stream and its dead-letter stream unless they exist, each with
+    `replicas` replicas ([broker] replicas). A stream that exists is left as it is: JetStream
+    cannot lower or raise a stream's replicas under its consumers without the operator's say
+    (`nats stream edit --replicas`), so a different count is logged, not changed."""
     for name, subject, retention in ((broker.stream(queue), broker.subject(queue), api.RetentionPolicy.WORK_QUEUE),
                                      (broker.dead_stream(queue), broker.dead_subject(queue), api.RetentionPolicy.LIMITS)):
         try:
-            await js.stream_info(name)
+            info = await js.stream_info(name)
         except NotFoundError:
             await js.add_stream(api.StreamConfig(name=name, subjects=[subject], retention=retention,
-                                                 storage=api.StorageType.FILE, duplicate_window=duplicate_window))
+                                                 storage=api.StorageType.FILE, duplicate_window=duplicate_window,
+                                                 num_replicas=replicas))
+            continue
+        has = info.config.num_replicas or 1
+        if has != replicas:
+            nats_log.warning("stream %s exists with %d replica(s), not [broker] replicas = %d: it is left as it is "
+                        "(change it with `nats stream edit %s --replicas %d`)", name, has, replicas, name, replicas)
+
+
+def unavailable(exc: BaseException) -> bool:
+    """True when `exc` says the broker is away for now rather than that the request is wrong:
+    no answer in time, no server to answer (a stream or consumer without an elected leader),
+    the connection lost or being made again, or JetStream's own "temporarily unavailable"."""
+    if isinstance(exc, TimeoutError | NatsTimeout | NoRespondersError | ConnectionClosedError
+                  | ConnectionReconnectingError | StaleConnectionError | ServiceUnavailableError | NoStreamResponseError):
+        return True
+    return isinstance(exc, APIError) and exc.code in (408, 503)
 
 
 CONNECT_WITHIN = 15.0  # seconds the first connection to NATS may take before the process gives up
 
 
 async def _nats_error(exc: Exception) -> None:
-    log.warning("nats: %s", str(exc) or type(exc).__name__)  # one line, not the client's traceback
+    text = str(exc) or type(exc).__name__
+    nats_log.warning("nats: %s", text.removeprefix("nats: "))  # one line, not the client's traceback
 
 
 async def connect_nats(nats_url: str, name: str) -> Any:
     """A NATS connection that reconnects for ever once made; the first connection must succeed
     within CONNECT_WITHIN seconds, so a wrong address ends the process with a message instead
-    of retrying silently for ever."""
-    return await asyncio.wait_for(
+    of retrying silently for ever. Losing a server and reconnecting (to another of `nats_url`'s
+    servers, or one the cluster told the client about) is logged, one line each."""
+    nc: Any = None
+
+    async def disconnected() -> None:
+        if nc is not None and (nc.is_closed or nc.is_draining):
+            return  # this process closing its connection, not a server lost
+        nats_log.warning("nats: disconnected from %s; reconnecting", _server(nc))
+
+    async def reconnected() -> None:
+        nats_log.info("nats: reconnected to %s", _server(nc))
+
+    nc = await asyncio.wait_for(
         nats.connect(servers=broker.servers(nats_url), name=name, max_reconnect_attempts=-1, connect_timeout=5,
-                     error_cb=_nats_error),
+                     error_cb=_nats_error, disconnected_cb=disconnected, reconnected_cb=reconnected),
         CONNECT_WITHIN)
+    nats_log.info("nats: connected to %s", _server(nc))
+    return nc
+
+
+def _server(nc: Any) -> str:
+    """The address of the server `nc` is (or was last) connected to, without credentials."""
+    srv = getattr(nc, "_current_server", None)  # connected_url is None once disconnected
+    url = getattr(srv, "uri", None)
+    return f"{url.hostname}:{url.port}" if url is not None else "(none)"
 
 
 def message(row: dict[str, Any]) -> bytes:
@@ -117,6 +173,7 @@ class Relay:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._streams: set[str] = set()
+        self._complained: dict[str, float] = {}
 
     def stop(self) -> None:
         self._stop.set()
@@ -158,10 +215,19 @@ class Relay:
             rows = await cur.fetchall()
         if not rows:
             return 0, 0
-        for queue in {r["queue"] for r in rows}:
+        read = len(rows)
+        for queue in sorted({r["queue"] for r in rows}):
             if queue not in self._streams:
-                await ensure_streams(js, queue, self.settings.duplicate_window)
+                try:
+                    await ensure_streams(js, queue, self.settings.duplicate_window, self.settings.replicas)
+                except Exception as exc:  # broker away, or a stream it refuses: the rows wait
+                    self._complain(queue, exc)
+                    continue
                 self._streams.add(queue)
+        ready = [r for r in rows if r["queue"] in self._streams]
+        if not ready:
+            return read, 0
+        rows = ready
         results = await asyncio.gather(*(
             js.publish(broker.subject(r["queue"]), message(r), timeout=self.settings.publish_timeout,
                        headers={broker.MSG_ID: str(r["msg_id"]), broker.JOB_ID: str(r["id"])})
@@ -178,7 +244,15 @@ class Relay:
         if acked:
             await conn.execute(query("broker", "outbox_sent"), {"ids": acked})
             self.published += len(acked)
-        return len(rows), len(acked)
+        return read, len(acked)
+
+    def _complain(self, queue: str, exc: BaseException) -> None:
+        """Log that `queue`'s streams cannot be looked up or created, at most every 10 s."""
+        now = time.monotonic()
+        if now - self._complained.get(queue, float("-inf")) >= 10.0:
+            self._complained[queue] = now
+            log.warning("relay: cannot look up or create the streams of queue %s (%s: %s); its rows stay unsent",
+                        queue, type(exc).__name__, str(exc) or "-")
 
     async def _prune(self, conn: psycopg.AsyncConnection[Any]) -> int:
         total = 0
@@ -220,7 +294,15 @@ class Relay:
                     if listener.done():  # the doorbell's connection died: the loop still polls
                         listener = asyncio.create_task(self._listen())
                     await lock_conn.execute("SELECT 1")  # leadership lives with this session
-                    read, _ = await self.relay_once(conn, js)
+                    read, sent = await self.relay_once(conn, js)
+                    if sent < read:
+                        # The broker refused or did not answer (a stream electing its leader, a
+                        # node lost): wait a poll interval before the next round, whatever the
+                        # doorbell says, rather than asking again at the rate jobs arrive.
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._stop.wait(), self.settings.poll_interval)
+                        self._wake.clear()
+                        continue
                     if read == self.settings.batch_size:
                         continue  # more may be waiting
                     if time.monotonic() - last_prune >= PRUNE_EVERY:
