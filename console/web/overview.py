@@ -252,13 +252,18 @@ class Judge:
         return (min(amber) if amber else None), (min(red) if red else None)
 
     def per_label(self, metric: str, label: str) -> dict[str, tuple[float | None, str]]:
-        """{label value: (latest value, level)} for a per-queue (or per-table) metric."""
+        """{label value: (latest value, level)} for a per-queue (or per-table) metric: of several
+        series with that label value (a queue on both backends), the worst level, and of equal
+        levels the larger value."""
         out = {}
         for s in (self.latest.of(metric) if self.latest else []):
             if label in s.labels:
                 key = s.labels[label]
                 lv = self.level(metric, s.value, s.labels)
-                if key not in out or LEVELS.index(_rank(lv)) > LEVELS.index(_rank(out[key][1])):
+                rank = LEVELS.index(_rank(lv))
+                if (key not in out or rank > LEVELS.index(_rank(out[key][1]))
+                        or (rank == LEVELS.index(_rank(out[key][1])) and s.value is not None
+                            and (out[key][0] is None or s.value > out[key][0]))):
                     out[key] = (s.value, lv)
         return out
 
@@ -724,8 +729,10 @@ def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[s
     judge = (judge or load_judge(conn)).with_latest(latest)
     depth: dict[str, dict[str, float | None]] = {}
     for s in latest.of("queue_depth"):
-        if "queue" in s.labels:
-            depth.setdefault(s.labels["queue"], {})[s.labels.get("state", "?")] = s.value
+        if "queue" in s.labels:  # a queue on both backends (a move's dual run): the two added
+            row = depth.setdefault(s.labels["queue"], {})
+            state_ = s.labels.get("state", "?")
+            row[state_] = s.value if row.get(state_) is None else row[state_] + (s.value or 0.0)
     ages = judge.per_label("queue_age_seconds", "queue")
     stuck = judge.per_label("stuck_leases", "queue")
     growth = judge.per_label("dead_letter_growth", "queue")

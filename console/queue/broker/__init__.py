@@ -16,8 +16,8 @@ of a broker queue's name, and switching a queue's backend. It imports no NATS cl
 install (and `import skiplock`) never needs nats-py; `relay` and `natsworker` import it.
 
 What it does not do (yet): move a queue with a dual-run window and the advisor's verdict
-(`skiplock queues move`), show broker queues in the console, or replay the broker's dead
-letters from it. Setting a queue's backend here only routes its NEW jobs: jobs already in
+(`skiplock queues move`), or replay the broker's dead letters from the console (which shows
+broker queues through console/collectors/broker.py). Setting a queue's backend here only routes its NEW jobs: jobs already in
 skiplock.jobs stay there for the PostgreSQL workers to finish.
 """
 
