@@ -52,24 +52,36 @@ async def _load(nats_url: str, *, jobs: int, held: int, redelivered: int, dead: 
     try:
         js = nc.jetstream()
         await ensure_streams(js, QUEUE, 120.0)
-        for i in range(jobs):
-            await js.publish(broker.subject(QUEUE), message(_job(i + 1, head_due + timedelta(seconds=10 * i))),
-                             headers={broker.MSG_ID: str(uuid.uuid4())})
+
+        async def publish(first: int, last: int) -> None:
+            for i in range(first, last):
+                await js.publish(broker.subject(QUEUE), message(_job(i + 1, head_due + timedelta(seconds=10 * i))),
+                                 headers={broker.MSG_ID: str(uuid.uuid4())})
+
         for i in range(dead):
             await js.publish(broker.dead_subject(QUEUE), json.dumps({"id": 100 + i, "last_error": "boom"}).encode(),
                              headers={broker.MSG_ID: f"{100 + i}:dead"})
-        if held:
-            await js.add_consumer(broker.stream(QUEUE), api.ConsumerConfig(
-                durable_name=broker.CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=60, max_deliver=-1,
-                filter_subject=broker.subject(QUEUE)))
-            sub = await js.pull_subscribe_bind(durable=broker.CONSUMER, stream=broker.stream(QUEUE))
-            msgs = await sub.fetch(held, timeout=5)
-            assert len(msgs) == held
-            for msg in msgs[:redelivered]:
+        if not held:
+            await publish(0, jobs)
+            return
+        await js.add_consumer(broker.stream(QUEUE), api.ConsumerConfig(
+            durable_name=broker.CONSUMER, ack_policy=api.AckPolicy.EXPLICIT, ack_wait=60, max_deliver=-1,
+            filter_subject=broker.subject(QUEUE)))
+        sub = await js.pull_subscribe_bind(durable=broker.CONSUMER, stream=broker.stream(QUEUE))
+        # The jobs to redeliver alone in the stream first: the pull after the nak can only be
+        # answered by their redelivery (the server handles a nak after the client sent it).
+        await publish(0, redelivered)
+        if redelivered:
+            first = await sub.fetch(redelivered, timeout=5)
+            for msg in first:
                 await msg.nak()
-            await nc.flush()  # the naks reach the server before the next pull request
-            again = await sub.fetch(redelivered, timeout=5) if redelivered else []
+            again = []
+            while len(again) < redelivered:
+                again += await sub.fetch(redelivered - len(again), timeout=5)
             assert [m.metadata.num_delivered for m in again] == [2] * redelivered
+        await publish(redelivered, jobs)
+        if held > redelivered:
+            assert len(await sub.fetch(held - redelivered, timeout=5)) == held - redelivered
     finally:
         await nc.close()
 
