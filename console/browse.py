@@ -826,10 +826,8 @@ def backlog_points(conn: psycopg.Connection, window: timedelta = timedelta(minut
         if "external" in r["labels"]:
             continue  # an [[external_queues]] series, not one of Skiplock's queues
         points = summed.setdefault(r["labels"].get("queue", "?"), {})
-        if r["value"] is not None:
-            points[r["at"]] = (points.get(r["at"]) or 0.0) + r["value"]
-        else:
-            points.setdefault(r["at"], None)
+        if r["value"] is not None:  # "not measured" is no point (drain_estimate skips them too)
+            points[r["at"]] = points.get(r["at"], 0.0) + r["value"]
     return {queue: sorted(points.items(), key=lambda p: p[0]) for queue, points in summed.items()}
 
 

@@ -198,7 +198,8 @@ def _judge_rows(rows: list[dict[str, Any]]) -> None:
     for s in (latest.data.rows if latest.ok else []):
         if "external" not in s.labels:  # a queue on both backends: the two arrival rates added
             name = s.labels.get("queue")
-            growth[name] = s.value if growth.get(name) is None else growth[name] + (s.value or 0.0)
+            before = growth.get(name)
+            growth[name] = s.value if before is None else before + (s.value or 0.0)
     for row in rows:
         name = row["queue"]
         age = row.get("age_seconds") if row.get("eligible") else 0.0
