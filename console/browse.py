@@ -750,8 +750,10 @@ FAILED_CAP = 10_000
 
 
 def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, failed_cap: int = FAILED_CAP) -> list[dict[str, Any]]:
-    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused, and
-    which figures are lower bounds (`pending_capped`, `failed_capped`)."""
+    """Per queue: eligible, scheduled, running, stuck, failed, oldest eligible, paused, the
+    backend that serves its new jobs, and which figures are lower bounds (`pending_capped`,
+    `failed_capped`). PostgreSQL's figures only: a broker queue's come from the samples
+    (console.collectors.broker.broker_figures)."""
     with conn.cursor(row_factory=dict_row) as cur:
         pending_rows = cur.execute(query("browse", "pending_by_queue"), {"cap": pending_cap}).fetchall()
         running = {r["queue"]: r for r in cur.execute(query("browse", "running_by_queue"), {"cap": pending_cap}).fetchall()}
@@ -777,6 +779,7 @@ def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, f
             "paused": bool(fl.get("paused")),
             "paused_at": fl.get("paused_at"),
             "paused_by": fl.get("paused_by"),
+            "backend": fl.get("backend") or "postgres",
             "pending_capped": pending_capped,
             "failed_capped": failed_capped,
         })
@@ -814,15 +817,18 @@ def drain_estimate(points: list[tuple[datetime, float]], *, min_span: float = 60
 
 
 def backlog_points(conn: psycopg.Connection, window: timedelta = timedelta(minutes=15)) -> dict[str, list[tuple[datetime, float]]]:
-    """Eligible-backlog samples per queue (the collectors' queue_depth{state=eligible}), in one query."""
+    """Eligible-backlog samples per queue (the collectors' queue_depth{state=eligible}), in one
+    query; a queue with jobs on both backends (a move's dual run) has their sum at each time."""
     from console import samples
 
-    out: dict[str, list[tuple[datetime, float]]] = {}
+    summed: dict[str, dict[datetime, float]] = {}
     for r in samples.series(conn, "queue_depth", since=window, labels={"state": "eligible"}):
         if "external" in r["labels"]:
             continue  # an [[external_queues]] series, not one of Skiplock's queues
-        out.setdefault(r["labels"].get("queue", "?"), []).append((r["at"], r["value"]))
-    return out
+        points = summed.setdefault(r["labels"].get("queue", "?"), {})
+        if r["value"] is not None:  # "not measured" is no point (drain_estimate skips them too)
+            points[r["at"]] = points.get(r["at"], 0.0) + r["value"]
+    return {queue: sorted(points.items(), key=lambda p: p[0]) for queue, points in summed.items()}
 
 
 # --- workers ----------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ class Metric:
 
 _METRICS = [
     # --- the queue --------------------------------------------------------------------
-    Metric("queue_depth", "Jobs in the queue by state (eligible, scheduled, running, failed).", "jobs", ("queue", "state", "system", "external")),
-    Metric("queue_age_seconds", "Age of the oldest eligible pending job (how long the head has waited).", "seconds", ("queue", "system", "external")),
+    Metric("queue_depth", "Jobs in the queue by state (eligible, scheduled, running, failed).", "jobs", ("queue", "state", "system", "external", "backend")),
+    Metric("queue_age_seconds", "Age of the oldest eligible pending job (how long the head has waited).", "seconds", ("queue", "system", "external", "backend")),
     Metric("claim_latency_seconds", "Claim round-trip time: from workers' counters, pg_stat_statements, or a rolled-back probe claim (an external source: the mean of its claim statements in pg_stat_statements, system and external set).", "seconds", ("queue", "source", "quantile", "system", "external")),
     Metric("claim_buffers_per_call", "Shared buffers (hit + read) per claim call since the last sample (pg_stat_statements deltas); climbs with dead index entries.", "buffers", ("statement",)),
     Metric("claim_rows_per_call", "Rows returned per claim call since the last sample (pg_stat_statements deltas); flat while buffers per call climb = dead entries.", "rows", ("statement",)),
@@ -32,10 +32,11 @@ _METRICS = [
     Metric("queue_throughput", "Jobs of the queue finished per second by outcome (completed, failed, retried) since the last sample, from the workers' per-queue counters; a queue with any in the rate window is busy, not idle.", "jobs/s", ("queue", "outcome", "system")),
     Metric("failure_ratio", "Share of finished jobs that failed for good (went to the dead letters), over [scheduler] rate_window (default 15 min).", "ratio"),
     Metric("retry_rate", "Share of finished attempts that were retried, over [scheduler] rate_window (default 15 min).", "ratio"),
-    Metric("stuck_leases", "Running jobs whose lease has expired and that the reaper has not yet rescued.", "jobs", ("queue", "system", "external")),
-    Metric("stuck_lease_age_seconds", "How long ago the oldest stuck lease expired (0 when none).", "seconds", ("queue", "system", "external")),
-    Metric("dead_letters", "Jobs in the failed state (the dead-letter set).", "jobs", ("queue", "system", "external")),
-    Metric("dead_letter_growth", "Dead letters added per hour over [scheduler] rate_window (default 15 min): jobs that became failed within the window and still are.", "jobs/h", ("queue", "system", "external")),
+    Metric("stuck_leases", "Running jobs whose lease has expired and that the reaper has not yet rescued.", "jobs", ("queue", "system", "external", "backend")),
+    Metric("stuck_lease_age_seconds", "How long ago the oldest stuck lease expired (0 when none).", "seconds", ("queue", "system", "external", "backend")),
+    Metric("dead_letters", "Jobs in the failed state (the dead-letter set).", "jobs", ("queue", "system", "external", "backend")),
+    Metric("dead_letter_growth", "Dead letters added per hour over [scheduler] rate_window (default 15 min): jobs that became failed within the window and still are.", "jobs/h", ("queue", "system", "external", "backend")),
+    Metric("queue_redeliveries", "Jobs of a broker queue (backend=\"nats\") delivered more than once and not acknowledged yet: JetStream's num_redelivered of the queue's consumer (retries waiting out their delay, and jobs whose worker died or outlived the ack wait).", "jobs", ("queue", "system", "external", "backend")),
     Metric("error_group_new", "Dead letters of an error group that is new (change=new: its fingerprint was never seen before) or regressed (change=regressed: back after [scheduler] error_group_quiet without a dead letter), counted since that change and still dead letters; reported for [scheduler] error_group_new_for after it, never for an ignored group. fingerprint: the group's fingerprint, secret keys' values hidden.", "jobs", ("fingerprint", "change")),
     # --- a fair queue's groups (tenants; console/collectors/groups.py) -------------------------
     # Per (queue, group): the [scheduler] group_series groups of each fair queue that waited

@@ -21,6 +21,12 @@ none). `queue="all"` (a figure over every queue) is never folded. A queue that b
 the worst gets its own series back at the next scrape; alert rules on `_other` still fire (its
 age is the worst of the folded queues).
 
+**Backends.** The per-queue series of Skiplock's queues carry `backend`: `nats` for a queue
+NATS JetStream serves (console/collectors/broker.py stores it), `postgres` for every other one
+(added here: those samples are stored without it, as before the broker existed). A queue moving
+between backends has a series of each while jobs are on both sides; the two are ranked and
+folded as one queue.
+
 A fair queue's groups (tenants, the `group_*` metrics) get the same treatment one level down:
 the collector already keeps at most `[scheduler] group_series` groups a queue, and here the
 `group_limit` worst of those (`web.metrics_group_series`; starving, then the longest wait, the
@@ -55,6 +61,10 @@ KEEP_QUEUES = frozenset({"all"})  # figures over every queue, not a queue's own
 WORST_OF = frozenset({"queue_age_seconds", "stuck_lease_age_seconds", "claim_latency_seconds", "group_age_seconds"})
 QUEUE_METRICS = frozenset(m.name for m in METRICS.values() if "queue" in m.labels)
 GROUP_METRICS = frozenset(m.name for m in METRICS.values() if "group" in m.labels)
+# A label's value where a sample does not carry it: a queue series without `backend` is a
+# PostgreSQL queue's (Skiplock's own, and every [[external_queues]] source's), whose stored labels
+# predate the broker and are kept as they were so their history and alert states go on.
+LABEL_DEFAULTS = {"backend": "postgres"}
 
 
 def _worst_queues(samples: list[Sample], limit: int) -> set[tuple[str | None, str]]:
@@ -190,7 +200,7 @@ class _Snapshot:
             meta = METRICS[name]
             family = GaugeMetricFamily(PREFIX + name, f"{meta.help} [{meta.unit}]", labels=lead + list(meta.labels))
             for database, s in by_metric[name]:
-                values = [str(s.labels.get(label, "")) for label in meta.labels]
+                values = [str(s.labels.get(label, LABEL_DEFAULTS.get(label, ""))) for label in meta.labels]
                 family.add_metric(([database] if lead else []) + values, float(s.value))
             yield family
         age = GaugeMetricFamily(PREFIX + "collection_age_seconds", METRICS["collection_age_seconds"].help, labels=lead)

@@ -66,6 +66,15 @@ def latest(conn: psycopg.Connection, metric: str | None = None, *, within: timed
     return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
 
 
+def latest_labelled(conn: psycopg.Connection, metrics: list[str], labels: dict[str, str], *,
+                    within: timedelta = timedelta(minutes=10)) -> list[Sample]:
+    """The newest sample of each series of `metrics` whose labels include `labels`."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("samples", "latest_labelled"), {"metrics": list(metrics), "labels": Jsonb(labels),
+                                                                  "within": within.total_seconds()}).fetchall()
+    return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
+
+
 QUEUE_MEMORY = timedelta(hours=24)
 
 

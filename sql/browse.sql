@@ -128,7 +128,7 @@ WHERE r.target = %(target)s
 ORDER BY r.at;
 
 -- name: queue_flags
-SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by
+SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by, q.backend
 FROM skiplock.queues AS q;
 
 -- name: workers

@@ -20,6 +20,20 @@ WHERE l.collected_at >= now() - make_interval(secs => %(within)s)
   AND (%(metric)s::text IS NULL OR l.metric = %(metric)s)
 ORDER BY l.metric, l.labels;
 
+-- name: latest_labelled
+-- The newest value of the series of %(metrics)s whose labels contain %(labels)s (a JSON object),
+-- seen within the last %(within)s seconds: the primary key's walk of those metrics, filtered.
+SELECT
+    l.metric,
+    l.labels,
+    l.value,
+    l.collected_at
+FROM skiplock.samples_latest AS l
+WHERE l.metric = ANY(%(metrics)s::text[])
+  AND l.labels @> %(labels)s::jsonb
+  AND l.collected_at >= now() - make_interval(secs => %(within)s)
+ORDER BY l.metric, l.labels;
+
 -- name: series_raw
 SELECT
     s.collected_at AS at,

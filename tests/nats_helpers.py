@@ -31,6 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 NATS_SERVER = shutil.which("nats-server") or ("/usr/sbin/nats-server" if Path("/usr/sbin/nats-server").exists() else None)
 
 
+RUNNING: dict[str, subprocess.Popen] = {}  # the nats_server fixtures' processes by URL (stop_server)
+
+
+def stop_server(nats_url: str) -> None:
+    """Stop the private nats-server at `nats_url` now (a broker that went away mid-test)."""
+    proc = RUNNING[nats_url]
+    proc.kill()
+    proc.wait(timeout=10)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -60,8 +70,10 @@ def nats_server(tmp_path):
                 if time.monotonic() > deadline:
                     raise AssertionError("nats-server did not accept connections within 10 s") from None
                 time.sleep(0.05)
+        RUNNING[f"nats://127.0.0.1:{port}"] = proc
         yield f"nats://127.0.0.1:{port}"
     finally:
+        RUNNING.pop(f"nats://127.0.0.1:{port}", None)
         proc.kill()
         proc.wait(timeout=10)
         log.close()

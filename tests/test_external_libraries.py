@@ -146,7 +146,7 @@ def test_pgqueuer_depth_age_stuck_and_dead_letters_match_the_library(pgqueuer_db
     oldest = scalar(pgqueuer_db, "SELECT extract(epoch FROM now() - min(execute_after)) FROM pgqueuer WHERE status = 'queued'")
     assert abs(value(report, "queue_age_seconds", queue="waiting", **lbl) - float(oldest)) < 5
     assert value(report, "table_live_tuples", table="legacy:public.pgqueuer", system="pgqueuer") is not None
-    assert 'skiplock_dead_letters{external="legacy",queue="boom",system="pgqueuer"} 1.0' in render_samples(report.samples).decode()
+    assert 'skiplock_dead_letters{backend="postgres",external="legacy",queue="boom",system="pgqueuer"} 1.0' in render_samples(report.samples).decode()
 
 
 def test_pgqueuer_throughput_from_its_log_and_claim_latency_from_its_dequeue(pgqueuer_db):

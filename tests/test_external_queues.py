@@ -118,7 +118,8 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
     assert value(report, "table_size_bytes", table="app:public.app_jobs", part="heap", system="table") > 0
     assert value(report, "table_live_tuples", table="app:public.app_jobs", system="table") is not None
     body = render_samples(report.samples).decode()
-    assert 'skiplock_queue_depth{external="app",queue="slow",state="eligible",system="table"} 2.0' in body, body
+    assert ('skiplock_queue_depth{backend="postgres",external="app",queue="slow",state="eligible",system="table"} 2.0'
+            in body), body
 
     # The pages list it with its system, read-only, and keep it out of Skiplock's own queues.
     viewer = client_as("viewer")

@@ -139,8 +139,9 @@ def look_here(conn: psycopg.Connection, metric: str | None, labels: Mapping[str,
     those links out (logged) and the caller's transaction goes on; a lost connection raises."""
     found = links.look_here(metric, labels, console_url)
     queue = (labels or {}).get("queue")
-    if metric not in links.DEAD_LETTER_METRICS or not queue or "external" in (labels or {}):
-        return found  # an external queue's dead letters are not in Skiplock's error groups
+    if (metric not in links.DEAD_LETTER_METRICS or not queue or "external" in (labels or {})
+            or (labels or {}).get("backend") == "nats"):
+        return found  # an external or broker queue's dead letters are not in Skiplock's error groups
     try:
         fresh = new_error_groups(conn, queue, fired, timeout_ms=timeout_ms)
     except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable) as exc:

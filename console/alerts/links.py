@@ -279,6 +279,16 @@ def _external(labels: Mapping[str, str]) -> Pairs:
     return _external_for("external_source_errors")(labels)
 
 
+def _broker(labels: Mapping[str, str]) -> Pairs:
+    """A queue NATS JetStream serves (backend="nats"): its jobs are in the broker, not in
+    skiplock.jobs, so the jobs list would show none of them; its page shows the broker's figures
+    (the collector's newest reading), and the collectors' errors say whether the broker answered."""
+    queue = _queue(labels)
+    page = (f"Queue {queue} on NATS JetStream", _path(f"/queues/{quote(queue, safe='')}", "queue-broker")) \
+        if queue else ("Queues", "/queues")
+    return [page, ("Maintenance: the collectors' errors of the last hour (broker)", "/maintenance#collectors")]
+
+
 def _periodic(labels: Mapping[str, str]) -> Pairs:
     """The periodic job named by the alert's `name` label (or `entry`): its row on /periodic."""
     entry = labels.get("entry") or labels.get("name")
@@ -306,6 +316,7 @@ _BY_METRIC: dict[str, Callable[[Mapping[str, str]], Pairs]] = {
     "workers_live": _workers,
     "workers_in_flight": _in_flight,
     "queue_depth_estimated": _queues,
+    "queue_redeliveries": _broker,
     "external_source_errors": _external,
     "completed_rows_estimate": _archive,
     "vacuum_removed_nothing": _horizon,
@@ -350,6 +361,8 @@ def why_queue(metric: str | None, labels: Mapping[str, str] | None) -> str | Non
     labels = labels or {}
     if metric not in WHY_METRICS or "external" in labels or labels.get("state") == "failed":
         return None
+    if labels.get("backend") == "nats":  # the answer reads skiplock.jobs and its workers, not the broker
+        return None
     return _queue(labels)
 
 
@@ -369,6 +382,8 @@ def look_here(metric: str | None, labels: Mapping[str, str] | None, console_url:
     labels = {str(k): str(v) for k, v in (labels or {}).items()}
     if "external" in labels:  # a queue Skiplock did not create: its own page, filtered to the queue
         fn = _external_for(metric or "")
+    elif labels.get("backend") == "nats" and "queue" in labels:  # a broker queue's series
+        fn = _broker
     return [Link(label, path, absolute(console_url, path)) for label, path in fn(labels)]
 
 

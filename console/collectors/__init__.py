@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 
 from console import samples as samples_store
 from console.collectors import (
+    broker,
     database,
     errorgroups,
     external,
@@ -55,6 +56,7 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector("wal", database.collect_wal, "WAL bytes per second and replica lag."),
     Collector("connections", database.collect_connections, "Connections by state, max_connections, NOTIFY queue."),
     Collector("external", external.collect, "[[external_queues]]: depth, age, stuck, dead letters and table health of queues Skiplock did not create."),
+    Collector("broker", broker.collect, "Queues served by NATS JetStream: depth, ack pending, redeliveries, head age and dead letters from the JetStream API (backend=\"nats\")."),
     Collector("periodic", periodic.collect, "Periodic jobs: age of the last success against the interval, missed slots."),
     Collector("restarts", restarts.collect, "Scheduler processes that replaced one that died, in the last 15 minutes."),
 )

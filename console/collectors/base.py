@@ -72,6 +72,9 @@ class Options:
     tables: tuple[tuple[str, str], ...] = WATCHED_TABLES
     # [[external_queues]] entries (console.config.ExternalQueue) the external collector reads.
     external: tuple[Any, ...] = ()
+    # [broker] nats_url: where the broker collector reads the queues NATS JetStream serves
+    # (console.collectors.broker; read only when some queue's backend is 'nats').
+    broker_url: str = ""
 
     @classmethod
     def from_config(cls, config: Any | None, database: str | None = None) -> Options:
@@ -95,6 +98,7 @@ class Options:
             error_group_new_for=s.error_group_new_for.total_seconds(),
             secret_keys=DEFAULT_KEYS | key_set(config.web.redact_keys),
             external=tuple(sources_of(config, database)),
+            broker_url=config.broker.nats_url or "",
         )
 
 

@@ -252,13 +252,22 @@ class Judge:
         return (min(amber) if amber else None), (min(red) if red else None)
 
     def per_label(self, metric: str, label: str) -> dict[str, tuple[float | None, str]]:
-        """{label value: (latest value, level)} for a per-queue (or per-table) metric."""
-        out = {}
+        """{label value: (latest value, level)} for a per-queue (or per-table) metric: of several
+        series with that label value (a queue on both backends), the worst level, and of equal
+        levels the larger value."""
+        out: dict[str, tuple[float | None, str]] = {}
         for s in (self.latest.of(metric) if self.latest else []):
             if label in s.labels:
                 key = s.labels[label]
                 lv = self.level(metric, s.value, s.labels)
-                if key not in out or LEVELS.index(_rank(lv)) > LEVELS.index(_rank(out[key][1])):
+                rank = LEVELS.index(_rank(lv))
+                held = out.get(key)
+                if held is None:
+                    out[key] = (s.value, lv)
+                    continue
+                held_value, held_rank = held[0], LEVELS.index(_rank(held[1]))
+                if rank > held_rank or (rank == held_rank and s.value is not None
+                                        and (held_value is None or s.value > held_value)):
                     out[key] = (s.value, lv)
         return out
 
@@ -724,8 +733,11 @@ def queues_data(conn, latest: Latest, judge: Judge | None = None) -> list[dict[s
     judge = (judge or load_judge(conn)).with_latest(latest)
     depth: dict[str, dict[str, float | None]] = {}
     for s in latest.of("queue_depth"):
-        if "queue" in s.labels:
-            depth.setdefault(s.labels["queue"], {})[s.labels.get("state", "?")] = s.value
+        if "queue" in s.labels:  # a queue on both backends (a move's dual run): the two added
+            row = depth.setdefault(s.labels["queue"], {})
+            state_ = s.labels.get("state", "?")
+            before = row.get(state_)
+            row[state_] = s.value if before is None else before + (s.value or 0.0)
     ages = judge.per_label("queue_age_seconds", "queue")
     stuck = judge.per_label("stuck_leases", "queue")
     growth = judge.per_label("dead_letter_growth", "queue")

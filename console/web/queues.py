@@ -1,5 +1,6 @@
 """Queues: per-queue figures (depth by state, age of the oldest eligible job, stuck leases,
-dead letters; an idle queue stays listed for 24 h after its last sample, with "idle since"), a
+dead letters; a queue NATS JetStream serves is marked `nats`, with the broker's figures from the
+collectors' samples added to PostgreSQL's; an idle queue stays listed for 24 h after its last sample, with "idle since"), a
 backlog drain estimate from the collectors' samples, pause/resume, and the queue's concurrency and
 rate limits with their usage (console.queue.limits).
 
@@ -21,6 +22,7 @@ from flask import Blueprint, abort, jsonify, redirect, render_template, request,
 
 from console import browse, samples, signals
 from console.actions import MAX_REASON, ReasonRequired
+from console.collectors.broker import broker_figures
 from console.maintenance import UnknownQueue, pause_queue, resume_queue
 from console.queue import limits
 from console.web import listing, state
@@ -45,22 +47,25 @@ GROUPS = obj({"groups": arr(GROUP_ROW), "groups_seen": INT, "groups_truncated": 
               "window_seconds": NUM, "starving": arr(GROUP_ROW), "error": opt(STR)},
              optional=("groups", "groups_seen", "groups_truncated", "median_age_seconds", "window_seconds", "starving",
                        "error"))
+BROKER = obj({"eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "age_seconds": opt(NUM),
+              "redeliveries": opt(NUM), "at": opt(TIME)})
 QUEUE_ROW = obj({"queue": STR, "eligible": opt(NUM), "running": opt(NUM), "failed": opt(NUM), "paused": opt(BOOL),
-                 "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE),
+                 "idle": BOOL, "idle_since": opt(TIME), "limits": opt(USAGE), "backend": {"enum": ["postgres", "nats"]},
+                 "broker": BROKER,
                  "drain": obj({"state": STR, "text": STR, "seconds": opt(NUM), "net_per_second": opt(NUM)})},
-                optional=("eligible", "running", "failed", "paused", "limits"))
+                optional=("eligible", "running", "failed", "paused", "limits", "backend", "broker"))
 
 
 def _from_samples(conn) -> list[dict[str, Any]]:
     """Figures from the latest samples, for when the live query is too slow."""
     by_queue: dict[str, dict[str, Any]] = {}
     for s in samples.latest(conn, "queue_depth"):
-        if "external" in s.labels:
+        if "external" in s.labels or "backend" in s.labels:  # a broker's: added by with_broker
             continue
         row = by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?"), "sampled_at": s.at})
         row[s.labels.get("state", "?")] = s.value
     for s in samples.latest(conn, "queue_age_seconds"):
-        if "external" in s.labels:
+        if "external" in s.labels or "backend" in s.labels:
             continue
         by_queue.setdefault(s.labels.get("queue", "?"), {"queue": s.labels.get("queue", "?")})["age_seconds"] = s.value
     return sorted(by_queue.values(), key=lambda r: r["queue"])
@@ -88,6 +93,32 @@ def with_idle_queues(rows: list[dict[str, Any]], activity: dict[str, dict[str, A
     return out
 
 
+def with_broker(rows: list[dict[str, Any]], figures: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with each broker queue's newest figures (console.collectors.broker.broker_figures)
+    added: `broker` holds the broker's own (eligible: not delivered yet, running: delivered and
+    not acknowledged, failed: the dead-letter stream, age_seconds, redeliveries, at), and the
+    row's eligible, running and failed become the sum of both backends (during a move jobs are
+    on both sides), its age the older head. A queue the rows do not know yet is added."""
+    by_name = {r["queue"]: r for r in rows}
+    now = datetime.now(UTC)
+    for name, f in figures.items():
+        row = by_name.get(name)
+        if row is None:
+            row = by_name[name] = {"queue": name, **IDLE_ROW, "backend": "nats"}
+            rows.append(row)
+        row.setdefault("backend", "nats")
+        row["broker"] = {"eligible": f.get("eligible"), "running": f.get("running"), "failed": f.get("failed"),
+                         "age_seconds": f.get("age_seconds"), "redeliveries": f.get("redeliveries"), "at": f.get("at")}
+        for key in ("eligible", "running", "failed"):
+            if f.get(key) is not None:
+                row[key] = (row.get(key) or 0) + round(f[key])
+        age = f.get("age_seconds")
+        if f.get("eligible") and age is not None and age > (row.get("age_seconds") or 0.0):
+            row["age_seconds"] = age
+            row["oldest_eligible"] = now - timedelta(seconds=age)
+    return rows
+
+
 def worst_first(row: dict[str, Any]) -> tuple:
     """The order of the queues list: stuck leases, then the oldest waiting job, then dead
     letters, then backlog; an idle queue (all zero) last; the name breaks ties."""
@@ -103,6 +134,9 @@ def queue_rows() -> tuple[list[dict[str, Any]], str, str | None]:
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
+    broker = run_panel(broker_figures)
+    if broker.ok:
+        rows = with_broker(rows, broker.data)
     activity = run_panel(samples.queue_activity)
     rows = with_idle_queues(rows, activity.data if activity.ok else {}, window=signals.rate_window(state().config))
     rows.sort(key=worst_first)
@@ -160,8 +194,12 @@ def _judge_rows(rows: list[dict[str, Any]]) -> None:
     judged = run_panel(load_judge)
     judge = judged.data if judged.ok else default_judge()
     latest = run_panel(lambda conn: Latest(samples.latest(conn, "dead_letter_growth")))
-    growth = {s.labels.get("queue"): s.value for s in (latest.data.rows if latest.ok else [])
-              if "external" not in s.labels}
+    growth: dict[str | None, float | None] = {}
+    for s in (latest.data.rows if latest.ok else []):
+        if "external" not in s.labels:  # a queue on both backends: the two arrival rates added
+            name = s.labels.get("queue")
+            before = growth.get(name)
+            growth[name] = s.value if before is None else before + (s.value or 0.0)
     for row in rows:
         name = row["queue"]
         age = row.get("age_seconds") if row.get("eligible") else 0.0

@@ -16,8 +16,9 @@ of a broker queue's name, and switching a queue's backend. It imports no NATS cl
 install (and `import skiplock`) never needs nats-py; `relay` and `natsworker` import it.
 
 Moving a queue with its dual-run window and the advisor's verdict (`skiplock queues move`,
-`skiplock exit-plan`) is console.exitplan's; it calls `set_backend(..., move=True)`. What it does
-not do (yet): show broker queues in the console, or replay the broker's dead letters from it. Setting a queue's backend here only routes its NEW jobs: jobs already in
+`skiplock exit-plan`) is console.exitplan's; it calls `set_backend(..., move=True)`. The console
+shows broker queues through console/collectors/broker.py. What it does not do (yet): replay the
+broker's dead letters from the console. Setting a queue's backend here only routes its NEW jobs: jobs already in
 skiplock.jobs stay there for the PostgreSQL workers to finish.
 """
 
