@@ -41,7 +41,7 @@ def pytest_addoption(parser):
         "--postgresql", metavar="MAJOR", type=int, default=None,
         help="run the session's private cluster on this PostgreSQL major (16, 17, 18: the binaries "
              "scripts/bootstrap.sh --test unpacks; default: the machine's own, 15). `make test` runs "
-             "the matrix files (Makefile PG_MATRIX_FILES) once per major with it.",
+             "the matrix files (Makefile PG_MATRIX_QUEUE and PG_MATRIX_READS) once per major with it.",
     )
 
 

@@ -1,6 +1,6 @@
 """What differs between the supported PostgreSQL majors (15, 16, 17, 18), checked on the server
 of this session: `make test` runs this file with the other matrix files once per major
-(`--postgresql 16`, ...; Makefile PG_MATRIX_FILES).
+(`--postgresql 16`, ...; Makefile PG_MATRIX_QUEUE and PG_MATRIX_READS).
 
 A view's column that a newer major dropped or renamed fails a query outright, and every named
 query is planned here; a name that changed its spelling (pg_stat_slru's SLRUs and the SLRU wait
