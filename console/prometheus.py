@@ -194,11 +194,17 @@ class Target:
     metric: str
     by: tuple[str, ...] = ()  # catalog labels to keep (job and database are always kept)
     labels: tuple[tuple[str, str], ...] = ()  # fixed label matchers
+    # A count a queue can hold on both backends at once (during a move to NATS, its PostgreSQL
+    # side drains while the broker side fills): added up across `backend`, not the larger side.
+    sum_backends: bool = False
 
     def expr(self) -> str:
         inner = series(self.metric, dict(self.labels), extra=SELECTOR)
+        keep = ("job", "database") + self.by
         # max, not sum: several web processes scraped as one job export the same stored cycle.
-        return f"max by ({', '.join(('job', 'database') + self.by)}) ({inner})"
+        if not self.sum_backends:
+            return f"max by ({', '.join(keep)}) ({inner})"
+        return f"sum by ({', '.join(keep)}) (max by ({', '.join(keep + ('backend',))}) ({inner}))"
 
     def legend(self) -> str:
         parts = [f"{{{{{label}}}}}" for label in self.by] or [self.metric]
@@ -215,15 +221,15 @@ class Panel:
 
 ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
     ("Queue", (
-        Panel("Queue depth", (Target("queue_depth", ("queue", "state")),)),
+        Panel("Queue depth", (Target("queue_depth", ("queue", "state"), sum_backends=True),)),
         Panel("Queue age (oldest eligible job)", (Target("queue_age_seconds", ("queue",)),),
               "Default alert queue_age: above 300 s for 2 min."),
-        Panel("Stuck leases", (Target("stuck_leases", ("queue",)),)),
+        Panel("Stuck leases", (Target("stuck_leases", ("queue",), sum_backends=True),)),
     )),
     ("Throughput and failures", (
         Panel("Throughput", (Target("throughput", ("outcome",)),), unit="suffix: jobs/s"),
-        Panel("Dead letters", (Target("dead_letters", ("queue",)),)),
-        Panel("Dead-letter growth", (Target("dead_letter_growth", ("queue",)),), unit="suffix: jobs/h"),
+        Panel("Dead letters", (Target("dead_letters", ("queue",), sum_backends=True),)),
+        Panel("Dead-letter growth", (Target("dead_letter_growth", ("queue",), sum_backends=True),), unit="suffix: jobs/h"),
         Panel("Retry rate", (Target("retry_rate"),)),
     )),
     ("Workers and claims", (

@@ -44,7 +44,7 @@ TOKEN = "prometheus-scrape-token"
 SERIES = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\s*(?:\{([^}]*)\})?")
 MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)")
 GROUPING = re.compile(r"\b(by|on|ignoring)\s*\(([^)]*)\)")
-PROMQL_WORDS = {"max", "by", "on", "ignoring", "and", "or", "unless", "ALERTS"}
+PROMQL_WORDS = {"max", "sum", "by", "on", "ignoring", "and", "or", "unless", "ALERTS"}
 
 
 def promtool() -> str:
@@ -153,6 +153,35 @@ def test_promtool_accepts_the_rules_their_unit_tests_and_the_dashboard_queries(t
     path.write_text(json.dumps({"groups": [{"name": "dashboard", "rules": records}]}))  # JSON is YAML
     parsed = subprocess.run([tool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert parsed.returncode == 0, parsed.stdout + parsed.stderr
+
+
+def test_a_queue_moving_to_nats_shows_both_sides_added_up_once_per_scraped_process(tmp_path):
+    """During a move a queue has jobs on both backends; two web processes scraped as one job
+    export the same stored cycle. The depth and dead-letter panels show 30 + 20, not the larger
+    side (30) and not each process counted twice (100)."""
+    tool = promtool()
+    by_metric = {t["expr"].split("skiplock_")[1].split("{")[0]: t["expr"] for t in dashboard_targets(dashboard_document())}
+    records = [{"record": f"dashboard:{metric}", "expr": by_metric[metric].replace("$job", ".*").replace("$database", ".*")}
+               for metric in ("queue_depth", "dead_letters")]
+    (tmp_path / "records.yml").write_text(json.dumps({"groups": [{"name": "dashboard", "rules": records}]}))
+    series = []
+    for instance in ("web-1:8080", "web-2:8080"):
+        for backend, depth in (("postgres", 30), ("nats", 20)):
+            common = f'job="skiplock",instance="{instance}",queue="billing",backend="{backend}"'
+            series.append({"series": f'skiplock_queue_depth{{{common},state="eligible"}}', "values": f"{depth}x4"})
+            series.append({"series": f"skiplock_dead_letters{{{common}}}", "values": f"{depth // 10}x4"})
+    unit = {"rule_files": ["records.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m", "input_series": series,
+        "promql_expr_test": [
+            {"expr": "dashboard:queue_depth", "eval_time": "2m",
+             "exp_samples": [{"labels": 'dashboard:queue_depth{job="skiplock",queue="billing",state="eligible"}', "value": 50}]},
+            {"expr": "dashboard:dead_letters", "eval_time": "2m",
+             "exp_samples": [{"labels": 'dashboard:dead_letters{job="skiplock",queue="billing"}', "value": 5}]},
+        ]}]}
+    (tmp_path / "records_test.yml").write_text(json.dumps(unit))
+    tested = subprocess.run([tool, "test", "rules", "records_test.yml"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def test_the_command_prints_the_files():
