@@ -23,7 +23,7 @@ import pytest
 
 from console.db import connect, migrate
 from console.pgcluster import RELAXED_DURABILITY, PostgresNotFound, PrivateCluster, find_bindir
-from tests.spare_databases import SpareDatabases
+from tests.spare_databases import COPY_STRATEGY, SpareDatabases
 from tests.timeouts import pytest_sessionstart, pytest_terminal_summary, pytest_timeout_set_timer  # noqa: F401 (hooks)
 
 TEMPLATE = "skiplock_template"
@@ -181,7 +181,7 @@ def make_database(admin_dsn, template_db, spare_databases):
             name = _database_name()
             with connect(admin_dsn) as conn:
                 if template:
-                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY {COPY_STRATEGY}')
                 else:
                     conn.execute(f'CREATE DATABASE "{name}"')
         created.append(name)
