@@ -87,6 +87,19 @@ def test_a_viewer_reads_the_plan_the_cli_prints_without_the_move_form(dsn, conn,
     assert moves(conn) == []  # reading changed nothing
 
 
+def test_counts_past_the_claim_index_window_are_shown_as_lower_bounds(conn, client_as, monkeypatch):
+    from console import browse, exitplan
+
+    figures = browse.queue_figures
+    monkeypatch.setattr(exitplan.browse, "queue_figures", lambda c: figures(c, pending_cap=2))
+    for _ in range(3):
+        q.enqueue(conn, "send", {}, queue="mail")
+    html = text(client_as("viewer").get("/queues/mail/exit-plan"))
+    assert "<dt>Pending</dt><dd>2+</dd>" in html and "<dt>Scheduled</dt><dd>0+</dd>" in html
+    api = client_as("viewer").get("/api/v1/queues/mail/exit-plan").get_json()
+    assert api["dual_run"]["jobs"]["capped"] is True and api["dual_run"]["jobs"]["pending"] == 2
+
+
 def test_an_operator_moves_the_queue_with_a_reason_audited_as_the_cli_does(conn, mail, client_as):
     operator = client_as("operator")
     form = text(operator.get("/queues/mail/exit-plan"))
