@@ -89,7 +89,7 @@ ACTIONS: dict[str, Requirement] = {
                        "Changes how fast a queue may run for everyone, across the fleet."),
     "queue_backend": _r("set backend", True, "cli", "Route a queue's new jobs to PostgreSQL or to a broker (NATS)",
                         "Changes where every producer's jobs of the queue go and which workers run them."),
-    "queue_move": _r("move queue", True, "cli", "Move a queue to PostgreSQL or to a broker (NATS), with a dual-run window",
+    "queue_move": _r("move queue", True, "cli ui api", "Move a queue to PostgreSQL or to a broker (NATS), with a dual-run window",
                      "Changes where every producer's jobs of the queue go; the review needs to know why, and what "
                      "the old side still held."),
     "alert_silence": _r("alert_silence", True, "cli ui api", "Silence alerts",

@@ -319,6 +319,8 @@ SCENARIOS: dict[str, Scenario] = {
     }),
     "queue_move": Scenario(a_queue(False), "SELECT name, backend FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["queues", "move", "mail", "--to", "nats"], rows=1),
+        "ui": lambda c: Call(web=post("/queues/mail/move", to="nats"), ok=303, rows=1),
+        "api": lambda c: Call(web=post("/api/v1/queues/mail/move", to="nats"), rows=1),
     }),
     "resume": Scenario(a_queue(True), "SELECT name, paused FROM skiplock.queues", {
         "cli": lambda c: Call(cli=["resume", "mail"], rows=1),

@@ -180,6 +180,8 @@ FORMS: dict[str, Form] = {
                            a_queue(False), JOBS),
     "queues.set_limits": Form("/queues/mail/limits", {"concurrency": "2", "reason": WHY}, a_queue(False),
                               "SELECT concurrency FROM skiplock.queues"),
+    "exitplan.move": Form("/queues/mail/move", {"to": "nats", "reason": WHY}, a_queue(False),
+                          "SELECT name, backend FROM skiplock.queues"),
     "queues.pause": Form("/queues/mail/pause", {"reason": WHY}, a_queue(False), "SELECT paused FROM skiplock.queues"),
     "queues.resume": Form("/queues/mail/resume", {"reason": WHY}, a_queue(True), "SELECT paused FROM skiplock.queues"),
     "auth.login": Form("/login", {"name": "viewer", "password": PASSWORD}, as_user=None,

@@ -169,6 +169,12 @@ ROUTES = [
     ("GET", "/timeline", "viewer", 200),
     ("GET", "/timeline.md", "viewer", 200),
     ("GET", "/api/v1/timeline", "viewer", 200),
+    # The exit plan; last, and the move to the backend mail has (a no-op): a move to nats would send
+    # the jobs the routes above enqueue to the outbox (tests/test_exit_plan_web.py moves for real).
+    ("GET", "/queues/{name}/exit-plan", "viewer", 200),
+    ("GET", "/api/v1/queues/{name}/exit-plan", "viewer", 200),
+    ("POST", "/queues/{name}/move", "operator", 303),
+    ("POST", "/api/v1/queues/{name}/move", "operator", 200),
 ]
 
 
@@ -188,6 +194,8 @@ def test_persona_matrix_with_arguments(client_as, conn, persona):
             data.update(kind="send_mail")
         if rule.endswith("/limits"):
             data.update(concurrency="2")
+        if rule.endswith("/move"):
+            data.update(to="postgres")
         if "/backends/" in rule:
             data.update(mode="cancel", backend_start="2026-12-03T09:00:00+00:00")
         if "/edit-replay" in rule:  # a dead letter, and the version its preview would give
@@ -215,7 +223,8 @@ def test_persona_matrix_covers_every_route(web_app):
     import re
 
     covered = {re.sub(r"\{\w+\}", "X", rule) for _, rule, _, _ in ROUTES}
-    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline", "health")
+    mine = ("auth", "core", "api", "jobs", "queues", "workers", "auditlog", "admin", "editreplay", "timeline", "health",
+            "exitplan")
     missing = [
         rule.rule for rule in web_app.url_map.iter_rules()
         if rule.endpoint.split(".")[0] in mine and rule.endpoint != "auth.login"

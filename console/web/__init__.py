@@ -135,6 +135,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.docs:bp",         # /docs/: the operator docs (runbooks), rendered from docs/*.md
     "console.web.why:bp",          # /jobs/<id>/_why, /queues/<name>/_why (+ /api/v1/.../why): why it is not running
     "console.web.editreplay:bp",   # /jobs/<id>/edit-replay (+ /api/v1): an admin fixes a dead letter and replays it
+    "console.web.exitplan:bp",     # /queues/<name>/exit-plan, /queues/<name>/move (+ /api/v1): the exit plan and the move
     "console.web.timeline:bp",     # /timeline, /timeline.md (+ /api/v1/timeline): the incident timeline, the postmortem draft
 )
 

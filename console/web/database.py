@@ -114,6 +114,10 @@ PRIMARY_READS: dict[str, str] = {
     "why.api_job": "why a job waits turns on workers' heartbeats and leases as they are now",
     "why.api_queue": "why a queue waits turns on workers' heartbeats and leases as they are now",
     "editreplay.form": "the edit form binds a later preview and apply to the job's state as it is now",
+    "exitplan.page": "the relay's leader lock is in the primary's pg_locks, and the page binds the move to the "
+                     "backend as it is now",
+    "exitplan.api_plan": "the relay's leader lock is in the primary's pg_locks, and the plan names the backend a "
+                         "move starts from",
 }
 
 # How long a page waits for a replica connection before it reads the primary instead.
