@@ -32,7 +32,9 @@ SELECT pg_try_advisory_lock(hashtext('skiplock'), hashtext('relay')) AS leader;
 -- The oldest unsent rows that are due (a job enqueued with run_at in the future waits here
 -- until then: JetStream has no delayed delivery on the servers Skiplock supports). A read
 -- only: the leader is the only relay, so nothing is locked, and the rows are marked sent by
--- `outbox_sent` only after the broker acknowledged them.
+-- `outbox_sent` only after the broker acknowledged them. `skip` names the queues whose streams
+-- the relay could not look up or create just now: their rows wait, and do not fill every batch
+-- ahead of other queues' rows.
 SELECT
     o.id,
     o.msg_id,
@@ -49,6 +51,7 @@ SELECT
 FROM skiplock.outbox AS o
 WHERE o.sent_at IS NULL
   AND o.run_at <= now()
+  AND o.queue <> ALL(%(skip)s::text[])
 ORDER BY o.id
 LIMIT %(limit)s;
 

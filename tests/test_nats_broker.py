@@ -19,6 +19,7 @@ from console import queue as q
 from console.queue import broker
 from tests import nats_helpers
 from tests.nats_helpers import (
+    _run,
     delete_stream,
     kill_when_stored,
     read_all,
@@ -223,3 +224,42 @@ def test_a_stream_that_exists_with_another_replica_count_is_used_and_the_differe
     assert f"stream {broker.dead_stream('mail')} exists with 1 replica(s)" in log
     assert "exists with" not in procs.log("relay-1")
     assert stream_messages(nats_server, broker.stream("mail")) == 2
+
+
+def test_a_queue_whose_streams_cannot_be_made_does_not_hold_up_the_other_queues(dsn, conn, nats_server):
+    """A queue whose stream JetStream refuses (here its subject is taken by another stream) keeps
+    its rows unsent; with more of them than a batch, they used to fill every read, and the other
+    queues' jobs waited behind them for ever. The relay now leaves such a queue out of its reads
+    for relay.BLOCKED_RETRY seconds."""
+    import nats
+    from nats.js import api
+
+    from console.queue.broker import relay
+
+    for queue in ("stuck", "fine"):
+        set_backend(dsn, queue)
+    stuck = [q.enqueue(conn, "a", queue="stuck") for _ in range(3)]
+    fine = q.enqueue(conn, "a", queue="fine")
+
+    async def rounds() -> list[tuple[int, int]]:
+        nc = await nats.connect(nats_server)
+        try:
+            await nc.jetstream().add_stream(api.StreamConfig(name="squatter", subjects=[broker.subject("stuck")]))
+        finally:
+            await nc.close()
+        relayer = relay.Relay(dsn, relay.RelaySettings(nats_url=nats_server, batch_size=2))
+        pg = await relayer._connect()
+        nc = await relay.connect_nats(nats_server, "test-relay")
+        try:
+            js = nc.jetstream(timeout=5)
+            return [await relayer.relay_once(pg, js) for _ in range(3)]
+        finally:
+            await nc.close()
+            await pg.close()
+
+    done = _run(rounds(), timeout=60)
+    assert done[0] == (2, 0)  # the two oldest rows are the stuck queue's: not sent
+    assert done[1] == (1, 1)  # then the stuck queue is left out, and the fine queue's job goes
+    assert done[2] == (0, 0)  # nothing else is due until the stuck queue is tried again
+    sent = dict(conn.execute("SELECT id, sent_at IS NOT NULL FROM skiplock.outbox").fetchall())
+    assert sent == {**{i: False for i in stuck}, fine: True}

@@ -18,7 +18,9 @@ nothing twice within the de-duplication window (`[broker] duplicate_window`): th
 interrupted round are read and published again by the next leader, with the same ids. A row
 whose publish failed (broker away, timeout, its stream deleted) stays unsent and is tried again
 next round, after the relay looked for its queue's streams again (and created them); the rows
-of the batch that were acknowledged are marked, so one bad row holds nothing up.
+of the batch that were acknowledged are marked, so one bad row holds nothing up. A queue whose
+streams cannot be looked up or created is left out of the reads for BLOCKED_RETRY seconds, so
+its rows do not fill every batch ahead of the other queues'.
 
 The relay wakes on the `skiplock_outbox` doorbell (enqueue's NOTIFY, delivered at commit) and
 also polls; it creates a queue's streams (jobs and dead letters, `[broker] replicas` replicas
@@ -67,6 +69,10 @@ nats_log = logging.getLogger("skiplock.nats")  # the broker as the relay and the
 
 PRUNE_EVERY = 60.0  # seconds between two prunes of sent rows
 PRUNE_BATCH = 1000
+# Seconds a queue whose streams could not be looked up or created is left out of the reads
+# before the relay tries again: without it, such a queue's oldest rows filled every batch and
+# every other queue's jobs waited behind them.
+BLOCKED_RETRY = 10.0
 
 
 @dataclass
@@ -174,6 +180,7 @@ class Relay:
         self._wake = asyncio.Event()
         self._streams: set[str] = set()
         self._complained: dict[str, float] = {}
+        self._blocked: dict[str, float] = {}  # queue -> monotonic time its streams are tried again
 
     def stop(self) -> None:
         self._stop.set()
@@ -210,8 +217,11 @@ class Relay:
 
     async def relay_once(self, conn: psycopg.AsyncConnection[Any], js: Any) -> tuple[int, int]:
         """One round: read, publish, mark. Returns (rows read, rows marked sent)."""
+        now = time.monotonic()
+        self._blocked = {queue: until for queue, until in self._blocked.items() if until > now}
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(query("broker", "outbox_take"), {"limit": self.settings.batch_size})
+            await cur.execute(query("broker", "outbox_take"),
+                              {"limit": self.settings.batch_size, "skip": sorted(self._blocked)})
             rows = await cur.fetchall()
         if not rows:
             return 0, 0
@@ -222,6 +232,7 @@ class Relay:
                     await ensure_streams(js, queue, self.settings.duplicate_window, self.settings.replicas)
                 except Exception as exc:  # broker away, or a stream it refuses: the rows wait
                     self._complain(queue, exc)
+                    self._blocked[queue] = time.monotonic() + BLOCKED_RETRY
                     continue
                 self._streams.add(queue)
         ready = [r for r in rows if r["queue"] in self._streams]
