@@ -15,6 +15,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 
@@ -87,6 +88,7 @@ def wait_for(what: str, check, timeout: float = 15.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow  # 4.5-6.6 s: a worker process started and run
 def test_cli_replay_republishes_the_selected_dead_letters_and_each_runs_once_with_fresh_attempts(procs, nats_server):
     dsn = procs.env["DATABASE_URL"]
     set_backend(dsn, QUEUE)
@@ -241,3 +243,35 @@ def test_broker_dead_letter_forms_work_with_and_without_htmx(dsn, nats_server, c
         assert body.lstrip().lower().startswith("<!doctype html") != htmx
         assert dead_ids(nats_server) == []
 
+
+@pytest.mark.slow  # about 6 s: a worker process started, run and stopped
+def test_a_broker_worker_registers_on_the_workers_page_with_a_nats_badge_and_says_when_it_stopped(
+        procs, nats_server, client_as):
+    """Item 2: `skiplock worker --backend nats` writes its row to skiplock.workers (migration 031)."""
+    dsn = procs.env["DATABASE_URL"]
+    set_backend(dsn, QUEUE)
+    load_dead(nats_server, {701: "record"})
+    with psycopg.connect(dsn, autocommit=True) as conn:  # one job to run, through a replay (no relay needed)
+        brokerdlq.run(conn, nats_server, "replay", {"queue": QUEUE, "ids": [701]}, actor="test", reason=None)
+    worker = procs.worker(QUEUE, SKIPLOCK_WORKER_FLUSH_INTERVAL="0.2")
+    row = wait_for("the worker's row with its completed job", lambda: (r := rows(
+        dsn, "SELECT id, backend, queues, completed, claimed, stopped_at FROM skiplock.workers")) and r[0][3] == 1 and r)
+    [(worker_id, backend, queues, completed, claimed, stopped_at)] = row
+    assert (backend, queues, completed, claimed, stopped_at) == ("nats", [QUEUE], 1, 1, None)
+    page = client_as("viewer").get("/workers").get_data(as_text=True)
+    assert f"<code>{worker_id}</code> <span class=\"badge backend\" data-backend=\"nats\"" in page
+    # "Why isn't this job running?" reads PostgreSQL workers only: a broker worker claims nothing there.
+    from console.sqlfiles import query
+
+    assert rows(dsn, query("why", "workers")) == []
+    from console import exitplan
+
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the exit plan's step 5 sees it
+        step = exitplan.plan(conn, QUEUE, client_installed=True, server_path=None).steps[4]
+    assert (step.state, worker_id in step.note) == ("done", True), step
+    worker.terminate()
+    worker.wait(timeout=15)
+    assert worker.returncode == 0, procs.log("worker")
+    assert rows(dsn, "SELECT stopped_at IS NOT NULL FROM skiplock.workers") == [(True,)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert exitplan.broker_workers(conn, QUEUE) == []
