@@ -12,8 +12,9 @@ queue served by NATS JetStream, and back.
   'move queue' with what was left behind); moving to the backend the queue already has changes
   nothing and writes no audit row.
 
-What it cannot see: the broker. Jobs already published to JetStream, the broker workers and the
-nats-server are outside PostgreSQL, so the steps that depend on them say "check" and name the
+What it cannot see: the broker. Jobs already published to JetStream and the nats-server are
+outside PostgreSQL (broker workers are seen once they register in skiplock.workers, which they
+do when they have a database), so the steps that depend on them say "check" and name the
 command that answers (`nats stream info`). It never scans the jobs table, and takes its
 configuration as arguments (the faces read it; only the declared default of `[broker] nats_url`
 is read from console.config's table of settings).
@@ -199,6 +200,16 @@ def relay_leaders(conn: psycopg.Connection) -> list[dict[str, Any]]:
         return cur.execute(query("broker", "relay_leader")).fetchall()
 
 
+BROKER_WORKER_WITHIN = 60.0  # seconds: a registered broker worker heard from within this is running
+
+
+def broker_workers(conn: psycopg.Connection, queue: str) -> list[dict[str, Any]]:
+    """The broker workers of `queue` in the worker registry (migration 031), heard from lately."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("broker", "live_broker_workers"),
+                           {"queue": queue, "within": BROKER_WORKER_WITHIN}).fetchall()
+
+
 def _masked(url: str) -> str:
     return re.sub(r"//[^@/,]*@", "//****@", url)
 
@@ -220,6 +231,7 @@ def plan(conn: psycopg.Connection, queue: str, *, nats_url: str = DEFAULT_NATS_U
     if server_path is False:
         server_path = shutil.which("nats-server")
     leaders = relay_leaders(conn)
+    workers = broker_workers(conn, queue)
     nats_name = _broker_name(queue)
     on_nats = backend == "nats"
 
@@ -241,8 +253,10 @@ def plan(conn: psycopg.Connection, queue: str, *, nats_url: str = DEFAULT_NATS_U
              ("running: " + ", ".join(f"pid {r['pid']} ({r['application_name'] or '?'})" for r in leaders)) if leaders
              else "no session holds the relay's leader lock"),
         Step("Start broker workers for the queue, with the same tasks modules",
-             [f"skiplock worker --backend nats --queues {queue} --tasks YOUR.TASKS"], CHECK,
-             "the console does not see broker workers yet: check their processes"),
+             [f"skiplock worker --backend nats --queues {queue} --tasks YOUR.TASKS"], DONE if workers else CHECK,
+             ("registered: " + ", ".join(f"{w['id']} ({w['host']}, pid {w['pid']})" for w in workers)) if workers
+             else f"no broker worker of queue {queue} reported in the last {BROKER_WORKER_WITHIN:g} s (a broker worker "
+                  "without a database does not register): check their processes"),
         Step("Move the queue: new jobs go to the outbox and the relay, PostgreSQL workers drain the rest",
              [f'skiplock queues move {queue} --to nats --reason "{PLACEHOLDER_REASON}"'],
              DONE if on_nats else TODO,

@@ -124,3 +124,46 @@ WHERE l.locktype = 'advisory'
   AND l.objid = hashtext('relay')::oid
   AND l.objsubid = 2
 ORDER BY l.pid;
+
+-- name: register_broker_worker
+-- A broker worker (`skiplock worker --backend nats`) in the worker registry (migration 031):
+-- the same row as a PostgreSQL worker's, with backend 'nats'. One autocommit statement, never
+-- inside a transaction that waits on the broker.
+INSERT INTO skiplock.workers (id, host, pid, queues, concurrency, kinds, version, release, backend)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(kinds)s, %(version)s, %(release)s, 'nats')
+ON CONFLICT (id) DO UPDATE
+SET last_seen = now(),
+    stopped_at = NULL,
+    kinds = excluded.kinds,
+    version = excluded.version,
+    release = excluded.release,
+    backend = 'nats';
+
+-- name: flush_broker_worker
+-- A broker worker's heartbeat: its counters since start, written whole (a lost flush is repaired
+-- by the next one). `claimed` counts the messages it was delivered; it makes no claims of
+-- skiplock.jobs, so the claim and pickup figures stay zero.
+UPDATE skiplock.workers AS w
+SET last_seen = now(),
+    stopped_at = CASE WHEN %(stopping)s THEN now() ELSE NULL END,
+    in_flight = %(in_flight)s,
+    claimed = %(claimed)s,
+    completed = %(completed)s,
+    failed = %(failed)s,
+    retried = %(retried)s
+WHERE w.id = %(id)s;
+
+-- name: live_broker_workers
+-- Broker workers of a queue registered and heard from within %(within)s seconds (migration 031):
+-- the exit plan's "start broker workers" step.
+SELECT
+    w.id,
+    w.host,
+    w.pid
+FROM skiplock.workers AS w
+WHERE w.backend = 'nats'
+  AND w.stopped_at IS NULL
+  AND w.last_seen > now() - make_interval(secs => %(within)s)
+  AND %(queue)s = ANY(w.queues)
+ORDER BY w.id
+LIMIT 10;

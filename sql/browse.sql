@@ -132,8 +132,10 @@ SELECT q.name AS queue, q.paused, q.paused_at, q.paused_by, q.backend
 FROM skiplock.queues AS q;
 
 -- name: workers
+-- `backend`: 'nats' for a broker worker (migration 031), which claims nothing from skiplock.jobs.
 SELECT
     w.id,
+    w.backend,
     w.host,
     w.pid,
     w.queues,

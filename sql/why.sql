@@ -73,6 +73,8 @@ LIMIT 1;
 -- The worker registry: live workers and those that stopped or went quiet within the hour
 -- (the Workers page's set), with what they listen on and which kinds they handle (NULL: not
 -- reported). `seen_seconds_ago` decides live or stale against the console's threshold.
+-- PostgreSQL workers only: a broker worker (backend 'nats', migration 031) never claims from
+-- skiplock.jobs, so it is no answer to "why isn't this job running?".
 SELECT
     w.id,
     w.host,
@@ -85,8 +87,9 @@ SELECT
     w.stopped_at,
     extract(epoch FROM now() - w.last_seen)::float8 AS seen_seconds_ago
 FROM skiplock.workers AS w
-WHERE w.stopped_at IS NULL
-   OR w.stopped_at > now() - interval '1 hour'
+WHERE w.backend = 'postgres'
+  AND (w.stopped_at IS NULL
+       OR w.stopped_at > now() - interval '1 hour')
 ORDER BY w.stopped_at IS NOT NULL, w.last_seen DESC
 LIMIT 500;
 

@@ -141,6 +141,10 @@ FORMS: dict[str, Form] = {
                                                 "reason": WHY}, probe="SELECT count(*) FROM skiplock.alert_silences"),
     "alerts.expire_silence": Form("/alerts/silences/{silence}/expire", setup=a_silence,
                                   probe="SELECT ends_at > now() FROM skiplock.alert_silences"),
+    "brokerdead.preview": Form("/deadletters/broker/mail/preview", covered_by="tests/test_nats_deadletters.py::"
+                               "test_broker_dead_letter_forms_work_with_and_without_htmx"),
+    "brokerdead.start": Form("/deadletters/broker/mail/operations", covered_by="tests/test_nats_deadletters.py::"
+                             "test_broker_dead_letter_forms_work_with_and_without_htmx"),
     "deadletters.one": Form("/deadletters/jobs/{id}/replay", setup=dead(1), probe=JOBS),
     "deadletters.start": Form("/deadletters/operations", {"action": "replay", "fingerprint": "SMTPError: timeout",
                                                           "reason": WHY}, dead(3), JOBS),

@@ -88,7 +88,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
     except ImportError as exc:
         raise click.UsageError(f"--tasks: cannot import {task_modules!r}: {exc}") from None
     if backend == "nats":
-        sys.exit(_nats_worker(cfg, queues or "", concurrency, async_concurrency, lease, batch_size))
+        sys.exit(_nats_worker(cfg, queues or "", concurrency, async_concurrency, lease, batch_size, _registry_dsn(obj)))
     from console.queue.worker import Worker
 
     worker = Worker(
@@ -118,8 +118,17 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
     sys.exit(worker.run())
 
 
+def _registry_dsn(obj) -> str | None:
+    """The database a broker worker registers in (skiplock.workers), or None when none is set:
+    the broker worker needs PostgreSQL for nothing else."""
+    try:
+        return obj.dsn or None
+    except Exception:  # noqa: BLE001 - no DATABASE_URL and no [database] dsn: it runs unregistered
+        return None
+
+
 def _nats_worker(cfg, queues: str, concurrency: int | None, async_concurrency: int | None, lease: float | None,
-                 batch_size: int | None) -> int:
+                 batch_size: int | None, dsn: str | None = None) -> int:
     try:
         from console.queue.broker.natsworker import NatsWorker, run_nats_worker
     except ImportError as exc:
@@ -137,6 +146,9 @@ def _nats_worker(cfg, queues: str, concurrency: int | None, async_concurrency: i
         backoff_cap=cfg.queue.backoff_cap,
         duplicate_window=cfg.broker.duplicate_window.total_seconds(),
         replicas=cfg.broker.replicas,
+        dsn=dsn,
+        flush_interval=cfg.worker.flush_interval,
+        release=cfg.worker.release,
     )
     return run_nats_worker(worker)
 

@@ -35,10 +35,12 @@ from console.cli.common import (
     who_and_why,
 )
 from console.db import connect, require_schema
-from console.maintenance import bulk
+from console.maintenance import brokerdlq, bulk
 from console.maintenance import edit_replay as er
 from console.maintenance.archive import check_batching
+from console.maintenance.deadletters import count as count_dead
 from console.maintenance.deadletters import group_hint
+from console.queue import broker
 from console.redaction import DEFAULT_KEYS, key_set
 
 
@@ -231,6 +233,9 @@ def _selection_options(func):
         click.option("--batch-size", type=int, default=None, help="Jobs per transaction [config: maintenance.batch_size]."),
         _rate_option("Most jobs per second [config: maintenance.bulk_rate]."),
         click.option("--sample", type=click.IntRange(0, 100), default=5, show_default=True, help="Rows shown by the preview."),
+        click.option("--backend", type=click.Choice(broker.BACKENDS), default=None,
+                     help="Where the dead letters are: postgres (skiplock.jobs) or nats (the queue's dead-letter "
+                          "stream). Default: the --queue's backend, postgres without --queue."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -248,11 +253,13 @@ def _print_preview(preview: m.Preview, action: str) -> None:
 
 
 def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_since, failed_before, payload,
-          select_all, dry_run, actor, reason, batch_size, rate, sample) -> None:
+          select_all, dry_run, actor, reason, batch_size, rate, sample, backend) -> None:
     _check_rate(rate)
     selection = _selection(ids, queue, kind, group, failed_since, failed_before, payload, select_all)
     # Which row of the table: one id is a single replay (reason optional), anything else needs one.
     kind_of = bulk_action(action, selection.to_dict())
+    if backend == "nats":
+        brokerdlq.broker_selection(selection)  # refuse a selection the broker cannot serve before anything
     if not dry_run and not interactive():
         reason = resolve_reason(kind_of, reason)  # refuse before connecting; a terminal is asked after the preview
     s = _settings(obj)
@@ -262,6 +269,12 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
     dsn = obj.dsn
     with connect(dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
+        if backend is None and queue is not None:
+            backend = broker.backend_of(conn, selection.queue)
+        if backend == "nats":
+            _broker_bulk(obj, conn, action, purge_mode, selection, kind_of, dry_run=dry_run, actor=actor,
+                         reason=reason, batch_size=batch_size, rate=rate, sample=sample)
+            return
         preview = m.preview(conn, selection, sample=sample)
         _print_preview(preview, action)
         if preview.total == 0 and group:
@@ -278,6 +291,49 @@ def _bulk(obj, action: str, purge_mode: str, ids, queue, kind, group, failed_sin
                         caps=Caps.from_config(obj.config))
         click.echo(f"operation #{op_id}: {action} of {m.progress(conn, op_id)['total']} jobs started")
         _follow(conn, dsn, op_id, s.error_history, actor)
+
+
+def _broker_bulk(obj, conn, action: str, purge_mode: str, selection: m.Selection, kind_of: str, *, dry_run: bool,
+                 actor: str, reason: str | None, batch_size: int, rate: float | None, sample: int) -> None:
+    """Replay or purge a broker queue's dead letters (console.maintenance.brokerdlq): the same
+    preview, reason and audit rows; it runs here, synchronously, bounded by the preview's scan."""
+    if purge_mode == "archive":
+        raise click.UsageError("--to-archive: a broker queue's dead letters have no archive (they are messages of a "
+                               "stream); a purge deletes them")
+    sel = brokerdlq.broker_selection(selection)
+    nats_url, timeout = obj.config.broker.nats_url, obj.config.broker.publish_timeout
+    try:
+        preview = brokerdlq.preview(nats_url, sel, sample=sample, timeout=timeout)
+    except brokerdlq.BrokerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{preview.total} dead letters to {action}: {preview.description}")
+    for row in preview.sample:
+        error = (row["last_error"] or "").splitlines()[0][:80] if row["last_error"] else ""
+        failed = f"{row['failed_at']:%Y-%m-%d %H:%M:%S}" if row["failed_at"] else "?"
+        click.echo(f"  #{row['id'] if row['id'] is not None else '?':<10} {sel.queue:<12} {row['kind'] or '?':<16} "
+                   f"failed {failed} after {row['attempts']} attempts  {error}  (seq {row['seq']})")
+    if preview.total > len(preview.sample) and preview.sample:
+        click.echo(f"  ... and {preview.total - len(preview.sample)} more")
+    if preview.more:
+        click.echo(f"  the stream holds more messages than the {brokerdlq.SCAN:,} read (up to sequence "
+                   f"{preview.max_seq}): this run does those; run it again for the rest")
+    left = count_dead(conn, m.Selection(queue=sel.queue))
+    if left:
+        click.echo(f"  note: {left} dead letter{'s' if left != 1 else ''} of queue {sel.queue!r} are in skiplock.jobs "
+                   "(from before its move to nats): --backend postgres replays or purges those")
+    if dry_run:
+        click.echo("dry run: nothing changed")
+        return
+    reason = resolve_reason(kind_of, reason)
+    try:
+        result = brokerdlq.run(conn, nats_url, action, sel, actor=actor, reason=reason, preview=preview.bound(),
+                               batch_size=min(batch_size, 10_000), rate=rate, timeout=timeout)
+    except brokerdlq.BrokerUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    verb = "replayed (published to the job stream, then deleted)" if action == "replay" else "purged (deleted)"
+    click.echo(f"{result.done} of {result.total} dead letters {verb} in {result.batches} batches, "
+               f"{result.seconds:.2f} s" + (f"; {result.gone} were gone already" if result.gone else "")
+               + f" (audit rows {', '.join(str(i) for i in result.audit_ids)})")
 
 
 def _follow(conn, dsn: str, op_id: int, history: int, actor: str) -> None:
@@ -341,8 +397,11 @@ def replay_cmd(obj, set_payload, set_priority, set_queue, set_run_at, yes, **opt
 
 
 def _edit_replay(obj, fields: dict[str, str], *, yes: bool, ids, queue, kind, group, failed_since, failed_before,
-                 payload, select_all, dry_run, actor, reason, batch_size, rate, sample) -> None:
+                 payload, select_all, dry_run, actor, reason, batch_size, rate, sample, backend) -> None:
     """`skiplock replay --id N --set-...`: console.maintenance.edit_replay, as the console's page does it."""
+    if backend == "nats":
+        raise click.UsageError("the --set-... options fix and replay a dead letter of skiplock.jobs; a broker "
+                               "queue's dead letters are replayed as they are")
     job_ids = [i for chunk in ids for i in str(chunk).split(",") if i.strip()]
     others = {"--queue": queue, "--kind": kind, "--group": group, "--failed-since": failed_since,
               "--failed-before": failed_before, "--payload": payload, "--all": select_all or None,

@@ -126,6 +126,7 @@ BLUEPRINTS: tuple[str, ...] = (
     "console.web.alerts:bp",      # /alerts, rules, destinations, delivery log (+ /api/v1/alerts)
     "console.web.overview:bp",    # /overview: verdict, figures, queues
     "console.web.deadletters:bp",  # /deadletters: error groups, previewed bulk replay/purge
+    "console.web.brokerdead:bp",   # /deadletters/broker/<queue>: a NATS queue's dead-letter stream, replay/purge
     "console.web.external:bp",    # /external/<name>: a watched queue's dead letters and its library's actions
     "console.web.maintenance:bp",  # /maintenance: runs, run now, settings, scheduler
     "console.web.health:bp",       # /health: vacuum, horizon holders, locks, wraparound, WAL

@@ -48,9 +48,11 @@ from console import browse, errorgroups, jsonbounds
 from console import maintenance as m
 from console.actions import MAX_REASON, bulk_action
 from console.caps import Caps
+from console.collectors.broker import broker_figures
 from console.maintenance import bulk
 from console.maintenance.deadletters import GROUP_NAMES
 from console.maintenance.deadletters import count as count_matching
+from console.queue import broker
 from console.timefmt import bounded
 from console.web import listing
 from console.web.actor import actor, reason_for
@@ -191,7 +193,16 @@ def groups_data() -> dict[str, Any]:
     ops = run_panel(m.recent_operations, limit=10)
     if ops.ok:
         ops.data = [op_for(op) for op in ops.data]
-    return {"queue": queue, "kind": kind, "groups": groups, "listing": shown, "operations": ops}
+    return {"queue": queue, "kind": kind, "groups": groups, "listing": shown, "operations": ops,
+            "broker_queues": run_panel(_broker_queues)}
+
+
+def _broker_queues(conn) -> list[dict[str, Any]]:
+    """The broker queues (and those moved back whose streams the collector still watches), with
+    their dead letters as last collected: their dead letters live in JetStream, on their own page."""
+    figures = broker_figures(conn)
+    names = sorted(set(broker.broker_queues(conn)) | set(figures))
+    return [{"queue": q, "dead": figures.get(q, {}).get("failed"), "at": figures.get(q, {}).get("at")} for q in names]
 
 
 def dead_row_for(row: dict[str, Any]) -> dict[str, Any]:

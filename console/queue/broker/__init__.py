@@ -17,8 +17,9 @@ install (and `import skiplock`) never needs nats-py; `relay` and `natsworker` im
 
 Moving a queue with its dual-run window and the advisor's verdict (`skiplock queues move`,
 `skiplock exit-plan`) is console.exitplan's; it calls `set_backend(..., move=True)`. The console
-shows broker queues through console/collectors/broker.py. What it does not do (yet): replay the
-broker's dead letters from the console. Setting a queue's backend here only routes its NEW jobs: jobs already in
+shows broker queues through console/collectors/broker.py, and console.maintenance.brokerdlq replays
+and purges their dead letters (the CLI's `skiplock replay/purge --queue`, the console's
+/deadletters/broker/<queue>). Setting a queue's backend here only routes its NEW jobs: jobs already in
 skiplock.jobs stay there for the PostgreSQL workers to finish.
 """
 

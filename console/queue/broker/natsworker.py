@@ -33,9 +33,17 @@ answer is tried again until the ack wait runs out (after that the job is deliver
 least once). Only a set-up that fails for another reason before the first fetch ends the
 worker, as a misconfiguration (more replicas than the cluster has nodes, say).
 
+The worker registry (migration 031): given a database (`dsn`, the CLI's DATABASE_URL or
+[database] dsn), the worker writes its row to skiplock.workers with backend 'nats' and a
+heartbeat every `flush_interval` seconds (in flight, delivered, completed, failed, retried), so
+the Workers page lists it with a `nats` badge. Each write is one autocommit statement on a
+connection of its own, never inside a transaction and never waiting on the broker; a database
+that is down or unmigrated is logged (once per 10 s) and tried again, and the worker goes on
+consuming: it needs PostgreSQL for nothing else. The row says stopped when the worker stops.
+
 What it does not do (yet): priorities, fair groups, limits, cancel requests, per-attempt logs,
-the worker registry and counters (the console does not see broker workers), and fencing: a
-worker whose handler outlived the ack wait without heartbeats may finish a job another worker
+the claim and pickup figures of the registry (it makes no claims of skiplock.jobs), and fencing:
+a worker whose handler outlived the ack wait without heartbeats may finish a job another worker
 was given meanwhile (at-least-once, as JetStream delivers).
 """
 
@@ -54,6 +62,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from nats.errors import TimeoutError as NatsTimeout
 from nats.js import api
 from nats.js.errors import APIError
@@ -62,7 +71,8 @@ from console.queue import broker, tasks
 from console.queue import protocol as q
 from console.queue.aio import timed_out
 from console.queue.broker.relay import connect_nats, ensure_streams, unavailable
-from console.queue.worker import Worker
+from console.queue.worker import Worker, package_version
+from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
 
@@ -88,6 +98,9 @@ class NatsWorker:
         duplicate_window: float = 120.0,
         replicas: int = 1,
         name: str | None = None,
+        dsn: str | None = None,
+        flush_interval: float = 5.0,
+        release: str | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a broker worker needs --queues: one pull consumer per queue")
@@ -106,7 +119,11 @@ class NatsWorker:
         self.duplicate_window = duplicate_window
         self.replicas = replicas
         self.id = name or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
-        self.completed = self.retried = self.failed = 0
+        self.completed = self.retried = self.failed = self.delivered = 0
+        self.dsn = dsn
+        self.flush_interval = flush_interval
+        self._registry_complained = float("-inf")
+        self.release = release
         self._stop = asyncio.Event()
         self._async_slots = asyncio.Semaphore(async_concurrency)
         self._running: set[asyncio.Task[None]] = set()
@@ -224,6 +241,7 @@ class NatsWorker:
                  type(error).__name__, delay)
 
     async def _guarded(self, msg: Any) -> None:
+        self.delivered += 1
         try:
             await self._handle(msg)
         except Exception as exc:  # the broker redelivers after the ack wait
@@ -301,6 +319,52 @@ class NatsWorker:
             self._complained[queue] = now
             log.warning("queue %s: %s (%s: %s); trying again", queue, what, type(exc).__name__, exc)
 
+    # --- the worker registry (migration 031) ---------------------------------------------------
+
+    def _row(self) -> dict[str, Any]:
+        return {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "queues": self.queues,
+                "concurrency": self.concurrency, "kinds": sorted(tasks.registered()),
+                "version": package_version() or "unknown", "release": self.release}
+
+    def _counters(self, stopping: bool) -> dict[str, Any]:
+        return {"id": self.id, "stopping": stopping, "in_flight": len(self._running), "claimed": self.delivered,
+                "completed": self.completed, "failed": self.failed, "retried": self.retried}
+
+    async def _registry_write(self, conn: Any, stopping: bool) -> Any:
+        """One heartbeat (registering first on a new connection); returns the connection, or
+        None after a failure, which is logged at most every COMPLAIN_EVERY seconds."""
+        try:
+            if conn is None or conn.closed:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, application_name="skiplock-worker", connect_timeout=5,
+                    options="-c statement_timeout=5000")
+                await conn.execute(query("broker", "register_broker_worker"), self._row())
+            await conn.execute(query("broker", "flush_broker_worker"), self._counters(stopping))
+            return conn
+        except Exception as exc:  # the database away or not migrated: the worker goes on
+            if time.monotonic() - self._registry_complained >= COMPLAIN_EVERY:
+                self._registry_complained = time.monotonic()
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                log.warning("worker %s: cannot write its row to skiplock.workers (%s: %s); it goes on and tries "
+                            "again (run `skiplock migrate` if the column backend is missing)", self.id,
+                            type(exc).__name__, first)
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
+            return None
+
+    async def _registry(self) -> Any:
+        """Keep this worker's row in skiplock.workers: registered, then a heartbeat every
+        flush_interval until stopped (run() writes the last one, marked stopped, once the
+        running jobs are settled). Short autocommit statements on a connection of its own; a
+        failure is logged and tried again, never the worker's end. Returns the connection."""
+        conn: Any = None
+        while not self._stop.is_set():
+            conn = await self._registry_write(conn, stopping=False)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self.flush_interval)
+        return conn
+
     async def _pause(self) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), UNAVAILABLE_PAUSE)
@@ -315,6 +379,7 @@ class NatsWorker:
         log.info("worker %s started (nats): queues=%s concurrency=%d lease=%gs", self.id, ",".join(self.queues),
                  self.concurrency, self.lease)
         consumers = [asyncio.create_task(self._consume(queue)) for queue in self.queues]
+        registry = asyncio.create_task(self._registry()) if self.dsn else None
         stopped = asyncio.create_task(self._stop.wait())
         done, _ = await asyncio.wait([stopped, *consumers], return_when=asyncio.FIRST_COMPLETED)
         failed = [t for t in done if t is not stopped and t.exception() is not None]
@@ -327,6 +392,15 @@ class NatsWorker:
         for task in list(self._running):  # out of grace: the broker redelivers them after the ack wait
             task.cancel()
         await asyncio.gather(*consumers, *self._running, return_exceptions=True)
+        if registry is not None:  # the last heartbeat: the final counters, and the row marked stopped
+            conn = None
+            with contextlib.suppress(Exception):
+                conn = await asyncio.wait_for(registry, 10.0)
+            with contextlib.suppress(Exception):
+                conn = await asyncio.wait_for(self._registry_write(conn, stopping=True), 10.0)
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    await conn.close()
         with contextlib.suppress(Exception):
             # close, not drain: every message this worker settles is settled by now, and a
             # drain waits on the pull subscriptions' pending requests for its whole timeout
