@@ -75,6 +75,26 @@ def latest_labelled(conn: psycopg.Connection, metrics: list[str], labels: dict[s
     return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
 
 
+# The per-cycle totals across queues that migration 031's trigger stores in
+# skiplock.samples_totals: {metric: (how the queues' values are combined, the labels kept)}.
+# Every other label (queue, system, backend) is summed (or maxed) over; series of an external
+# source (label external) are left out. A chart of one of these metrics, not split, whose
+# filter names only kept labels and which combines the same way, reads the total
+# (console/web/overview.py `chart_lines`). Keep in step with the trigger's SQL.
+TOTALS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "queue_depth": ("sum", ("state",)),
+    "queue_age_seconds": ("max", ()),
+    "dead_letters": ("sum", ()),
+}
+
+
+def has_total(metric: str, where: dict[str, str] | None = None, agg: str = "sum") -> bool:
+    """Whether skiplock.samples_totals holds `metric` totalled as `agg` over every label
+    `where` does not name (so the total, filtered by `where`, is the chart's line)."""
+    spec = TOTALS.get(metric)
+    return spec is not None and spec[0] == agg and set(where or {}) <= set(spec[1])
+
+
 QUEUE_MEMORY = timedelta(hours=24)
 
 
