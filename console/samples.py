@@ -52,11 +52,19 @@ def store(conn: psycopg.Connection, samples: Iterable[Sample], at: datetime | No
                 {
                     "at": when,
                     "metrics": [s.metric for s in group],
-                    "labels": [Jsonb({k: str(v) for k, v in s.labels.items()}) for s in group],
+                    "labels": Jsonb([_text_labels(s.labels) for s in group]),  # one JSON array
                     "values": [None if s.value is None else float(s.value) for s in group],
                 },
             )
     return len(rows)
+
+
+def _text_labels(labels: dict[str, Any]) -> dict[str, str]:
+    """Label values are stored as text; the collectors' are already (a copy only when not)."""
+    for value in labels.values():
+        if type(value) is not str:
+            return {k: str(v) for k, v in labels.items()}
+    return labels
 
 
 def latest(conn: psycopg.Connection, metric: str | None = None, *, within: timedelta = timedelta(minutes=10)) -> list[Sample]:

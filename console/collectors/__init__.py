@@ -83,6 +83,19 @@ def _load_state(conn: psycopg.Connection) -> dict[str, tuple[datetime, dict[str,
         return {r["name"]: (r["taken_at"], r["state"]) for r in cur.execute(query("collectors_runs", "load_state"), {})}
 
 
+def _series_of(conn: psycopg.Connection, name: str) -> list[list[Any]]:
+    """The [metric, labels] pairs `name` stored last cycle (its state's `_series`, which
+    _load_state leaves out); [] when they cannot be read (the connection is gone)."""
+    if conn.closed or conn.broken:
+        return []
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(query("collectors_runs", "series_of"), {"name": name}).fetchone()
+    except psycopg.Error:
+        return []
+    return row["series"] if row else []
+
+
 def _describe(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first}"[:500]
@@ -128,7 +141,7 @@ def collect(
                 except psycopg.Error:
                     pass
             # Everything this collector reported last time is "not available" now.
-            produced = [Sample(m, labels, None) for m, labels in previous.get("_series", [])]
+            produced = [Sample(m, labels, None) for m, labels in _series_of(conn, collector.name)]
         elapsed = time.perf_counter() - started
         if error is None:
             series = [[s.metric, s.labels] for s in produced]
