@@ -8,7 +8,7 @@ request. Two reads did:
   migration 029 it reads samples_latest (one row per series, with its busy_at);
 - an overview chart split by queue fetched every queue's series over the window, then threw
   them away past six lines and read the total again; it now counts the lines in samples_latest
-  first, and (migration 031) reads the total from skiplock.samples_totals, one row a cycle,
+  first, and (migration 032) reads the total from skiplock.samples_totals, one row a cycle,
   where summing the samples read every queue's.
 
 Starts a throwaway PostgreSQL, stores `--cycles` collection cycles of `--queues` queues (five
@@ -94,7 +94,7 @@ def run(dsn: str, queues: int, cycles: int, interval: float, repeat: int) -> Non
             lines = overview.chart_lines(conn, depth.metric, hour, where=dict(depth.where), split_by="queue")
             return overview._sample_lines(conn, depth.metric, hour, where=dict(depth.where)) if len(lines) > 6 else lines
 
-        def chart_summed():  # before 031: count the lines, then sum every queue's samples
+        def chart_summed():  # before 032: count the lines, then sum every queue's samples
             where = dict(depth.where)
             overview.split_keys(conn, depth.metric, hour, "queue", where=where)
             return overview._sample_lines(conn, depth.metric, hour, where=where)
@@ -110,7 +110,7 @@ def run(dsn: str, queues: int, cycles: int, interval: float, repeat: int) -> Non
             ("queue activity, 24 h (samples_latest)", lambda: samples.queue_activity(conn)),
             ("depth chart, 1 h (split, then total)", chart_before),
             ("depth chart, 1 h (count, then sum samples)", chart_summed),
-            ("depth chart, 1 h (count, then totals: 031)", lambda: overview._series(conn, depth, hour)),
+            ("depth chart, 1 h (count, then totals: 032)", lambda: overview._series(conn, depth, hour)),
         ]
         print(f"\n{'read':44} {'median':>10} {'max':>10}  result")
         for name, call in reads:

@@ -83,7 +83,7 @@ def latest_labelled(conn: psycopg.Connection, metrics: list[str], labels: dict[s
     return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
 
 
-# The per-cycle totals across queues that migration 031's trigger stores in
+# The per-cycle totals across queues that migration 032's trigger stores in
 # skiplock.samples_totals: {metric: (how the queues' values are combined, the labels kept)}.
 # Every other label (queue, system, backend) is summed (or maxed) over; series of an external
 # source (label external) are left out. A chart of one of these metrics, not split, whose

@@ -75,7 +75,7 @@ WHERE s.ctid = ANY(ARRAY(
 ));
 
 -- name: delete_totals_batch
--- At most %(batch)s of the oldest per-cycle totals (migration 031) older than the cutoff: the
+-- At most %(batch)s of the oldest per-cycle totals (migration 032) older than the cutoff: the
 -- raw samples' cutoff, so a total goes with the samples it summed (samples_totals_time_idx).
 DELETE FROM skiplock.samples_totals AS t
 WHERE t.ctid = ANY(ARRAY(

@@ -70,11 +70,11 @@ GROUP BY 1, 2
 ORDER BY 2, 1;
 
 -- name: series_totals
--- The total across queues of %(metric)s (skiplock.samples_totals, migration 031: one row per
+-- The total across queues of %(metric)s (skiplock.samples_totals, migration 032: one row per
 -- cycle and kept label set), reduced like series_raw: the rows sharing a time (a cycle stored in
 -- parts) added up (or maxed), then averaged (or maxed) per bucket. `first_at` is the oldest
 -- total in each bucket: the caller reads the samples for the part of the window before the
--- first total (history stored before 031). Walks samples_totals_metric_time_idx.
+-- first total (history stored before 032). Walks samples_totals_metric_time_idx.
 WITH per_time AS (
     SELECT
         t.collected_at AS at,

@@ -139,7 +139,7 @@ def test_a_wide_cycle_is_stored_past_the_pages_statement_timeout(conn):
 
 def test_each_collectors_series_are_stored_again_only_when_they_changed(dsn, conn):
     """The list of series a failing collector reports as "not available" (collector_state.series,
-    migration 033: 45,000 pairs at 5,000 queues) is sent only when it changed, or when another
+    migration 034: 45,000 pairs at 5,000 queues) is sent only when it changed, or when another
     scheduler stored since this one did; otherwise the stored list is kept."""
     from console import queue as q
 

@@ -45,7 +45,7 @@ def test_the_newest_of_each_series_whoever_writes_and_in_whatever_order(conn):
                          Sample("queue_depth", {"queue": "a", "state": "eligible"}, 10, now + timedelta(seconds=1))])
     assert depth(conn)["a"] == 11
     # ... and in one statement, in either order (an upsert row by row would update the series
-    # twice, which PostgreSQL refuses: the trigger groups them then, migration 032)
+    # twice, which PostgreSQL refuses: the trigger groups them then, migration 033)
     for newest_first in (True, False):
         later, earlier = (now + timedelta(seconds=20), 21), (now + timedelta(seconds=10), 20)
         rows = [later, earlier] if newest_first else [earlier, later]

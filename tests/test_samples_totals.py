@@ -37,7 +37,7 @@ def totals(conn) -> dict[tuple, float | None]:
 
 
 def summed(conn) -> dict[tuple, float | None]:
-    """The same totals computed from the samples, as the charts summed them before 031."""
+    """The same totals computed from the samples, as the charts summed them before 032."""
     rows = conn.execute("""
         SELECT collected_at, metric,
                CASE WHEN metric = 'queue_depth' THEN jsonb_build_object('state', labels ->> 'state') ELSE '{}' END,
@@ -98,7 +98,7 @@ def test_a_chart_split_by_queue_or_filtered_by_another_label_reads_the_samples(c
 
 
 def test_history_stored_before_the_totals_is_summed_from_the_samples(conn):
-    """Older history has no totals (stored before migration 031): those buckets are summed from
+    """Older history has no totals (stored before migration 032): those buckets are summed from
     the samples as before, the later ones read the totals; no totals at all reads the samples."""
     now = datetime.now(UTC)
     for minutes_ago in (50, 30, 10, 5):

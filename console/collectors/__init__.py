@@ -168,7 +168,7 @@ def collect(
     return result
 
 
-# What each collector's row holds in `series` (migration 033), as this process stored it:
+# What each collector's row holds in `series` (migration 034), as this process stored it:
 # {(the database's dsn, collector): (taken_at, [[metric, labels], ...])}. When the row still
 # has that taken_at (no other scheduler stored since) and the collector reported the same
 # series, the store keeps the stored list (KEEP) instead of sending it again: at 5,000 queues

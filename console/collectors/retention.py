@@ -123,7 +123,7 @@ def run(conn: psycopg.Connection, settings: RetentionSettings | None = None) -> 
     if minute_mark is not None:
         raw_cutoff = min(raw_cutoff, minute_mark)
     result.deleted["raw"] = _delete(conn, "delete_raw_batch", {"cutoff": raw_cutoff}, settings)
-    # The per-cycle totals across queues (migration 031) go with the raw samples they summed.
+    # The per-cycle totals across queues (migration 032) go with the raw samples they summed.
     result.deleted["totals"] = _delete(conn, "delete_totals_batch", {"cutoff": raw_cutoff}, settings)
     result.deleted["minute"] = _delete(conn, "delete_rollup_batch", {"resolution": "minute", "cutoff": now - settings.minute}, settings)
     result.deleted["hour"] = _delete(conn, "delete_rollup_batch", {"resolution": "hour", "cutoff": now - settings.hour}, settings)

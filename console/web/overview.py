@@ -646,7 +646,7 @@ def _sample_lines(conn, metric: str, window: timedelta, *, where: dict[str, str]
 def total_lines(conn, metric: str, window: timedelta, *, where: dict[str, str] | None = None,
                 agg: str = "sum") -> list[charts.Line]:
     """The total across queues of `metric` over the window, one line ("all"), from the
-    per-cycle totals (skiplock.samples_totals, migration 031): a row a cycle, where summing
+    per-cycle totals (skiplock.samples_totals, migration 032): a row a cycle, where summing
     the samples read every queue's (1.2 million rows an hour at 5,000 queues). When the first
     total in the window is past its first bucket (history stored before 031, or older than raw
     samples are kept), the buckets up to and including the one holding that first total are

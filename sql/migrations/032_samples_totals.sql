@@ -1,4 +1,4 @@
--- 031: each cycle's total across queues of the series the overview's charts sum (issue 31, item 1).
+-- 032: each cycle's total across queues of the series the overview's charts sum (issue 31, item 1).
 --
 -- Past six queues the overview draws one line per chart, the total across queues: the depth of
 -- eligible jobs (summed), the oldest waiting job (the max) and the dead letters (summed). Read

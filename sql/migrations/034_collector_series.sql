@@ -1,4 +1,4 @@
--- 033: the series each collector reported, beside its snapshot (issue 31, target 1: one
+-- 034: the series each collector reported, beside its snapshot (issue 31, target 1: one
 -- collection cycle < 1 s at 5,000 queues).
 --
 -- A collector that fails reports every series it reported the cycle before as "not

@@ -1,4 +1,4 @@
--- 032: samples_latest kept without sorting a cycle (issue 31, target 1: one collection cycle
+-- 033: samples_latest kept without sorting a cycle (issue 31, target 1: one collection cycle
 -- < 1 s at 5,000 queues).
 --
 -- The insert trigger of 027/029 grouped the statement's rows by (metric, labels) to keep the
