@@ -8,12 +8,14 @@ request. Two reads did:
   migration 029 it reads samples_latest (one row per series, with its busy_at);
 - an overview chart split by queue fetched every queue's series over the window, then threw
   them away past six lines and read the total again; it now counts the lines in samples_latest
-  first.
+  first, and (migration 032) reads the total from skiplock.samples_totals, one row a cycle,
+  where summing the samples read every queue's.
 
 Starts a throwaway PostgreSQL, stores `--cycles` collection cycles of `--queues` queues (five
 series each: four queue_depth states and queue_throughput, as the collectors write them, one
-statement a cycle so the triggers run as in production), then times each read `--repeat`
-times: the earlier statement (kept here as the baseline) and today's, in the same run.
+statement a cycle so the triggers run as in production, samples_totals' included), then times
+each read `--repeat` times: the earlier statements (kept here as baselines) and today's, in the
+same run.
 
     .venv/bin/python bench/history_reads.py                       # 5,000 queues, 240 cycles (1 h at 15 s)
     .venv/bin/python bench/history_reads.py --queues 1000 --cycles 60
@@ -81,6 +83,7 @@ def run(dsn: str, queues: int, cycles: int, interval: float, repeat: int) -> Non
         rows = conn.execute("SELECT count(*) FROM skiplock.samples").fetchone()[0]
         conn.execute("VACUUM ANALYZE skiplock.samples")
         conn.execute("VACUUM ANALYZE skiplock.samples_latest")
+        conn.execute("VACUUM ANALYZE skiplock.samples_totals")
         print(f"stored {cycles} cycles of {queues:,} queues: {rows:,} samples in {time.perf_counter() - t0:.1f} s "
               f"({(time.perf_counter() - t0) / cycles * 1000:.0f} ms a cycle, triggers included)", flush=True)
         window = timedelta(hours=24).total_seconds()
@@ -89,18 +92,30 @@ def run(dsn: str, queues: int, cycles: int, interval: float, repeat: int) -> Non
 
         def chart_before():
             lines = overview.chart_lines(conn, depth.metric, hour, where=dict(depth.where), split_by="queue")
-            return overview.chart_lines(conn, depth.metric, hour, where=dict(depth.where)) if len(lines) > 6 else lines
+            return overview._sample_lines(conn, depth.metric, hour, where=dict(depth.where)) if len(lines) > 6 else lines
 
+        def chart_summed():  # before 032: count the lines, then sum every queue's samples
+            where = dict(depth.where)
+            overview.split_keys(conn, depth.metric, hour, "queue", where=where)
+            return overview._sample_lines(conn, depth.metric, hour, where=where)
+
+        totals = conn.execute("SELECT count(*) FROM skiplock.samples_totals").fetchone()[0]
+        # The values only: each read starts its window (the buckets' origin) at its own "now".
+        same = [v for ln in chart_summed() for _, v in ln.points] == \
+               [v for ln in overview._series(conn, depth, hour) for _, v in ln.points]
+        print(f"samples_totals: {totals:,} rows; the chart from the totals draws the same values as the sum: {same}",
+              flush=True)
         reads = [
             ("queue activity, 24 h (before 029)", lambda: conn.execute(ACTIVITY_BEFORE, {"within": window, "cap": 1000}).fetchall()),
             ("queue activity, 24 h (samples_latest)", lambda: samples.queue_activity(conn)),
             ("depth chart, 1 h (split, then total)", chart_before),
-            ("depth chart, 1 h (count, then total)", lambda: overview._series(conn, depth, hour)),
+            ("depth chart, 1 h (count, then sum samples)", chart_summed),
+            ("depth chart, 1 h (count, then totals: 032)", lambda: overview._series(conn, depth, hour)),
         ]
-        print(f"\n{'read':42} {'median':>10} {'max':>10}  result")
+        print(f"\n{'read':44} {'median':>10} {'max':>10}  result")
         for name, call in reads:
             median, worst, result = timed(repeat, call)
-            print(f"{name:42} {median:8.1f} ms {worst:8.1f} ms  {len(result)} rows/lines", flush=True)
+            print(f"{name:44} {median:8.1f} ms {worst:8.1f} ms  {len(result)} rows/lines", flush=True)
     print(f"\ncommand: bench/history_reads.py {' '.join(sys.argv[1:])}; load average "
           f"{tuple(round(x, 2) for x in os.getloadavg())}; {os.cpu_count()} CPUs")
 

@@ -52,11 +52,19 @@ def store(conn: psycopg.Connection, samples: Iterable[Sample], at: datetime | No
                 {
                     "at": when,
                     "metrics": [s.metric for s in group],
-                    "labels": [Jsonb({k: str(v) for k, v in s.labels.items()}) for s in group],
+                    "labels": Jsonb([_text_labels(s.labels) for s in group]),  # one JSON array
                     "values": [None if s.value is None else float(s.value) for s in group],
                 },
             )
     return len(rows)
+
+
+def _text_labels(labels: dict[str, Any]) -> dict[str, str]:
+    """Label values are stored as text; the collectors' are already (a copy only when not)."""
+    for value in labels.values():
+        if type(value) is not str:
+            return {k: str(v) for k, v in labels.items()}
+    return labels
 
 
 def latest(conn: psycopg.Connection, metric: str | None = None, *, within: timedelta = timedelta(minutes=10)) -> list[Sample]:
@@ -73,6 +81,26 @@ def latest_labelled(conn: psycopg.Connection, metrics: list[str], labels: dict[s
         rows = cur.execute(query("samples", "latest_labelled"), {"metrics": list(metrics), "labels": Jsonb(labels),
                                                                   "within": within.total_seconds()}).fetchall()
     return [Sample(r["metric"], r["labels"], r["value"], r["collected_at"]) for r in rows]
+
+
+# The per-cycle totals across queues that migration 032's trigger stores in
+# skiplock.samples_totals: {metric: (how the queues' values are combined, the labels kept)}.
+# Every other label (queue, system, backend) is summed (or maxed) over; series of an external
+# source (label external) are left out. A chart of one of these metrics, not split, whose
+# filter names only kept labels and which combines the same way, reads the total
+# (console/web/overview.py `chart_lines`). Keep in step with the trigger's SQL.
+TOTALS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "queue_depth": ("sum", ("state",)),
+    "queue_age_seconds": ("max", ()),
+    "dead_letters": ("sum", ()),
+}
+
+
+def has_total(metric: str, where: dict[str, str] | None = None, agg: str = "sum") -> bool:
+    """Whether skiplock.samples_totals holds `metric` totalled as `agg` over every label
+    `where` does not name (so the total, filtered by `where`, is the chart's line)."""
+    spec = TOTALS.get(metric)
+    return spec is not None and spec[0] == agg and set(where or {}) <= set(spec[1])
 
 
 QUEUE_MEMORY = timedelta(hours=24)

@@ -74,6 +74,18 @@ WHERE s.ctid = ANY(ARRAY(
     LIMIT %(batch)s
 ));
 
+-- name: delete_totals_batch
+-- At most %(batch)s of the oldest per-cycle totals (migration 032) older than the cutoff: the
+-- raw samples' cutoff, so a total goes with the samples it summed (samples_totals_time_idx).
+DELETE FROM skiplock.samples_totals AS t
+WHERE t.ctid = ANY(ARRAY(
+    SELECT o.ctid
+    FROM skiplock.samples_totals AS o
+    WHERE o.collected_at < %(cutoff)s
+    ORDER BY o.collected_at
+    LIMIT %(batch)s
+));
+
 -- name: delete_rollup_batch
 DELETE FROM skiplock.samples_rollup AS r
 WHERE (r.resolution, r.metric, r.labels, r.bucket) IN (

@@ -33,6 +33,7 @@ WITH per_time AS (
     FROM skiplock.samples AS s
     WHERE s.metric = %(metric)s
       AND s.collected_at >= %(since)s
+      AND (%(until)s::timestamptz IS NULL OR s.collected_at < %(until)s::timestamptz)
       AND (%(labels)s::jsonb IS NULL OR s.labels @> %(labels)s::jsonb)
       AND NOT s.labels ? 'external'
     GROUP BY 1, 2
@@ -55,6 +56,7 @@ WITH per_time AS (
     WHERE r.resolution = %(resolution)s
       AND r.metric = %(metric)s
       AND r.bucket >= %(since)s
+      AND (%(until)s::timestamptz IS NULL OR r.bucket < %(until)s::timestamptz)
       AND (%(labels)s::jsonb IS NULL OR r.labels @> %(labels)s::jsonb)
       AND NOT r.labels ? 'external'
     GROUP BY 1, 2
@@ -66,3 +68,28 @@ SELECT
 FROM per_time AS p
 GROUP BY 1, 2
 ORDER BY 2, 1;
+
+-- name: series_totals
+-- The total across queues of %(metric)s (skiplock.samples_totals, migration 032: one row per
+-- cycle and kept label set), reduced like series_raw: the rows sharing a time (a cycle stored in
+-- parts) added up (or maxed), then averaged (or maxed) per bucket. `first_at` is the oldest
+-- total in each bucket: the caller reads the samples for the part of the window before the
+-- first total (history stored before 032). Walks samples_totals_metric_time_idx.
+WITH per_time AS (
+    SELECT
+        t.collected_at AS at,
+        CASE WHEN %(agg)s::text = 'max' THEN max(t.value) ELSE sum(t.value) END AS value
+    FROM skiplock.samples_totals AS t
+    WHERE t.metric = %(metric)s
+      AND t.collected_at >= %(since)s
+      AND (%(labels)s::jsonb IS NULL OR t.labels @> %(labels)s::jsonb)
+    GROUP BY 1
+)
+SELECT
+    date_bin(%(step)s::interval, p.at, %(since)s) AS at,
+    '' AS key,
+    CASE WHEN %(agg)s::text = 'max' THEN max(p.value) ELSE avg(p.value) END AS value,
+    min(p.at) AS first_at
+FROM per_time AS p
+GROUP BY 1
+ORDER BY 1;

@@ -2,10 +2,16 @@
 
 -- name: insert_samples
 -- The arrays go in binary (the `b` placeholders): in text, psycopg quotes every JSON label set
--- character by character, which was most of a 5,000-queue collection cycle.
+-- character by character, which was most of a 5,000-queue collection cycle. The label sets go
+-- as one JSON array (labels), zipped with the other two by ROWS FROM: one json.dumps of the
+-- cycle instead of one per sample (45,000 at 5,000 queues).
 INSERT INTO skiplock.samples (collected_at, metric, labels, value)
 SELECT %(at)s, s.metric, s.labels, s.value
-FROM unnest(%(metrics)b::text[], %(labels)b::jsonb[], %(values)b::double precision[]) AS s (metric, labels, value);
+FROM ROWS FROM (
+    unnest(%(metrics)b::text[]),
+    jsonb_array_elements(%(labels)b::jsonb),
+    unnest(%(values)b::double precision[])
+) AS s (metric, labels, value);
 
 -- name: latest
 -- The newest value of every (metric, labels) seen within the last %(within)s seconds: one row per

@@ -7,6 +7,7 @@ import sys
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
+from psycopg.types.json import Jsonb
 
 from console import collectors, samples
 from console.collectors import Options, latest_details
@@ -134,3 +135,35 @@ def test_a_wide_cycle_is_stored_past_the_pages_statement_timeout(conn):
         conn.execute("RESET statement_timeout")
     assert conn.execute("SELECT count(*) FROM skiplock.samples_latest WHERE metric = 'queue_depth'").fetchone()[0] == 40_000
     assert conn.execute("SHOW statement_timeout").fetchone()[0] != "15s"  # SET LOCAL: the session's own limit is back
+
+
+def test_each_collectors_series_are_stored_again_only_when_they_changed(dsn, conn):
+    """The list of series a failing collector reports as "not available" (collector_state.series,
+    migration 034: 45,000 pairs at 5,000 queues) is sent only when it changed, or when another
+    scheduler stored since this one did; otherwise the stored list is kept."""
+    from console import queue as q
+
+    def stored() -> list:
+        return conn.execute("SELECT series FROM skiplock.collector_state WHERE name = 'queue'").fetchone()[0]
+
+    def queues() -> set[str]:
+        return {labels.get("queue") for metric, labels in stored() if metric == "queue_depth"}
+
+    marker = ["queue_depth", {"queue": "marker", "state": "eligible"}]
+    q.enqueue(conn, "noop", queue="a")
+    cycle(dsn)
+    assert queues() == {"a"}
+    # The same series: the stored list stays as it is (the marker shows it was not sent again).
+    conn.execute("UPDATE skiplock.collector_state SET series = series || %s::jsonb WHERE name = 'queue'",
+                 (Jsonb([marker]),))
+    cycle(dsn)
+    assert queues() == {"a", "marker"}
+    # A queue came: the list is sent again.
+    q.enqueue(conn, "noop", queue="b")
+    cycle(dsn)
+    assert queues() == {"a", "b"}
+    # Another scheduler stored since (its taken_at): sent again though the series are the same.
+    conn.execute("UPDATE skiplock.collector_state SET series = series || %s::jsonb, taken_at = taken_at - interval '1 s' "
+                 "WHERE name = 'queue'", (Jsonb([marker]),))
+    cycle(dsn)
+    assert queues() == {"a", "b"}

@@ -44,6 +44,17 @@ def test_the_newest_of_each_series_whoever_writes_and_in_whatever_order(conn):
     samples.store(conn, [Sample("queue_depth", {"queue": "a", "state": "eligible"}, 11, now + timedelta(seconds=2)),
                          Sample("queue_depth", {"queue": "a", "state": "eligible"}, 10, now + timedelta(seconds=1))])
     assert depth(conn)["a"] == 11
+    # ... and in one statement, in either order (an upsert row by row would update the series
+    # twice, which PostgreSQL refuses: the trigger groups them then, migration 033)
+    for newest_first in (True, False):
+        later, earlier = (now + timedelta(seconds=20), 21), (now + timedelta(seconds=10), 20)
+        rows = [later, earlier] if newest_first else [earlier, later]
+        conn.execute("INSERT INTO skiplock.samples (collected_at, metric, labels, value) VALUES "
+                     "(%s, 'queue_depth', '{\"queue\": \"a\", \"state\": \"eligible\"}', %s), "
+                     "(%s, 'queue_depth', '{\"queue\": \"a\", \"state\": \"eligible\"}', %s)",
+                     (rows[0][0], rows[0][1], rows[1][0], rows[1][1]))
+        assert depth(conn)["a"] == 21
+        conn.execute("DELETE FROM skiplock.samples WHERE collected_at >= %s", (now + timedelta(seconds=10),))
 
 
 def test_retention_and_truncate_forget_what_they_removed(conn):

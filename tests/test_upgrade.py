@@ -80,6 +80,9 @@ ADDITIVE_TRIGGERS = {
     "027_samples_latest.sql": "its triggers only write a new table, skiplock.samples_latest, which no earlier release "
                               "reads: an earlier release's INSERT, DELETE, UPDATE and TRUNCATE of skiplock.samples do "
                               "what they did, and keep that table too",
+    "032_samples_totals.sql": "its triggers only write a new table, skiplock.samples_totals, which no earlier release "
+                              "reads: an earlier release's INSERT and TRUNCATE of skiplock.samples do what they did, "
+                              "and add each cycle's totals across queues (or empty them) too",
 }
 
 

@@ -83,6 +83,19 @@ def _load_state(conn: psycopg.Connection) -> dict[str, tuple[datetime, dict[str,
         return {r["name"]: (r["taken_at"], r["state"]) for r in cur.execute(query("collectors_runs", "load_state"), {})}
 
 
+def _series_of(conn: psycopg.Connection, name: str) -> list[list[Any]]:
+    """The [metric, labels] pairs `name` stored last cycle (its state's `_series`, which
+    _load_state leaves out); [] when they cannot be read (the connection is gone)."""
+    if conn.closed or conn.broken:
+        return []
+    try:
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(query("collectors_runs", "series_of"), {"name": name}).fetchone()
+    except psycopg.Error:
+        return []
+    return row["series"] if row else []
+
+
 def _describe(exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first}"[:500]
@@ -107,6 +120,8 @@ def collect(
     report: dict[str, dict[str, Any]] = {}
     details: dict[str, Any] = {}
     new_state: dict[str, dict[str, Any]] = {}
+    listed: dict[str, list[list[Any]]] = {}
+    where = conn.info.dsn
 
     for collector in COLLECTORS:
         if only and collector.name not in only:
@@ -128,11 +143,14 @@ def collect(
                 except psycopg.Error:
                     pass
             # Everything this collector reported last time is "not available" now.
-            produced = [Sample(m, labels, None) for m, labels in previous.get("_series", [])]
+            produced = [Sample(m, labels, None) for m, labels in _series_of(conn, collector.name)]
         elapsed = time.perf_counter() - started
         if error is None:
             series = [[s.metric, s.labels] for s in produced]
-            new_state[collector.name] = {**(ctx.state or {}), "_series": series}
+            listed[collector.name] = series
+            saved = _SERIES_SAVED.get((where, collector.name))
+            same = saved is not None and saved[0] == previous_at and saved[1] == series
+            new_state[collector.name] = {**(ctx.state or {}), "_series": KEEP if same else series}
         all_samples += produced
         all_samples.append(Sample("collector_duration_seconds", {"collector": collector.name}, elapsed))
         all_samples.append(Sample("collector_errors", {"collector": collector.name}, 1.0 if error else 0.0))
@@ -145,7 +163,19 @@ def collect(
     result = CollectionReport(started_at=now, duration_s=duration, samples=all_samples, collectors=report, details=details)
     if store and not (conn.closed or conn.broken):
         result.run_id = _store(conn, result, new_state, leader)
+        for name, series in listed.items():
+            _SERIES_SAVED[(where, name)] = (now, series)
     return result
+
+
+# What each collector's row holds in `series` (migration 034), as this process stored it:
+# {(the database's dsn, collector): (taken_at, [[metric, labels], ...])}. When the row still
+# has that taken_at (no other scheduler stored since) and the collector reported the same
+# series, the store keeps the stored list (KEEP) instead of sending it again: at 5,000 queues
+# 45,000 pairs of JSON a cycle that change only when a queue comes or goes. One entry per
+# database and collector.
+_SERIES_SAVED: dict[tuple[str, str], tuple[datetime, list[list[Any]]]] = {}
+KEEP = object()
 
 
 # The store's own time limit, never below this: one statement writes a whole cycle (45,000
@@ -166,7 +196,10 @@ def _store(conn: psycopg.Connection, report: CollectionReport, new_state: dict[s
             cur.execute(query("collectors_runs", "save_states"), {
                 "taken_at": report.started_at,
                 "names": list(new_state),
-                "states": [Jsonb(state) for state in new_state.values()],
+                "states": [Jsonb({k: v for k, v in state.items() if k != "_series"}) for state in new_state.values()],
+                # JSON null: keep the stored list (KEEP); no `_series` at all: none.
+                "series": [Jsonb(None if state.get("_series", []) is KEEP else state.get("_series", []))
+                           for state in new_state.values()],
             })
         row = cur.execute(query("collectors_runs", "insert_run"), {
             "started_at": report.started_at,

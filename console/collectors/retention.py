@@ -53,7 +53,7 @@ class RetentionSettings:
 class RetentionResult:
     minute_windows: int = 0
     hour_windows: int = 0
-    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "runs": 0, "workers": 0,
+    deleted: dict[str, int] = field(default_factory=lambda: {"raw": 0, "minute": 0, "hour": 0, "totals": 0, "runs": 0, "workers": 0,
                                                                            "scheduler_nodes": 0, "error_groups": 0})
 
 
@@ -123,6 +123,8 @@ def run(conn: psycopg.Connection, settings: RetentionSettings | None = None) -> 
     if minute_mark is not None:
         raw_cutoff = min(raw_cutoff, minute_mark)
     result.deleted["raw"] = _delete(conn, "delete_raw_batch", {"cutoff": raw_cutoff}, settings)
+    # The per-cycle totals across queues (migration 032) go with the raw samples they summed.
+    result.deleted["totals"] = _delete(conn, "delete_totals_batch", {"cutoff": raw_cutoff}, settings)
     result.deleted["minute"] = _delete(conn, "delete_rollup_batch", {"resolution": "minute", "cutoff": now - settings.minute}, settings)
     result.deleted["hour"] = _delete(conn, "delete_rollup_batch", {"resolution": "hour", "cutoff": now - settings.hour}, settings)
     result.deleted["runs"] = _delete(conn, "delete_runs_batch", {"cutoff": now - settings.raw}, settings)
