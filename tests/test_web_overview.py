@@ -180,3 +180,13 @@ def test_firing_alerts_lead_the_verdict_and_silenced_ones_do_not(conn, client_as
     conn.execute("""INSERT INTO skiplock.alert_silences (rule, labels, ends_at, created_by, reason)
                     VALUES ('workers_zero', '{}', now() + interval '1 hour', 'operator', 'deploy')""")
     assert client.get("/api/v1/overview").get_json()["verdict"]["state"] == "healthy"
+
+
+def test_the_failures_card_says_over_which_window_its_ratio_is(conn, client_as):
+    """The card's headline is the last collection interval's rate, often 0 between two failures;
+    its note is the share over the rate window. Without the window the two read as a
+    contradiction ("0 jobs/s", "1.4 % of finished jobs")."""
+    store_history(conn, failing=None, minutes=3)
+    samples.store(conn, [Sample("failure_ratio", {}, 0.014, datetime.now(UTC))])
+    figures = {f["key"]: f for f in client_as("viewer").get("/api/v1/overview").get_json()["figures"]}
+    assert figures["failures"]["note"] == "1.4 % of finished jobs in the last 15 min"

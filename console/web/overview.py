@@ -47,7 +47,7 @@ from flask import (
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from console import samples, signals
+from console import samples, signals, timefmt
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
 from console.web import charts, cycle, listing
@@ -706,6 +706,16 @@ def rule_bounds(judge: Judge, fig: Figure) -> tuple[float | None, str, str | Non
     return line, label, (" · ".join(parts) + " (alert rules)") if parts else "no alert rule"
 
 
+def _rate_window() -> timedelta:
+    """`[scheduler] rate_window` of the running console (the default outside a request)."""
+    from console.web import state
+
+    try:
+        return signals.rate_window(state().config)
+    except RuntimeError:  # no application context
+        return signals.rate_window(None)
+
+
 def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True,
                  judge: Judge | None = None) -> list[dict[str, Any]]:
     end = datetime.now(UTC)
@@ -735,7 +745,10 @@ def figures_data(conn, latest: Latest, window: timedelta, *, draw: bool = True,
         }
         if fig.key == "failures":
             ratio = failure_ratio(latest)
-            item["note"] = None if ratio is None else f"{charts.format_value(ratio, 'ratio')} of finished jobs"
+            # The headline is the last collection interval's rate (often 0 between two failures);
+            # the ratio is over the rate window: say so, or the two read as a contradiction.
+            item["note"] = None if ratio is None else \
+                f"{charts.format_value(ratio, 'ratio')} of finished jobs in the last {timefmt.duration(_rate_window())}"
         if fig.key == "dead_letters":
             growth = latest.total("dead_letter_growth")
             item["note"] = None if growth is None else f"+{charts.format_value(growth, 'jobs/h')}"
