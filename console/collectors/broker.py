@@ -44,47 +44,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
-from console import samples
+from console import natscall, samples
 from console.collectors.base import Context
+from console.natscall import BrokerUnavailable
 from console.queue import broker
 from console.samples import Sample
 
 BACKEND = "nats"
-
-
-class BrokerUnavailable(RuntimeError):
-    """The broker could not be read within the time limit (the message says why)."""
-
-
-async def _connect(nats: Any, nats_url: str, timeout: float) -> Any:
-    """A connection, or the first error met while making it: nats-py tries the servers again and
-    again until it is cancelled, reporting each failure to `error_cb` only."""
-    errors: list[BaseException] = []
-    failed = asyncio.Event()
-
-    async def on_error(exc: BaseException) -> None:
-        errors.append(exc)
-        failed.set()
-
-    connecting = asyncio.ensure_future(nats.connect(servers=broker.servers(nats_url), name="skiplock-collector",
-                                                    connect_timeout=timeout, allow_reconnect=False,
-                                                    max_reconnect_attempts=0, error_cb=on_error))
-    # Its outcome once given up on is not wanted (and must not be logged as never retrieved).
-    connecting.add_done_callback(lambda task: task.cancelled() or task.exception())
-    failure = asyncio.ensure_future(failed.wait())
-    await asyncio.wait({connecting, failure}, return_when=asyncio.FIRST_COMPLETED)
-    failure.cancel()
-    if connecting.done():
-        return connecting.result()
-    connecting.cancel()
-    raise errors[0]
 
 
 # Queues read at once on the one connection (each queue's three or four requests in turn): a
@@ -135,10 +107,9 @@ async def _read_queue(js: Any, queue: str, not_found: type[Exception]) -> dict[s
 
 
 async def _read(nats_url: str, queues: list[str], timeout: float) -> dict[str, dict[str, Any]]:
-    import nats
     from nats.js.errors import NotFoundError
 
-    nc = await _connect(nats, nats_url, timeout)
+    nc = await natscall.connect(nats_url, timeout)
     try:
         js = nc.jetstream(timeout=timeout)
         gate = asyncio.Semaphore(PARALLEL)
@@ -156,35 +127,8 @@ async def _read(nats_url: str, queues: list[str], timeout: float) -> dict[str, d
 def read_broker(nats_url: str, queues: list[str], timeout: float) -> dict[str, dict[str, Any]]:
     """{queue: figures} read from the broker within `timeout` seconds, in a thread of its own
     (the scheduler's thread may run inside an event loop, which asyncio.run refuses)."""
-    result: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(asyncio.wait_for(_read(nats_url, queues, timeout), timeout))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the collector's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, name="skiplock-broker-collector", daemon=True)
-    thread.start()
-    thread.join(timeout + 1.0)
-    if thread.is_alive():
-        raise BrokerUnavailable(f"NATS did not answer within {timeout:g} s")
-    error = result.get("error")
-    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
-        raise BrokerUnavailable(f"NATS did not answer within {timeout:g} s") from error
-    if error is not None:
-        text = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise BrokerUnavailable(f"NATS at {_masked(nats_url)}: {type(error).__name__}: {text}") from error
-    return result["value"]
-
-
-def _masked(nats_url: str) -> str:
-    """The addresses without credentials (user:password@ or token@)."""
-    out = []
-    for server in broker.servers(nats_url):
-        scheme, sep, rest = server.rpartition("://")
-        out.append(f"{scheme}{sep}{rest.rsplit('@', 1)[-1]}")
-    return ",".join(out)
+    return natscall.call(lambda: _read(nats_url, queues, timeout), nats_url, timeout,
+                         thread_name="skiplock-broker-collector")
 
 
 def _age(row: dict[str, Any], now: datetime) -> float:
@@ -250,7 +194,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
         if growth is not None:
             out.append(Sample("dead_letter_growth", q, growth))
         state[queue] = {"dead_seq": points, "busy": bool(row["pending"] or row["ack_pending"] or row["dead"])}
-    ctx.detail("broker_queues", {"queues": queues, "nats_url": _masked(opts.broker_url)})
+    ctx.detail("broker_queues", {"queues": queues, "nats_url": natscall.masked(opts.broker_url)})
     ctx.remember({"queues": state})
     return out
 

@@ -49,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ from typing import Any
 
 import psycopg
 
-from console import audit
+from console import audit, natscall
 from console.actions import clean_reason
 from console.maintenance.deadletters import Selection, as_selection
 from console.maintenance.errors import (
@@ -67,6 +66,7 @@ from console.maintenance.errors import (
     NothingMatches,
     PreviewMismatch,
 )
+from console.natscall import BrokerUnavailable
 from console.queue import broker
 
 BACKEND = "nats"
@@ -74,10 +74,6 @@ ACTIONS = ("replay", "purge")
 SCAN = 10_000  # messages a preview (and so an operation) reads at most, oldest first
 # Fields the broker worker adds when it dead-letters a job; a replay drops them.
 DEAD_FIELDS = ("attempts", "last_error", "error", "failed_at")
-
-
-class BrokerUnavailable(RuntimeError):
-    """NATS could not be reached, or did not answer within the time limit (the message says why)."""
 
 
 def broker_selection(selection: Selection | Mapping[str, Any]) -> Selection:
@@ -166,50 +162,21 @@ def replay_msg_id(job_id: Any, seq: int) -> str:
     return f"{job_id}:replay:{seq}"
 
 
-# --- talking to NATS (in a thread with its own event loop, like the broker collector) ---------
-
-async def _connect(nats_url: str, timeout: float) -> Any:
-    """One connection that fails at once when the server cannot be reached (the collector's)."""
-    import nats
-
-    from console.collectors.broker import _connect as connect
-
-    return await connect(nats, nats_url, timeout)
-
+# --- talking to NATS (console/natscall.py: a thread with its own event loop and a deadline) --------
 
 def _in_thread(coro_fn, nats_url: str, timeout: float, limit: float) -> Any:
     """Run `coro_fn(js)` on a connection of its own within `limit` seconds."""
-    from console.collectors.broker import _masked
-
-    result: dict[str, Any] = {}
 
     async def main() -> Any:
-        nc = await _connect(nats_url, timeout)
+        nc = await natscall.connect(nats_url, timeout)
         try:
             return await coro_fn(nc.jetstream(timeout=timeout))
         finally:
             await nc.close()
 
-    def target() -> None:
-        try:
-            result["value"] = asyncio.run(asyncio.wait_for(main(), limit))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, name="skiplock-broker-deadletters", daemon=True)
-    thread.start()
-    thread.join(limit + 2.0)
-    if thread.is_alive():
-        raise BrokerUnavailable(f"NATS did not answer within {limit:g} s")
-    error = result.get("error")
-    if isinstance(error, TimeoutError | asyncio.TimeoutError):
-        raise BrokerUnavailable(f"NATS did not answer within {limit:g} s") from error
-    if isinstance(error, ValueError):  # ours (a mismatch): not the broker's failure
-        raise error
-    if error is not None:
-        text = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise BrokerUnavailable(f"NATS at {_masked(nats_url)}: {type(error).__name__}: {text}") from error
-    return result["value"]
+    # A ValueError is ours (a mismatch), not the broker's failure.
+    return natscall.call(main, nats_url, limit, thread_name="skiplock-broker-deadletters", join_slack=2.0,
+                         passthrough=(ValueError,))
 
 
 async def _scan(js: Any, sel: Selection, *, scan: int, upto: int | None, sample: int,
