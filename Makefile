@@ -5,16 +5,15 @@
 # whose SQL depends on the server run again on each of these majors, whose binaries
 # scripts/bootstrap.sh --test fetches (tests/conftest.py --postgresql): the queue protocol's
 # statements and migrations (and the enqueue's routing of broker queues' jobs to the outbox,
-# tests/test_nats_outbox.py), the archive and the maintenance CLI (batched DELETE ... RETURNING,
-# INSERT ... SELECT, partitions), the collectors' and the advisor's reads of pg_stat_* views, and
-# the version checks (tests/test_postgresql_versions.py plans every named query of sql/, the
-# worker's included). Each major runs as two processes (-n 0), one per half below (balanced by
-# their times), all six at once. Left out to keep CI under 20 minutes: tests/test_worker.py
-# (processes, signals and leases; its statements are test_queue's and are planned on each major)
-# and tests/test_advisor_cli.py (the advisor's text and exit codes; its reads are test_advisor's).
+# tests/test_nats_outbox.py), the worker, the archive and the maintenance CLI (batched DELETE ...
+# RETURNING, INSERT ... SELECT, partitions), the collectors' and the advisor's reads of pg_stat_*
+# views, and the version checks (tests/test_postgresql_versions.py plans every named query of
+# sql/). Each major runs as two processes (-n 0), one per half below (balanced by their times),
+# all six at once. Left out to keep CI under 20 minutes: tests/test_advisor_cli.py (the advisor's
+# text and exit codes; its reads are test_advisor's).
 PG_MATRIX = 16 17 18
-PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_nats_outbox.py tests/test_cli_maintenance.py
-PG_MATRIX_READS = tests/test_archive.py tests/test_collectors_*.py tests/test_advisor.py \
+PG_MATRIX_QUEUE = tests/test_migrate.py tests/test_queue.py tests/test_worker.py tests/test_nats_outbox.py
+PG_MATRIX_READS = tests/test_archive.py tests/test_cli_maintenance.py tests/test_collectors_*.py tests/test_advisor.py \
 	tests/test_advisor_causes.py tests/test_advisor_verdict.py tests/test_postgresql_versions.py
 
 setup:
