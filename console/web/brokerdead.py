@@ -67,7 +67,12 @@ def _row_for(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "last_error": text_for(row.get("last_error"), g.user), "payload": payload_for(row.get("payload"), g.user)}
 
 
-def _unavailable(exc: brokerdlq.BrokerUnavailable):
+def _unavailable(exc: brokerdlq.BrokerUnavailable, queue: str):
+    """503 when the broker did not answer about a queue it serves; 404 for any other queue (most
+    likely a PostgreSQL queue on a machine without a broker): nothing of it is there to act on."""
+    if run_limited(broker.backend_of, queue) != "nats":
+        abort(404, f"queue {queue!r} is not served by NATS (and the broker could not be asked whether it "
+                   f"keeps dead letters of it from an earlier move: {exc})")
     abort(503, f"the broker did not answer: {exc}")
 
 
@@ -83,10 +88,7 @@ def index(name: str):
     try:
         page = brokerdlq.list_dead_letters(nats_url, queue, limit=PAGE, after=int(raw_after), timeout=timeout)
     except brokerdlq.BrokerUnavailable as exc:
-        if backend != "nats":  # most likely a PostgreSQL queue on a machine without a broker
-            abort(404, f"queue {queue!r} is not served by NATS (and the broker could not be asked whether it "
-                       f"keeps dead letters of it from an earlier move: {exc})")
-        _unavailable(exc)
+        _unavailable(exc, queue)
     if not page["exists"] and backend != "nats":
         abort(404, f"queue {queue!r} is not served by NATS and has no dead-letter stream")
     return render_template("deadletters/broker.html", queue=queue, backend=backend,
@@ -140,7 +142,7 @@ def preview(name: str):
     try:
         p = brokerdlq.preview(nats_url, sel, sample=SAMPLE, scan=SCAN, timeout=timeout)
     except brokerdlq.BrokerUnavailable as exc:
-        _unavailable(exc)
+        _unavailable(exc, queue)
     data = p.as_dict()
     data["sample"] = [_row_for(r) for r in data["sample"]]
     return _page("broker_confirm", action=action, scan=SCAN, selection_json=json.dumps(p.selection, sort_keys=True),
@@ -166,5 +168,5 @@ def start(name: str):
     except m.PreviewMismatch as exc:
         abort(409, str(exc))
     except brokerdlq.BrokerUnavailable as exc:
-        _unavailable(exc)
+        _unavailable(exc, queue)
     return _page("broker_done", queue=queue, result=result.as_dict(), description=brokerdlq.describe(sel))
