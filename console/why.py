@@ -57,12 +57,13 @@ from console.timefmt import duration
 
 WINDOW = 10_000  # claim-index entries looked at per range for a job's position (a lower bound beyond)
 HEAD_WINDOW = 50_000  # the queue figures' own bound (console.browse.PENDING_CAP)
+HEAD_TRIES = 5  # reads of a queue's head before "it is moving" (the workers took it each time)
 RUNNING_CAP = 50_000  # running rows counted (at most the fleet's handler threads in practice)
 REAPER_NOTE = "the reaper rescues it at its next run (every 30 s by default: [scheduler] reap_interval)"
 
 # The order in which reasons are asked, and so which one is the verdict.
 ORDER = ("scheduled", "paused", "queue_concurrency", "queue_rate", "group_concurrency", "kind_concurrency", "no_worker",
-         "kind_unhandled", "behind", "ready", "lease_dead", "running", "unique", "finished", "empty")
+         "kind_unhandled", "behind", "ready", "lease_dead", "running", "unique", "finished", "moving", "empty")
 
 
 @dataclass
@@ -467,10 +468,25 @@ def _why_queue(conn: psycopg.Connection, queue: str, *, live_within: float, wind
     from console.browse import get_job
 
     now = now or datetime.now(UTC)
-    found = _row(conn, "queue_head", {"queue": queue, "window": head_window}) or {}
-    eligible, scheduled, capped = int(found.get("eligible") or 0), int(found.get("scheduled") or 0), bool(found.get("full"))
+    # The head is exactly the job the workers claim next: between reading it and reading its row
+    # a busy queue's worker often took it. Look again (a new head); only with nothing eligible is
+    # the queue empty or waiting for its schedule.
+    for _ in range(HEAD_TRIES):
+        found = _row(conn, "queue_head", {"queue": queue, "window": head_window}) or {}
+        eligible, scheduled, capped = int(found.get("eligible") or 0), int(found.get("scheduled") or 0), bool(found.get("full"))
+        job = get_job(conn, found["head_id"], archive=False) if found.get("head_id") is not None else None
+        if not eligible or (job is not None and job["status"] == "pending" and job["run_at"] <= now):
+            break
     workers = _rows(conn, "workers")
-    job = get_job(conn, found["head_id"], archive=False) if found.get("head_id") is not None else None
+    if eligible and (job is None or job["status"] != "pending" or job["run_at"] > now):
+        reasons = [Reason(
+            "moving", False,
+            f"Queue {queue} is moving: {eligible:,}{'+' if capped else ''} job(s) waiting, and a worker took its first "
+            f"eligible job each of the {HEAD_TRIES} times it was looked at.",
+            {"eligible": eligible, "tries": HEAD_TRIES, "lower_bound": capped})]
+        answer = Answer("queue", queue, "moving", queue, reasons, now, None)
+        answer.figures = {"eligible": eligible, "scheduled": scheduled, "lower_bound": capped, "window": head_window}
+        return answer
     if job is not None and job["status"] == "pending" and job["run_at"] <= now:
         reasons = _pending_reasons(conn, job, workers, now, live_within, window, head=True)
         head = {"id": job["id"], "kind": job["kind"], "priority": job["priority"], "run_at": job["run_at"],

@@ -252,6 +252,54 @@ def test_a_queue_answers_for_its_first_eligible_job(conn):
     assert "INC-9: bounce storm" in answer.verdict
 
 
+def _claiming_before_each_look(monkeypatch, conn, looks: int) -> list[int]:
+    """A worker claims the queue's head between the answer's read of the head and its read of
+    the head's row, `looks` times: what a busy queue's workers do. Returns the ids taken."""
+    import console.browse
+
+    taken: list[int] = []
+    real = console.browse.get_job
+
+    def get_job(c, job_id, **kwargs):
+        if len(taken) < looks:
+            (job,) = q.claim(conn, "racer", queues=["mail"], limit=1)
+            assert job.id == job_id  # the head the answer just read
+            taken.append(job.id)
+        return real(c, job_id, **kwargs)
+
+    monkeypatch.setattr(console.browse, "get_job", get_job)
+    return taken
+
+
+def test_a_queue_whose_head_is_claimed_while_it_is_asked_is_still_waiting(conn, dsn, monkeypatch):
+    """Seen in the demo during a burst: "Nothing is waiting in queue search" beside 300 eligible
+    jobs, because a worker claimed the head between the two reads. The answer looks again."""
+    import psycopg
+
+    live_worker(conn)
+    ids = [q.enqueue(conn, "noop", queue="mail") for _ in range(10)]
+    with psycopg.connect(dsn, autocommit=True) as asker:
+        taken = _claiming_before_each_look(monkeypatch, conn, looks=2)
+        answer = why.why_queue(asker, "mail", live_within=LIVE)
+    assert taken == ids[:2]
+    assert (answer.state, answer.job["id"], answer.figures["eligible"]) == ("waiting", ids[2], 8)
+
+
+def test_a_queue_whose_head_is_taken_at_every_look_is_moving_not_empty(conn, dsn, monkeypatch):
+    import psycopg
+
+    live_worker(conn)
+    for _ in range(10):
+        q.enqueue(conn, "noop", queue="mail")
+    with psycopg.connect(dsn, autocommit=True) as asker:
+        taken = _claiming_before_each_look(monkeypatch, conn, looks=why.HEAD_TRIES)
+        answer = why.why_queue(asker, "mail", live_within=LIVE)
+    assert len(taken) == why.HEAD_TRIES
+    assert (answer.state, answer.primary.code, answer.blocked) == ("moving", "moving", False)
+    assert answer.figures["eligible"] == 10 - why.HEAD_TRIES + 1  # read before the last claim
+    assert "is moving" in answer.verdict and "Nothing is waiting" not in answer.verdict
+
+
 def test_a_queue_with_only_scheduled_jobs_says_when_the_next_is_due(conn):
     live_worker(conn)
     q.enqueue(conn, "noop", queue="mail", run_at=datetime.now(UTC) + timedelta(minutes=30))
