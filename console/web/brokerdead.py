@@ -36,6 +36,7 @@ from console.queue import broker
 from console.web.actor import actor, reason_for
 from console.web.auth import requires
 from console.web.database import primary_conn, run_limited
+from console.web.deadletters import form_ids
 from console.web.redact import payload_for, text_for
 
 bp = Blueprint("brokerdead", __name__)
@@ -109,12 +110,9 @@ def _selection(queue: str) -> m.Selection:
             abort(400, f"selection: its queue ({sel.queue!r}) is not this page's ({queue!r})")
         return sel
     values: dict[str, Any] = {"queue": queue}
-    ids = [v for v in form.getlist("ids") if v.strip()]
+    ids = form_ids(form)
     if ids:
-        try:
-            values["ids"] = [int(v) for v in ids]
-        except ValueError:
-            raise m.InvalidSelection(f"ids: {', '.join(ids[:5])} are not job ids") from None
+        values["ids"] = ids
     if form.get("kind", "").strip():
         values["kind"] = form["kind"].strip()
     return brokerdlq.broker_selection(values)

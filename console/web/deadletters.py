@@ -327,6 +327,16 @@ def api_jobs():
 
 # --- selections from forms ------------------------------------------------------------------
 
+def form_ids(form) -> list[int]:
+    """The ticked jobs' ids of a form (`ids`, repeated; blanks ignored); InvalidSelection names
+    the first values that are not ids. Also the broker dead letters' forms (brokerdead.py)."""
+    ids = [v for v in form.getlist("ids") if v.strip()]
+    try:
+        return [int(v) for v in ids]
+    except ValueError:
+        raise m.InvalidSelection(f"ids: {', '.join(ids[:5])} are not job ids") from None
+
+
 def _selection_from_form() -> m.Selection:
     form = request.form
     raw = form.get("selection")
@@ -340,12 +350,9 @@ def _selection_from_form() -> m.Selection:
             raise m.InvalidSelection(f"selection is not valid JSON: {exc}") from None
         return m.Selection.from_dict(data)
     values: dict[str, Any] = {}
-    ids = [v for v in form.getlist("ids") if v.strip()]
+    ids = form_ids(form)
     if ids:
-        try:
-            values["ids"] = [int(v) for v in ids]
-        except ValueError:
-            raise m.InvalidSelection(f"ids: {', '.join(ids[:5])} are not job ids") from None
+        values["ids"] = ids
     for name in SELECTION_FIELDS:
         if form.get(name, "").strip():
             values[name] = form[name].strip() if name != "fingerprint" else form[name]
