@@ -23,6 +23,7 @@ contract (docs/architecture.md) is checked.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import random
 import threading
@@ -247,6 +248,7 @@ def complete_and_claim(
     cursor: psycopg.Cursor | None = None,
     kinds: Sequence[str] | None = None,
     skip_kinds: Sequence[str] | None = None,
+    after: tuple[int, datetime, int] | None = None,
 ) -> tuple[list[int], list[Job]]:
     """Complete `done` (fenced) and claim up to `limit` more, in one statement and one commit.
 
@@ -259,6 +261,10 @@ def complete_and_claim(
 
     `kinds` / `skip_kinds`: claim only jobs of these kinds / of other kinds (a worker with both
     sync and async handlers fills each runtime's free slots apart).
+
+    `after`: a claim index key (priority, run_at, id): claim only jobs of that priority after
+    it, the index scanned from the key instead of the head (console/queue/resume_point.py says when
+    and why the worker does).
     """
     params = {
         "worker": worker,
@@ -270,7 +276,11 @@ def complete_and_claim(
         "kinds": list(kinds) if kinds is not None else None,
         "skip_kinds": list(skip_kinds) if skip_kinds is not None else None,
     }
-    sql_text = query("queue", "complete_and_claim")
+    if after is None:
+        sql_text = query("queue", "complete_and_claim")
+    else:
+        sql_text = _claim_after()
+        params["after_priority"], params["after_run_at"], params["after_id"] = after
     with _own_transaction(conn, "complete_and_claim"), (conn.cursor() if cursor is None else contextlib.nullcontext(cursor)) as cur:
         rows = cur.execute(sql_text, params, prepare=True).fetchall()
         if sql_text not in _checked_statements:
@@ -279,6 +289,23 @@ def complete_and_claim(
     # Tuple rows, the job's columns in Job's field order (checked above): the worker's hot path.
     claimed = [Job(*row[1:]) for row in rows if row[1] is not None]
     return completed, claimed
+
+
+# The claim after a key: complete_and_claim with one more condition on the claim index's own
+# columns, which the index takes as where its scan starts (an equality on its first column, a
+# row comparison on the next two). A statement of its own, not a NULL-able parameter of the
+# first: a prepared (generic) plan cannot start an index scan at `$1 IS NULL OR ...`.
+_HEAD = "    WHERE j.status = 'pending'\n"
+_AFTER = ("      AND j.priority = %(after_priority)s::smallint\n"
+          "      AND (j.run_at, j.id) > (%(after_run_at)s::timestamptz, %(after_id)s::bigint)\n")
+
+
+@functools.cache
+def _claim_after() -> str:
+    text = query("queue", "complete_and_claim")
+    if text.count(_HEAD) != 1:
+        raise RuntimeError("complete_and_claim: the candidates' WHERE clause is not where _claim_after expects it")
+    return text.replace(_HEAD, _HEAD + _AFTER)
 
 
 def _int_array(values: list[int]) -> str:

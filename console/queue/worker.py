@@ -91,6 +91,7 @@ from console.histogram import Histogram
 from console.queue import joblogs, limits, tasks, telemetry
 from console.queue import protocol as q
 from console.queue.aio import AsyncRuntime, Outcome, batch_errors, timed_out
+from console.queue.resume_point import ResumePoint
 from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
@@ -210,6 +211,7 @@ class Worker:
         backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
         history: int = q.DEFAULT_HISTORY,
         vacuum_interval: float = 10.0,
+        claim_resume_ms: float = 15.0,
         name: str | None = None,
         secret_keys: Iterable[str] = q.DEFAULT_KEYS,
         log_records: int = joblogs.DEFAULT_RECORDS,
@@ -245,6 +247,9 @@ class Worker:
         self._batch_extra_of: dict[tuple[int, int], tuple[int, bool]] = {}
         # Batch kinds whose last top-up came back short: not topped up again before (monotonic)
         self._top_up_rest: dict[str, float] = {}
+        # Whether the plain claim starts at the head of the claim index or after the last one
+        # (console/queue/resume_point.py: claims that walk dead entries under a horizon holder).
+        self._resume = ResumePoint(slow_s=claim_resume_ms / 1000 if claim_resume_ms > 0 else float("inf"))
         self.batch_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
@@ -998,9 +1003,14 @@ class Worker:
                         if self._mixed:
                             completed, more = self._claim_mixed(conn, done, limit - len(claimed), free)
                         else:
+                            asked = limit - len(claimed)
+                            at = time.monotonic()
+                            after = self._resume.point(at)
                             completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
-                                                                   limit=limit - len(claimed), lease=self.lease,
-                                                                   cursor=self._cur)
+                                                                   limit=asked, lease=self.lease,
+                                                                   cursor=self._cur, after=after)
+                            now = time.monotonic()
+                            self._resume.observe(after, more, asked, now - at, now)
                         claimed += more
                     more_waiting = len(claimed) == limit
                     if self._batch_kinds and claimed:  # batch kinds' jobs came: fill their batches
