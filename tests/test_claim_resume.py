@@ -39,7 +39,7 @@ def test_a_slow_full_claim_from_the_head_resumes_and_the_head_comes_back_in_time
     assert r.point(100.1) is None
     r.observe(None, jobs[:1], 2, 0.500, now=100.0)  # slow but short: the queue ran dry, nothing to resume
     assert r.point(100.1) is None
-    r.observe(None, jobs, 2, 0.020, now=100.0)  # slow and full
+    assert r.observe(None, jobs, 2, 0.020, now=100.0) == "resuming"  # slow and full
     assert r.point(100.5) == last_key(jobs)
     assert r.point(101.0) is None  # the head again after min_head_s
     r.observe(None, jobs, 2, 0.200, now=200.0)  # a head claim of 200 ms: back no sooner than 4 s (5 %)
@@ -54,7 +54,7 @@ def test_a_short_claim_after_the_key_or_a_fast_head_ends_the_mode():
     r.observe(r.point(0.2), [J(5)], 2, 0.001, now=0.2)  # its priority ran out of due rows
     assert r.point(0.3) is None
     r.observe(None, [J(6), J(7)], 2, 0.1, now=0.3)
-    r.observe(None, [J(8), J(9)], 2, 0.001, now=5.0)  # the head is cheap again
+    assert r.observe(None, [J(8), J(9)], 2, 0.001, now=5.0) == "at the head"  # the head is cheap again
     assert r.point(5.1) is None
 
 

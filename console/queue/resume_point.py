@@ -73,14 +73,19 @@ class ResumePoint:
             return self.key
         return None
 
-    def observe(self, after: Key | None, jobs: Sequence[_Claimed], asked: int, seconds: float, now: float) -> None:
-        """What the claim made with `after` (None: from the head) returned, and how long it took."""
+    def observe(self, after: Key | None, jobs: Sequence[_Claimed], asked: int, seconds: float, now: float) -> str | None:
+        """What the claim made with `after` (None: from the head) returned, and how long it took.
+        Returns "resuming" or "at the head" when the mode changed (the worker logs it), else None."""
+        was = self.key is not None
         if after is None:
             if asked > 0 and len(jobs) == asked and seconds >= self.slow_s:
                 self.key = last_key(jobs)
                 self.head_at = now + max(self.min_head_s, seconds / self.head_cost_share)
             else:
                 self.key = None
-            return
-        self.resumed += 1
-        self.key = last_key(jobs) if jobs and len(jobs) == asked else None
+        else:
+            self.resumed += 1
+            self.key = last_key(jobs) if jobs and len(jobs) == asked else None
+        if was == (self.key is not None):
+            return None
+        return "resuming" if self.key is not None else "at the head"

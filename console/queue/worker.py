@@ -1010,7 +1010,14 @@ class Worker:
                                                                    limit=asked, lease=self.lease,
                                                                    cursor=self._cur, after=after)
                             now = time.monotonic()
-                            self._resume.observe(after, more, asked, now - at, now)
+                            changed = self._resume.observe(after, more, asked, now - at, now)
+                            if changed == "resuming":
+                                log.warning("worker %s: a claim from the head of the queue took %.0f ms (dead entries a "
+                                            "horizon holder keeps?): claiming after the last claim, from the head every "
+                                            "%.1f s (docs/queue.md, \"Horizon holders\")", self.id, (now - at) * 1000,
+                                            self._resume.head_at - now)
+                            elif changed:
+                                log.info("worker %s: claiming from the head of the queue again", self.id)
                         claimed += more
                     more_waiting = len(claimed) == limit
                     if self._batch_kinds and claimed:  # batch kinds' jobs came: fill their batches
