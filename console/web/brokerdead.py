@@ -35,8 +35,7 @@ from flask import Blueprint, abort, g, jsonify, render_template, request
 
 from console import jsonbounds
 from console import maintenance as m
-from console.actions import bulk_action
-from console.actions import MAX_REASON
+from console.actions import MAX_REASON, bulk_action
 from console.maintenance import brokerdlq
 from console.queue import broker
 from console.web.actor import actor, reason_for
@@ -233,7 +232,7 @@ CONFIRM = [
     Param("selection_hash", where="form", max_length=100,
           description="the preview's selection hash (`confirm.selection_hash`); required for purge"),
 ]
-BROKER_ERRORS = {"404": "not a broker queue's name, or a queue not served by NATS with no dead-letter stream",
+BROKER_ERRORS: dict[str, str | tuple[str, dict]] = {"404": "not a broker queue's name, or a queue not served by NATS with no dead-letter stream",
                  "503": "the broker (or the database) did not answer: the message says which and why"}
 
 
