@@ -164,3 +164,24 @@ def test_the_cli_the_api_and_the_queue_page_ask_the_broker_for_a_nats_queue(dsn,
     assert api["reasons"][0]["links"] == [{"label": "Workers: what each listens on", "path": "/workers"}]
     panel = viewer.get(f"/queues/{QUEUE}/_why").get_data(as_text=True)
     assert 'data-why-code="no_worker"' in panel and "asked of the broker" in panel
+
+
+def test_move_status_of_a_queue_moved_back_asks_the_broker_what_its_stream_still_holds(dsn, conn, nats_server):
+    """docs/exit-plan.md: after `--to postgres`, PostgreSQL cannot see the jobs already in the
+    stream; `skiplock queues move --status` reads the broker's count (no `nats` CLI needed)."""
+    set_backend(dsn, QUEUE)
+    for n in range(2):
+        q.enqueue(conn, "record", {"n": n}, queue=QUEUE)
+    _run(_relay(nats_server, dsn))
+    set_backend(dsn, QUEUE, "postgres")
+
+    def status(*extra: str, url: str = nats_server):
+        result = CliRunner().invoke(main, ["--dsn", dsn, "queues", "move", QUEUE, "--status", *extra],
+                                    env={"SKIPLOCK_BROKER_NATS_URL": url}, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "stream skiplock_jobs_mail: 2 waiting, 0 delivered and not acknowledged: keep" in status()
+    assert json.loads(status("--json"))["stream"] == {"exists": True, "pending": 2, "ack_pending": 0}
+    nats_helpers.stop_server(nats_server)
+    assert "stream skiplock_jobs_mail: not read (NATS at" in status()
