@@ -102,10 +102,10 @@ def listing(name: str) -> dict[str, Any]:
             "next": page["next"], "after": int(raw_after)}
 
 
-def _acting_on(name: str) -> str:
-    """The queue a preview or a start acts on: a broker queue, or one moved back to PostgreSQL
-    whose dead-letter stream is still there (404 for any other: nothing of it is in the broker)."""
-    queue = _queue(name)
+def _acting_on(queue: str) -> None:
+    """404 unless `queue` (checked by _queue) is a broker queue, or one moved back to PostgreSQL
+    whose dead-letter stream is still there: nothing of any other is in the broker. Asked after
+    the request's input is read, so bad input is a 400 whatever the queue."""
     if run_limited(broker.backend_of, queue) == "nats":
         return queue
     nats_url, timeout = _broker()
@@ -115,7 +115,6 @@ def _acting_on(name: str) -> str:
         _unavailable(exc, queue)
     if not found["exists"]:
         abort(404, f"queue {queue!r} is not served by NATS and has no dead-letter stream")
-    return queue
 
 
 @bp.get("/deadletters/broker/<name>")
@@ -158,9 +157,10 @@ def _page(template: str, **data: Any):
 
 
 def preview_data(name: str) -> dict[str, Any]:
-    queue = _acting_on(name)
+    queue = _queue(name)
     action = _action()
     sel = _selection(queue)
+    _acting_on(queue)
     nats_url, timeout = _broker()
     try:
         p = brokerdlq.preview(nats_url, sel, sample=SAMPLE, scan=SCAN, timeout=timeout)
@@ -180,13 +180,14 @@ def preview(name: str):
 
 def start_data(name: str) -> dict[str, Any]:
     """Replay or purge what the form selects, bound to its preview (required for a purge)."""
-    queue = _acting_on(name)
+    queue = _queue(name)
     action = _action()
     sel = _selection(queue)
     reason = reason_for(bulk_action(action, sel.to_dict()))
     previewed = brokerdlq.BrokerPreviewed.from_fields(request.form)
     if previewed is None and action == "purge":
         abort(400, "purge needs the preview it confirms: missing expected, max_seq, selection_hash (preview first)")
+    _acting_on(queue)
     settings = m.MaintenanceSettings.from_config(_state().config)
     nats_url, timeout = _broker()
     try:
