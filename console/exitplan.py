@@ -14,8 +14,10 @@ queue served by NATS JetStream, and back.
 
 What it cannot see: the broker. Jobs already published to JetStream and the nats-server are
 outside PostgreSQL (broker workers are seen once they register in skiplock.workers, which they
-do when they have a database), so the steps that depend on them say "check" and name the
-command that answers (`nats stream info`). It never scans the jobs table, and takes its
+do when they have a database), so the steps that depend on them say "check". One exception,
+`with_stream`: `skiplock queues move --status` asks the broker how many jobs a queue served by
+PostgreSQL still has in its stream (after a move back), through console.brokerwhy, with no
+transaction open. It never scans the jobs table, and takes its
 configuration as arguments (the faces read it; only the declared default of `[broker] nats_url`
 is read from console.config's table of settings).
 """
@@ -36,6 +38,7 @@ from console import browse
 from console.advisor import verdict as advisor_verdict
 from console.config import SETTINGS
 from console.maintenance.actions import check_known_queue
+from console.natscall import BrokerUnavailable
 from console.queue import broker
 from console.sqlfiles import query
 
@@ -121,7 +124,8 @@ def dual_run(conn: psycopg.Connection, queue: str) -> dict[str, Any]:
             if _broker_name(queue):
                 text += (f" If the queue was ever on nats, the jobs already published are in the stream "
                          f"{broker.stream(queue)}, which PostgreSQL cannot see: keep `skiplock worker --backend nats` "
-                         f"running until `nats stream info {broker.stream(queue)}` shows 0 messages.")
+                         f"running until `skiplock queues move {queue} --status` (which asks the broker) says the "
+                         "stream is empty.")
         text += dead
     return {"queue": queue, "backend": backend, "jobs": jobs, "outbox": outbox, "old_side": old, "left": left,
             "drained": drained, "text": text}
@@ -139,7 +143,39 @@ def status_lines(state: dict[str, Any]) -> list[str]:
         f"  outbox: {_count(outbox['unsent'], outbox['capped'])} unsent"
         + (f" ({outbox['waiting']:,} waiting for their run_at)" if outbox["waiting"] else ""),
         "  drain: " + state["text"],
-    ]
+    ] + _stream_lines(state)
+
+
+def _stream_lines(state: dict[str, Any]) -> list[str]:
+    """The broker's own count of the queue's stream, when `skiplock queues move --status` read it
+    (`with_stream`): what PostgreSQL cannot see of a queue moved back."""
+    found = state.get("stream")
+    if found is None:
+        return []
+    name = broker.stream(state["queue"])
+    if found.get("error"):
+        return [f"  stream {name}: not read ({found['error']})"]
+    if not found["exists"]:
+        return [f"  stream {name}: none (nothing of this queue is in the broker)"]
+    held = found["pending"] + found["ack_pending"]
+    return [f"  stream {name}: {found['pending']:,} waiting, {found['ack_pending']:,} delivered and not acknowledged"
+            + (" (empty: the broker side is drained)" if not held else
+               ": keep `skiplock worker --backend nats` running until it is empty")]
+
+
+def with_stream(state: dict[str, Any], nats_url: str, timeout: float) -> dict[str, Any]:
+    """`state` (dual_run's) with `stream`: the broker's count of the queue's job stream, read
+    now within `timeout` seconds, for a queue served by PostgreSQL whose name a broker can
+    carry (it may have left jobs there). Call it with no transaction open: it waits on NATS."""
+    if state["backend"] != "postgres" or not _broker_name(state["queue"]):
+        return state
+    from console.brokerwhy import broker_facts
+
+    try:
+        found = broker_facts(nats_url, state["queue"], timeout)
+    except BrokerUnavailable as exc:
+        return {**state, "stream": {"error": str(exc)}}
+    return {**state, "stream": {k: found[k] for k in ("exists", "pending", "ack_pending")}}
 
 
 # --- the move -----------------------------------------------------------------------------------
@@ -242,7 +278,9 @@ def plan(conn: psycopg.Connection, queue: str, *, nats_url: str = DEFAULT_NATS_U
         Step("Install nats-server and run it with JetStream",
              ["apt-get install nats-server", "nats-server -js -sd /var/lib/nats"],
              DONE if server_path else CHECK,
-             f"found {server_path} on this machine; is it running, with -js?" if server_path else
+             f"found {server_path} on this machine; is it running, with -js? (Debian's nats-server.service "
+             "runs without JetStream: add a jetstream block to /etc/nats-server.conf, or stop it and run the "
+             "command above)" if server_path else
              "not on this machine's PATH; check the host that runs it"),
         Step("Point Skiplock at it: [broker] nats_url in the config file (or SKIPLOCK_BROKER_NATS_URL)",
              ["[broker]", 'nats_url = "nats://HOST:4222"'],

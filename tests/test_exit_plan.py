@@ -169,7 +169,7 @@ def test_moving_back_to_postgres_says_what_the_relay_still_publishes(dsn, conn):
     assert (state["backend"], state["old_side"], state["left"], state["drained"]) == ("postgres", "nats", 3, False)
     conn.execute("UPDATE skiplock.outbox SET sent_at = now()")
     state = json.loads(cli(dsn, "queues", "move", "mail", "--status", "--json").output)
-    assert state["drained"] is True and "nats stream info" in state["text"]
+    assert state["drained"] is True and "`skiplock queues move mail --status` (which asks the broker)" in state["text"]
 
 
 def test_bad_moves_are_refused_before_anything_changes(dsn, conn):
@@ -223,3 +223,21 @@ def test_a_drain_hidden_beyond_the_claim_index_window_is_not_called_complete(dsn
     assert state["drained"] is None and state["jobs"]["capped"] is True
     assert "the drain cannot be confirmed yet" in state["text"]
     assert exitplan.plan(conn, "mail").steps[6].state == "to do"
+
+
+def test_a_tasks_module_in_the_current_directory_that_the_command_cannot_import_is_named_with_the_fix(
+        tmp_path, monkeypatch):
+    """docs/exit-plan.md's `skiplock worker --backend nats --queues mail --tasks YOUR.TASKS`, with
+    the tasks module beside the user: the `skiplock` command does not import from the current
+    directory (only `python -m` adds it), and the refusal says so."""
+    import sys
+
+    (tmp_path / "walk_tasks_here.py").write_text("import console\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    result = CliRunner().invoke(main, ["worker", "--backend", "nats", "--queues", "mail", "--tasks",
+                                       "walk_tasks_here"])
+    assert result.exit_code == 2
+    assert "walk_tasks_here is in the current directory" in result.output and "PYTHONPATH=." in result.output
+    elsewhere = CliRunner().invoke(main, ["worker", "--tasks", "no_such_tasks_module_anywhere"])
+    assert elsewhere.exit_code == 2 and "current directory" not in elsewhere.output

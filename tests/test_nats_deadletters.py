@@ -43,7 +43,7 @@ def _dead_body(job_id: int, kind: str) -> dict:
             "failed_at": now}
 
 
-async def _load_dead(nats_url: str, jobs: dict[int, str]) -> None:
+async def _load_dead(nats_url: str, jobs: dict[int, str], secret: bool = False) -> None:
     import nats
 
     from console.queue.broker.relay import ensure_streams
@@ -53,14 +53,17 @@ async def _load_dead(nats_url: str, jobs: dict[int, str]) -> None:
         js = nc.jetstream()
         await ensure_streams(js, QUEUE, 120.0)
         for job_id, kind in jobs.items():
-            await js.publish(broker.dead_subject(QUEUE), json.dumps(_dead_body(job_id, kind)).encode(),
+            body = _dead_body(job_id, kind)
+            if secret:  # what a viewer must not read: a redacted key in the payload and the error
+                body.update(payload={"password": f"hunter{job_id}"}, last_error=f"RuntimeError: password=hunter{job_id}")
+            await js.publish(broker.dead_subject(QUEUE), json.dumps(body).encode(),
                              headers={broker.MSG_ID: f"{uuid.uuid4()}:dead", broker.JOB_ID: str(job_id)})
     finally:
         await nc.close()
 
 
-def load_dead(nats_url: str, jobs: dict[int, str]) -> None:
-    _run(_load_dead(nats_url, jobs))
+def load_dead(nats_url: str, jobs: dict[int, str], secret: bool = False) -> None:
+    _run(_load_dead(nats_url, jobs, secret))
 
 
 def dead_ids(nats_url: str) -> list[int]:
@@ -275,3 +278,87 @@ def test_a_broker_worker_registers_on_the_workers_page_with_a_nats_badge_and_say
     assert rows(dsn, "SELECT stopped_at IS NOT NULL FROM skiplock.workers") == [(True,)]
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert exitplan.broker_workers(conn, QUEUE) == []
+
+
+# --- /api/v1/deadletters/broker/<queue>: the JSON mirror of the page -----------------------------
+
+def _bearer(conn, role: str) -> dict[str, str]:
+    from console import users as users_mod
+
+    return {"Authorization": f"Bearer {users_mod.create_token(conn, role, 'api-test')}"}
+
+
+def test_the_api_lists_previews_replays_and_purges_a_broker_queues_dead_letters_like_postgres_ones(
+        dsn, conn, nats_server, web_app, client_as, personas):
+    set_backend(dsn, QUEUE)
+    load_dead(nats_server, {801: "record", 802: "record", 803: "other"}, secret=True)
+    api = web_app.test_client()
+    viewer, operator = _bearer(conn, "viewer"), _bearer(conn, "operator")
+    base = f"/api/v1/deadletters/broker/{QUEUE}"
+
+    listed = api.get(base, headers=viewer)
+    assert listed.status_code == 200, listed.get_data(as_text=True)[:300]
+    body = listed.get_json()
+    assert [r["id"] for r in body["rows"]] == [801, 802, 803] and body["stream_total"] == 3
+    assert body["stream"] == broker.dead_stream(QUEUE) and body["next"] is None
+    # Viewers see the error text and payload redacted, operators in full (the page's rule).
+    assert "hunter" not in json.dumps(body["rows"]) and body["rows"][0]["payload"] == {"password": "[redacted]"}
+    full = api.get(base, headers=operator).get_json()["rows"][0]
+    assert full["last_error"] == "RuntimeError: password=hunter801" and full["payload"] == {"password": "hunter801"}
+    assert api.get(f"{base}?after=x", headers=viewer).status_code == 400
+    assert api.get(f"{base}?after=1", headers=viewer).get_json()["rows"][0]["id"] == 802
+
+    # Viewers may not act; a session needs its CSRF token, a bearer token does not.
+    assert api.post(f"{base}/preview", headers=viewer, data={"action": "purge"}).status_code == 403
+    assert api.post(f"{base}/operations", headers=viewer, data={"action": "replay", "ids": "801"}).status_code == 403
+    assert client_as("operator").post(f"{base}/preview", data={"action": "purge"}).status_code == 403
+
+    # Purge: preview, then the start bound to it, with a reason.
+    preview = api.post(f"{base}/preview", headers=operator, data={"action": "purge", "kind": "other"})
+    assert preview.status_code == 200, preview.get_data(as_text=True)[:300]
+    p = preview.get_json()
+    assert (p["total"], [r["id"] for r in p["sample"]]) == (1, [803])
+    form = {"action": "purge", "kind": "other", **{k: str(v) for k, v in p["confirm"].items()}}
+    no_reason = api.post(f"{base}/operations", headers=operator, data=form)
+    assert no_reason.status_code == 422 and "reason" in no_reason.get_json()["error"]
+    unbound = api.post(f"{base}/operations", headers=operator, data={"action": "purge", "kind": "other",
+                                                                      "reason": REASON})
+    assert unbound.status_code == 400 and "preview" in unbound.get_json()["error"]
+    assert dead_ids(nats_server) == [801, 802, 803]
+    purged = api.post(f"{base}/operations", headers=operator, data={**form, "reason": REASON})
+    assert purged.status_code == 200, purged.get_data(as_text=True)[:300]
+    assert purged.get_json()["result"]["done"] == 1 and dead_ids(nats_server) == [801, 802]
+
+    # Replay of two needs a reason (422), then republishes them to the job stream.
+    assert api.post(f"{base}/operations", headers=operator, data={"action": "replay"}).status_code == 422
+    replayed = api.post(f"{base}/operations", headers=operator, data={"action": "replay", "reason": REASON})
+    assert replayed.status_code == 200 and replayed.get_json()["result"]["done"] == 2
+    assert dead_ids(nats_server) == [] and stream_messages(nats_server, broker.stream(QUEUE)) == 2
+    assert [r[:2] for r in audit_rows(dsn, "replay")] == [("started", 2), ("ok", 2)]
+    assert [r[:2] for r in audit_rows(dsn, "purge")] == [("started", 1), ("ok", 1)]
+    assert "(token api-test)" in rows(dsn, "SELECT actor FROM skiplock.audit_log WHERE action = 'purge'")[0][0]
+
+    # A PostgreSQL queue with no dead-letter stream, or a name no stream can have: 404.
+    assert api.get("/api/v1/deadletters/broker/billing", headers=viewer).status_code == 404
+    assert api.get("/api/v1/deadletters/broker/no.such", headers=viewer).status_code == 404
+    assert api.post("/api/v1/deadletters/broker/billing/preview", headers=operator,
+                    data={"action": "replay"}).status_code == 404
+
+    # The broker gone: 503 naming it, for the list and both actions.
+    nats_helpers.stop_server(nats_server)
+    for answer in (api.get(base, headers=viewer),
+                   api.post(f"{base}/preview", headers=operator, data={"action": "replay"}),
+                   api.post(f"{base}/operations", headers=operator, data={"action": "replay", "reason": REASON})):
+        assert answer.status_code == 503, answer.get_data(as_text=True)[:300]
+        assert "broker did not answer" in answer.get_json()["error"]
+
+
+def test_the_broker_dead_letter_api_is_in_the_openapi_document(web_app):
+    from console.web.api import openapi_document
+
+    paths = openapi_document(web_app)["paths"]
+    base = "/api/v1/deadletters/broker/{name}"
+    assert set(paths[base]) == {"get"} and set(paths[f"{base}/preview"]) == {"post"}
+    start = paths[f"{base}/operations"]["post"]
+    assert {"400", "401", "403", "404", "409", "422", "503"} <= set(start["responses"])
+    assert "Role: operator" in start["description"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -58,6 +59,18 @@ def migrate_cmd(obj, all_databases: bool) -> None:
 
 
 
+def _cwd_hint(exc: ImportError) -> str:
+    """The usual cause when a tasks module sits in the current directory: the `skiplock`
+    command's import path does not include it (only `python -m` adds it)."""
+    top = (getattr(exc, "name", None) or "").split(".")[0]
+    here = Path.cwd()
+    if top and isinstance(exc, ModuleNotFoundError) and ((here / f"{top}.py").is_file() or (here / top).is_dir()):
+        return (f" ({top} is in the current directory, which is not on the `skiplock` command's import path: "
+                f"install your application, or run it as PYTHONPATH=. skiplock ...)")
+    return ""
+
+
+
 @main_group.command("worker")
 @dsn_option
 @click.option("--tasks", "task_modules", required=True, help="Module(s) that register handlers, comma-separated (e.g. myapp.tasks).")
@@ -86,7 +99,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
     try:
         tasks.load_modules(task_modules)
     except ImportError as exc:
-        raise click.UsageError(f"--tasks: cannot import {task_modules!r}: {exc}") from None
+        raise click.UsageError(f"--tasks: cannot import {task_modules!r}: {exc}{_cwd_hint(exc)}") from None
     if backend == "nats":
         sys.exit(_nats_worker(cfg, queues or "", concurrency, async_concurrency, lease, batch_size, _registry_dsn(obj)))
     from console.queue.worker import Worker

@@ -30,7 +30,7 @@ from console.queue import broker, limits
 
 @main_group.group("queues")
 def queues_group() -> None:
-    """Concurrency and rate limits per queue (docs/queue.md)."""
+    """Queues: list them, their limits (docs/queue.md), their backend and moves (docs/exit-plan.md)."""
 
 
 def _weights(weights: dict[str, int]) -> str:
@@ -202,9 +202,14 @@ def move_cmd(obj, name: str, to: str | None, status: bool, create: bool, as_json
         if to is None:
             exitplan.known_queue(conn, name)
             state = exitplan.dual_run(conn, name)
-            click.echo(json.dumps(state, default=str, indent=2) if as_json else "\n".join(exitplan.status_lines(state)))
-            return
-        result = exitplan.move(conn, name, to, actor=actor, reason=reason or "", create=create)
+        else:
+            result = exitplan.move(conn, name, to, actor=actor, reason=reason or "", create=create)
+    if to is None:
+        # The broker's side of a queue served by PostgreSQL (jobs it left in its stream), read
+        # after the connection is closed: nothing waits on NATS with a transaction open.
+        state = exitplan.with_stream(state, obj.config.broker.nats_url, float(obj.config.broker.publish_timeout))
+        click.echo(json.dumps(state, default=str, indent=2) if as_json else "\n".join(exitplan.status_lines(state)))
+        return
     if as_json:
         click.echo(json.dumps(result, default=str, indent=2))
         return

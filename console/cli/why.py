@@ -8,9 +8,10 @@ import json
 
 import click
 
-from console import signals, why
+from console import brokerwhy, signals, why
 from console.cli.common import dsn_option, friendly_errors, main_group
 from console.db import connect, require_schema
+from console.queue import broker
 
 
 @main_group.command("why")
@@ -27,8 +28,15 @@ def why_cmd(obj, job_id: int | None, queue: str | None, as_json: bool) -> None:
     live_within = signals.live_worker_within(obj.config)
     with connect(obj.dsn, application_name="skiplock-cli") as conn:
         require_schema(conn)
-        answer = (why.why_job(conn, job_id, live_within=live_within) if job_id is not None
-                  else why.why_queue(conn, queue, live_within=live_within))
+        answer: why.Answer | None
+        if job_id is not None:
+            answer = why.why_job(conn, job_id, live_within=live_within)
+        elif broker.backend_of(conn, str(queue)) == "nats":  # the broker's facts, not skiplock.jobs'
+            cfg = obj.config.broker
+            answer = brokerwhy.why_broker_queue(conn, str(queue), nats_url=cfg.nats_url,
+                                                timeout=float(cfg.publish_timeout), live_within=live_within)
+        else:
+            answer = why.why_queue(conn, str(queue), live_within=live_within)
     if answer is None:
         raise click.UsageError(f"there is no job {job_id} (not in the jobs table nor the archive)")
     if as_json:

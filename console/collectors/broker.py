@@ -66,11 +66,12 @@ PARALLEL = 16
 
 async def _read_queue(js: Any, queue: str, not_found: type[Exception]) -> dict[str, Any]:
     row: dict[str, Any] = {"pending": 0, "ack_pending": 0, "redelivered": 0, "dead": 0, "dead_seq": 0,
-                           "head_run_at": None, "head_time": None}
+                           "head_run_at": None, "head_time": None, "exists": False}
     try:
         stream = await js.stream_info(broker.stream(queue))
     except not_found:
         stream = None
+    row["exists"] = stream is not None
     next_seq = None
     if stream is not None:
         row["pending"] = stream.state.messages

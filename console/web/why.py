@@ -10,6 +10,10 @@ heartbeats and leases as they are now, which a replica shows only as of its lag.
 
 Each reason comes with the console pages that show its evidence (`links_for`): the audit log
 for a pause, the queue's limits, the workers, the jobs ahead in claim order.
+
+A queue whose backend is nats is answered by console.brokerwhy from the broker's facts (the
+stream, its consumer, the outbox, the relay, the broker workers): its PostgreSQL facts are read
+first, under the statement timeout, then the broker, with no transaction open meanwhile.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from urllib.parse import quote, urlencode
 
 from flask import Blueprint, abort, g, jsonify, render_template
 
-from console import signals, why
+from console import brokerwhy, signals, why
+from console.natscall import BrokerUnavailable
+from console.queue import broker
 from console.web.api import BOOL, OBJ, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
 from console.web.database import run_panel
@@ -27,12 +33,13 @@ from console.web.redact import text_for
 
 bp = Blueprint("why", __name__)
 
-REASON = obj({"code": {"enum": list(why.ORDER)}, "blocking": BOOL, "title": STR,
+REASON = obj({"code": {"enum": list(why.ORDER) + [c for c in brokerwhy.ORDER if c not in why.ORDER]}, "blocking": BOOL, "title": STR,
               "evidence": {**OBJ, "description": "the facts the reason rests on (names differ by code)"},
               "links": arr(obj({"label": STR, "path": STR}))})
 ANSWER = obj({
     "subject": {"enum": ["job", "queue"]}, "name": STR,
-    "state": {**STR, "description": "a job's status (or archived); a queue's: waiting, scheduled or empty"},
+    "state": {**STR, "description": "a job's status (or archived); a queue's: waiting, scheduled or empty (a broker "
+                                    "queue's: waiting, running, empty, or unknown when the broker did not answer)"},
     "queue": STR, "code": {**STR, "description": "the verdict's reason"}, "blocked": BOOL,
     "verdict": {**STR, "description": "the answer in one sentence: the first blocking reason"},
     "reasons": arr(REASON), "job": opt(OBJ), "figures": opt(OBJ), "checked_at": TIME,
@@ -76,6 +83,11 @@ def links_for(reason: why.Reason, queue: str) -> list[dict[str, str]]:
         out += [("Workers", "/workers")]
     elif reason.code == "scheduled" and "scheduled" in e:
         out += [(f"Pending jobs in queue {queue}", _jobs(state="pending", queue=queue))]
+    elif reason.code in ("relay_stopped", "outbox", "postgres_left"):
+        out += [(f"Queue {queue}'s exit plan: the relay and the drain", f"/queues/{_q(queue)}/exit-plan")]
+    elif reason.code == "redelivered":
+        out += [(f"Queue {queue}'s broker figures", f"/queues/{_q(queue)}"),
+                ("Its dead letters", f"/deadletters/broker/{_q(queue)}")]
     return [{"label": label, "path": path} for label, path in out]
 
 
@@ -101,10 +113,30 @@ def job_answer(job_id: int) -> dict[str, Any]:
 def queue_answer(name: str) -> dict[str, Any]:
     if not name.strip() or len(name) > 200:
         abort(400, "queue: a queue name of 1 to 200 characters")
+    backend = run_panel(broker.backend_of, name)
+    if backend.ok and backend.data == "nats":
+        return _broker_answer(name)
     found = run_panel(why.why_queue, name, live_within=_live_within())
     if not found.ok:
         return {"available": False, "error": found.error, "subject": "queue", "name": name}
     return _shaped(found.data)
+
+
+def _broker_answer(queue: str) -> dict[str, Any]:
+    """console.brokerwhy's answer: PostgreSQL's facts under the statement timeout, then the
+    broker's within [broker] publish_timeout (a broker that does not answer is a reason)."""
+    from console.web import state
+
+    pg = run_panel(brokerwhy.pg_facts, queue, live_within=_live_within())
+    if not pg.ok:
+        return {"available": False, "error": pg.error, "subject": "queue", "name": queue}
+    config: Any = state().config  # [broker] is a section the typed Config does not list
+    cfg = config.broker
+    try:
+        found, error = brokerwhy.broker_facts(cfg.nats_url, queue, float(cfg.publish_timeout)), None
+    except BrokerUnavailable as exc:
+        found, error = None, str(exc)
+    return _shaped(brokerwhy.answer(queue, pg.data, found, error, live_within=_live_within()))
 
 
 def why_panel(answer: dict[str, Any], refresh: str) -> dict[str, Any]:

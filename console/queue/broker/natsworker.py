@@ -70,7 +70,7 @@ from nats.js.errors import APIError
 from console.queue import broker, tasks
 from console.queue import protocol as q
 from console.queue.aio import timed_out
-from console.queue.broker.relay import connect_nats, ensure_streams, unavailable
+from console.queue.broker.relay import connect_nats, ensure_streams, jetstream_hint, unavailable
 from console.queue.worker import Worker, package_version
 from console.sqlfiles import query
 
@@ -317,7 +317,8 @@ class NatsWorker:
         now = time.monotonic()
         if now - self._complained.get(queue, float("-inf")) >= COMPLAIN_EVERY:
             self._complained[queue] = now
-            log.warning("queue %s: %s (%s: %s); trying again", queue, what, type(exc).__name__, exc)
+            log.warning("queue %s: %s (%s: %s); trying again%s", queue, what, type(exc).__name__, exc,
+                        jetstream_hint(exc))
 
     # --- the worker registry (migration 031) ---------------------------------------------------
 

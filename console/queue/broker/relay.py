@@ -116,6 +116,17 @@ def unavailable(exc: BaseException) -> bool:
     return isinstance(exc, APIError) and exc.code in (408, 503)
 
 
+def jetstream_hint(exc: BaseException) -> str:
+    """A hint for the log when `exc` says the server has no JetStream: a plain `nats-server`
+    (Debian's service runs one so, from /etc/nats-server.conf) answers JetStream's requests with
+    "no responders", which nats-py raises as ServiceUnavailableError without a code (a stream
+    or consumer electing its leader answers with code 503 instead)."""
+    if isinstance(exc, ServiceUnavailableError) and getattr(exc, "code", None) is None:
+        return (" (the server answers, JetStream does not: start nats-server with -js, or add "
+                "`jetstream { store_dir: /var/lib/nats }` to its configuration file and restart it)")
+    return ""
+
+
 CONNECT_WITHIN = 15.0  # seconds the first connection to NATS may take before the process gives up
 
 
@@ -262,8 +273,8 @@ class Relay:
         now = time.monotonic()
         if now - self._complained.get(queue, float("-inf")) >= 10.0:
             self._complained[queue] = now
-            log.warning("relay: cannot look up or create the streams of queue %s (%s: %s); its rows stay unsent",
-                        queue, type(exc).__name__, str(exc) or "-")
+            log.warning("relay: cannot look up or create the streams of queue %s (%s: %s); its rows stay unsent%s",
+                        queue, type(exc).__name__, str(exc) or "-", jetstream_hint(exc))
 
     async def _prune(self, conn: psycopg.AsyncConnection[Any]) -> int:
         total = 0
