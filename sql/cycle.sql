@@ -14,3 +14,31 @@ SELECT
     (SELECT max(l.id) FROM skiplock.audit_log AS l) AS audited,
     (SELECT max(s.id) FROM skiplock.alert_silences AS s) AS silenced,
     floor(extract(epoch FROM clock_timestamp()) / %(bucket)s)::bigint AS bucket;
+
+-- name: stored_model
+-- The stored model `name` built after exactly these marks, with these settings, less than
+-- %(fresh)s seconds ago (what it says about time is at most that old): its id, not its body (a
+-- primary key probe; the body is read once per web process, `stored_body`).
+SELECT c.id
+FROM skiplock.cycle_models AS c
+WHERE c.name = %(name)s
+  AND c.measured IS NOT DISTINCT FROM %(measured)s
+  AND c.evaluated IS NOT DISTINCT FROM %(evaluated)s
+  AND c.audited IS NOT DISTINCT FROM %(audited)s
+  AND c.silenced IS NOT DISTINCT FROM %(silenced)s
+  AND c.settings = %(settings)s
+  AND c.built_at > clock_timestamp() - make_interval(secs => %(fresh)s);
+
+-- name: stored_body
+-- The body of the model found by `stored_model`; no row when the scheduler replaced it since.
+SELECT c.model::text AS model FROM skiplock.cycle_models AS c WHERE c.name = %(name)s AND c.id = %(id)s;
+
+-- name: store_model
+-- The scheduler's model of a cycle, replacing the previous one of the same name (one statement).
+INSERT INTO skiplock.cycle_models AS c (name, measured, evaluated, audited, silenced, settings, build_ms, model)
+VALUES (%(name)s, %(measured)s, %(evaluated)s, %(audited)s, %(silenced)s, %(settings)s, %(build_ms)s, %(model)s::json)
+ON CONFLICT (name) DO UPDATE SET
+    id = DEFAULT, measured = EXCLUDED.measured, evaluated = EXCLUDED.evaluated, audited = EXCLUDED.audited,
+    silenced = EXCLUDED.silenced, settings = EXCLUDED.settings, built_at = clock_timestamp(),
+    build_ms = EXCLUDED.build_ms, model = EXCLUDED.model
+RETURNING c.id;

@@ -77,12 +77,14 @@ class CycleCache:
         self._lock = threading.Lock()
         self._slots: OrderedDict[tuple, _Slot] = OrderedDict()
         self.built = 0  # how many models this process built (tests and the bench read it)
+        self.loaded = 0  # how many stored models it read (console/web/cycle_store.py)
 
     def get(self, name: tuple, generation: Generation, build: Callable[[], T], *,
             keep: Callable[[T], bool] = lambda _: True, wait: float = 30.0,
-            before_wait: Callable[[], None] | None = None) -> tuple[T, Generation]:
+            before_wait: Callable[[], None] | None = None, tally: str = "built") -> tuple[T, Generation]:
         """(the model, the generation it was built from) for `name` at `generation`. A model
-        of one database (or of its replica) is never shown for another."""
+        of one database (or of its replica) is never shown for another. `tally` names the
+        counter a call of `build` adds one to ("loaded": it read a stored model)."""
         key = (*name, generation.database, generation.replica)
         with self._lock:
             slot = self._slots.get(key)
@@ -115,7 +117,7 @@ class CycleCache:
             self._settle(slot, generation, done)
             raise
         with self._lock:
-            self.built += 1
+            setattr(self, tally, getattr(self, tally) + 1)
             if keep(value):
                 slot.generation, slot.value, slot.built_at = generation, value, time.monotonic()
         self._settle(slot, generation, done)
@@ -148,6 +150,37 @@ def cached(name: str, build: Callable[[], T], *parts: Any,
     # While it waits for another request's build, a request holds no pooled connection: a crowd
     # of waiters holding them would leave the pool empty and answer 503 (seen at load 12).
     return cache().get((name, *parts), request_generation(), build, keep=keep, before_wait=release)
+
+
+def stored(name: str, build: Callable[[], T], *,
+           keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Generation] | None:
+    """(the stored model `name` of the request's generation, the generation it shows), or None
+    when the scheduler stored none that fits (console/web/cycle_store.py): then the caller
+    builds its own (`cached`). Read once per process and stored model; `build` (the whole
+    model, as the scheduler builds it) only when the row was replaced between probe and read."""
+    from console.web import cycle_store, state
+
+    current = request_generation()
+    extra = state().extra
+    settings = extra.get("cycle_settings")
+    if settings is None:  # the settings never change while the process runs
+        settings = extra.setdefault("cycle_settings", cycle_store.settings_of(state()))
+    found = cycle_store.lookup(get_conn(), name, current.marks, settings, BUCKET_SECONDS)
+    if found is None:
+        return None
+    # The ETag is the stored model's: polls get 304 for the whole cycle, not one clock bucket.
+    shown = Generation(current.database, current.replica, (*current.marks[:4], "stored", found))
+    owner = cache()
+
+    def load() -> T:
+        value = cycle_store.load(get_conn(), name, found)
+        if value is None:  # replaced since the probe: this request builds (rare: a cycle between two statements)
+            value = build()
+            with owner._lock:
+                owner.built += 1
+        return value
+
+    return owner.get((name, "stored"), shown, load, keep=keep, before_wait=release, tally="loaded")
 
 
 def request_generation() -> Generation:
