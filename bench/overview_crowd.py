@@ -4,7 +4,8 @@
 Starts a throwaway PostgreSQL (console.pgcluster.PrivateCluster), seeds `--queues` queues,
 `--kinds` kinds and `--groups` error groups (tests/fleet_data.py, as bench/size_attack.py), and
 runs collection cycles with the alert evaluation after each one every `--interval` seconds in
-this process (what the scheduler's leader does). Then, for each checkout named (default: this
+this process (what the scheduler's leader does), and, for a checkout with
+console/web/cycle_store.py, the overview's stored model after each (as the leader does). Then, for each checkout named (default: this
 one), serves the console with gunicorn as the Procfile does (2 workers x 4 threads) and has
 `--users` people sign in (spread over 10 s) and poll the overview's three fragments every
 `--poll` seconds for `--seconds`, as static/skiplock.js does: with the ETag of the last answer
@@ -67,6 +68,8 @@ class Collector(threading.Thread):
         self.dsn, self.interval = dsn, interval
         self.stop = threading.Event()
         self.cycles: list[float] = []
+        self.builds: list[float] = []  # the stored model's build, when the checkout served reads it
+        self.store = True
 
     def run(self) -> None:
         from console.alerts import evaluate, rules
@@ -79,7 +82,11 @@ class Collector(threading.Thread):
             collect_once(self.dsn)
             with connect(self.dsn) as conn:
                 evaluate.evaluate(conn, rules.load(conn, config), evaluate.AlertSettings.from_config(config))
-            self.cycles.append(time.perf_counter() - started)
+                self.cycles.append(time.perf_counter() - started)
+                if self.store:  # the leader's last step since 036: the overview's model, stored
+                    from console.web import cycle_store
+
+                    self.builds.extend(cycle_store.refresh(conn, config, "default").values())
             self.stop.wait(max(0.0, self.interval - (time.perf_counter() - started)))
 
 
@@ -144,7 +151,10 @@ def serve(checkout: Path, dsn: str, workdir: Path) -> tuple[subprocess.Popen, st
         time.sleep(0.2)
 
 
-def run_crowd(checkout: Path, dsn: str, names: list[str], args, workdir: Path) -> None:
+def run_crowd(checkout: Path, dsn: str, names: list[str], args, workdir: Path, collector: Collector) -> None:
+    # A checkout before console/web/cycle_store.py has no leader that builds the model: the
+    # collector stores none while it is served (its web processes build their own).
+    collector.store = (checkout / "console" / "web" / "cycle_store.py").exists()
     web, base = serve(checkout, dsn, workdir)
     try:
         commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
@@ -215,9 +225,12 @@ def main() -> int:
         while not collector.cycles:
             time.sleep(0.2)
         for checkout in checkouts:
-            run_crowd(checkout, cluster.dsn, names, args, workdir)
+            run_crowd(checkout, cluster.dsn, names, args, workdir, collector)
         print(f"\ncollection cycles (with evaluation): median {statistics.median(collector.cycles):.2f} s over "
               f"{len(collector.cycles)}")
+        if collector.builds:
+            print(f"stored overview model (built by the collector after each cycle): median "
+                  f"{statistics.median(collector.builds):.2f} s over {len(collector.builds)}")
         return 0
     finally:
         if collector is not None:

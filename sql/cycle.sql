@@ -16,16 +16,19 @@ SELECT
     floor(extract(epoch FROM clock_timestamp()) / %(bucket)s)::bigint AS bucket;
 
 -- name: stored_model
--- The stored model `name` built after exactly these marks, with these settings, less than
--- %(fresh)s seconds ago (what it says about time is at most that old): its id, not its body (a
--- primary key probe; the body is read once per web process, `stored_body`).
+-- The newest stored model `name` a request of these marks may be shown, less than %(fresh)s
+-- seconds old (what it says about time is at most that old), with these settings: built after
+-- the same audited action and silence (an operator's change shows at once), and after these
+-- samples and evaluation or the ones before them (the leader is building the new cycle's model
+-- meanwhile: the previous one is shown, as a web process shows its previous model while it
+-- builds). Its id, not its body (a primary-key probe; the body is read once per web process).
 SELECT c.id
 FROM skiplock.cycle_models AS c
 WHERE c.name = %(name)s
-  AND c.measured IS NOT DISTINCT FROM %(measured)s
-  AND c.evaluated IS NOT DISTINCT FROM %(evaluated)s
   AND c.audited IS NOT DISTINCT FROM %(audited)s
   AND c.silenced IS NOT DISTINCT FROM %(silenced)s
+  AND (c.measured IS NOT DISTINCT FROM %(measured)s OR c.measured < %(measured)s)
+  AND (c.evaluated IS NOT DISTINCT FROM %(evaluated)s OR c.evaluated < %(evaluated)s)
   AND c.settings = %(settings)s
   AND c.built_at > clock_timestamp() - make_interval(secs => %(fresh)s);
 

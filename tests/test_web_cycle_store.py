@@ -95,6 +95,22 @@ def test_an_unchanged_poll_of_a_stored_model_is_304_until_the_next_cycle(conn, w
     assert counts(web_app) == (0, 2)
 
 
+def test_while_the_leader_builds_the_next_model_the_previous_one_is_shown(conn, web_app, client_as):
+    store_history(conn, failing=None)
+    store(conn, web_app)
+    viewer = client_as("viewer")
+    tag = viewer.get(VERDICT, headers=POLL).headers["ETag"]
+    # a new cycle's samples, its model not stored yet: the previous model, still a 304
+    store_history(conn, failing="billing", minutes=5, now=datetime.now(UTC) + timedelta(seconds=1))
+    assert viewer.get(VERDICT, headers={**POLL, "If-None-Match": tag}).status_code == 304
+    assert counts(web_app) == (0, 1)
+    # but not once it is older than a clock bucket: then the process builds the newest
+    conn.execute("UPDATE skiplock.cycle_models SET built_at = built_at - interval '2 hours'")
+    fresh = viewer.get(VERDICT, headers={**POLL, "If-None-Match": tag})
+    assert fresh.status_code == 200 and 'data-verdict="failing"' in fresh.get_data(as_text=True)
+    assert counts(web_app) == (1, 1)
+
+
 def test_a_stale_stored_model_is_not_shown_as_current(conn, web_app, client_as):
     store_history(conn, failing=None)
     store(conn, web_app)

@@ -168,8 +168,9 @@ def stored(name: str, build: Callable[[], T], *,
     found = cycle_store.lookup(get_conn(), name, current.marks, settings, BUCKET_SECONDS)
     if found is None:
         return None
-    # The ETag is the stored model's: polls get 304 for the whole cycle, not one clock bucket.
-    shown = Generation(current.database, current.replica, (*current.marks[:4], "stored", found))
+    # The stored row's id (unique in its database) is the generation: polls get 304 until the
+    # leader stores the next one, not one clock bucket, and not while it builds that one.
+    shown = Generation(current.database, current.replica, ("stored", found))
     owner = cache()
 
     def load() -> T:

@@ -10,10 +10,12 @@ and a web process only reads it: one primary-key probe per request (`lookup`), a
 
 What keeps a stored model correct:
 
-- It was built after exactly the marks of the request's generation (the newest sample,
-  evaluation, audited action and silence: the marks are read *before* the build, so the model
-  is never older than they say). An operator's change moves the audited mark: until the next
-  cycle the web process builds its own, as before.
+- It was built after the marks of the request's generation (the newest sample, evaluation,
+  audited action and silence; read *before* the build, so the model is never older than they
+  say), or after the same audited action and silence and the samples before: while the leader
+  builds the new cycle's model, the previous one is shown (as a web process shows its previous
+  model while it builds one). An operator's change moves the audited mark: until the next
+  cycle the web process builds its own, as before, so the change shows at once.
 - It lives in the database it describes and is read on the request's own connection (the
   primary's or its replica's): a model of one database cannot be read for another, and the
   process's cache keys it by database as every model (`CycleCache`).
@@ -147,8 +149,9 @@ def _marks(marks: tuple) -> dict[str, Any]:
 # --- a web process reads ----------------------------------------------------------------------
 
 def lookup(conn: psycopg.Connection, name: str, marks: tuple, settings: str, fresh: float) -> int | None:
-    """The id of the stored model `name` built after `marks` (a generation's first four) with
-    `settings`, less than `fresh` seconds ago; None when there is none (or no table yet)."""
+    """The id of the stored model `name` a request of `marks` (a generation's first four) may be
+    shown (sql/cycle.sql `stored_model`), built with `settings` less than `fresh` seconds ago;
+    None when there is none (or no table yet)."""
     try:
         row = conn.execute(query("cycle", "stored_model"),
                            {"name": name, **_marks(marks), "settings": settings, "fresh": fresh}).fetchone()
