@@ -221,3 +221,14 @@ def test_the_body_is_json_that_no_data_turns_into_markup():
         cycle_store.encode({"x": object()})
     with pytest.raises(ValueError):
         cycle_store.decode('{"__t": "pickle", "v": "..."}')
+
+
+def test_people_signing_in_make_no_new_model(conn, web_app, client_as):
+    store_history(conn, failing=None)
+    store(conn, web_app)
+    viewer = client_as("viewer")
+    tag = viewer.get(VERDICT, headers=POLL).headers["ETag"]
+    # an incident's crowd signs in: each sign-in is audited, and changes nothing a model shows
+    conn.execute("INSERT INTO skiplock.audit_log (actor, action, target) VALUES ('oncall07', 'login', 'user:oncall07')")
+    assert viewer.get(VERDICT, headers={**POLL, "If-None-Match": tag}).status_code == 304
+    assert counts(web_app) == (0, 1)

@@ -138,10 +138,21 @@ def cache() -> CycleCache:
     return found
 
 
+# Audited actions about accounts and sessions: no model shows them, so they make no generation.
+ACCOUNT_ACTIONS = ["login", "logout", "token_create", "token_revoke", "sessions_revoke", "user_add", "user_update",
+                   "user_disable"]
+
+
+def marks(conn) -> tuple:
+    """sql/cycle.sql `generation` on `conn`: the newest sample, evaluation, audited action (but
+    `ACCOUNT_ACTIONS`) and silence, and the clock's bucket."""
+    return tuple(conn.execute(query("cycle", "generation"),
+                              {"bucket": BUCKET_SECONDS, "accounts": ACCOUNT_ACTIONS}).fetchone())
+
+
 def generation() -> Generation:
     """The generation of the request's database, read on the connection its pages read."""
-    row = get_conn().execute(query("cycle", "generation"), {"bucket": BUCKET_SECONDS}).fetchone()
-    return Generation(current_database(), read_from().replica, tuple(row))
+    return Generation(current_database(), read_from().replica, marks(get_conn()))
 
 
 def cached(name: str, build: Callable[[], T], *parts: Any,

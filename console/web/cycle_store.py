@@ -210,7 +210,7 @@ def refresh(conn: psycopg.Connection, config: Any, database: str) -> dict[str, f
     app = _bare_app(config)
     took: dict[str, float] = {}
     # The marks first: the model built after them is at least as new as they say.
-    marks = tuple(conn.execute(query("cycle", "generation"), {"bucket": cycle.BUCKET_SECONDS}).fetchone())
+    marks = cycle.marks(conn)
     with app.app_context():
         settings = settings_of(app.extensions["skiplock"])
         g._skiplock_database = database
