@@ -14,6 +14,7 @@ from console import scheduler
 from console.config import load_config
 from console.db import connect
 from console.web import cycle, cycle_store
+from console.web import overview as overview_module
 from console.web.database import Panel
 from console.web.listing import Page
 from tests.oncall_data import store_history
@@ -67,16 +68,26 @@ def test_a_web_process_with_a_stored_model_builds_nothing(conn, web_app, client_
     assert counts(web_app) == (0, 1)  # one read of the stored model, no build, for every role
 
 
-def test_a_stored_model_answers_what_the_process_would_have_built(conn, web_app, client_as):
+def test_a_stored_model_answers_what_the_process_would_have_built(conn, web_app, client_as, monkeypatch):
+    # More queues and alerts than the overview lists: the stored model keeps only those it lists
+    monkeypatch.setattr(overview_module, "OVERVIEW_ROWS", 1)
     store_history(conn, failing="billing")
+    for rule in ("workers_zero", "queue_age", "dead_letter_growth"):
+        conn.execute("""INSERT INTO skiplock.alerts (rule, labels, state, state_since, value, evaluated_at, fired_at)
+                        VALUES (%s, '{}', 'firing', now(), 1, now(), now())""", (rule,))
     viewer = client_as("viewer")
     built_api = viewer.get("/api/v1/overview").get_json()
     built_queues = viewer.get("/overview/_queues", headers=POLL).get_data(as_text=True)
-    assert counts(web_app) == (2, 0)
+    built_verdict = viewer.get(VERDICT, headers=POLL).get_data(as_text=True)
+    assert counts(web_app) == (3, 0)
     store(conn, web_app)
     stored_api = viewer.get("/api/v1/overview").get_json()
     stored_queues = viewer.get("/overview/_queues", headers=POLL).get_data(as_text=True)
-    assert counts(web_app) == (2, 1)
+    stored_verdict = viewer.get(VERDICT, headers=POLL).get_data(as_text=True)
+    assert counts(web_app) == (3, 1)
+    assert stored_verdict == built_verdict
+    assert built_api["queues_total"] > 1 and built_api["alerts_total"] == 3  # the counts of what was left out
+    assert 'data-more="2"' in stored_verdict
     assert without_bucket_times(stored_api) == without_bucket_times(built_api)
     assert stored_queues == built_queues
 

@@ -4,24 +4,36 @@ Sixty on-call engineers polling the overview every five seconds all look at the 
 the samples of the newest collection cycle, the alerts as the last evaluation left them and the
 state operators last changed. Built per request, that model cost seconds of a core at 5,000
 queues (45,000 samples read, decoded and judged by the alert rules), so an incident's crowd
-queued behind itself. Here it is built once per *generation* in each web process and kept:
+queued behind itself. Built once per generation in each web process, it still cost each
+gunicorn process seconds every cycle, during which the process's other threads waited for the
+GIL (p95 7.6 s with sixty people). So:
 
-- The generation (sql/cycle.sql `generation`, one statement of three index probes) is the
+- The overview's model of the default window is built once per cycle by the scheduler's
+  leader, after the cycle's alert evaluation, and stored in the database it describes
+  (console/web/cycle_store.py, skiplock.cycle_models). `stored` finds it with one primary-key
+  probe per request and reads its body once per process: a web process then builds nothing.
+  When none fits (another window, an operator's change since the cycle, other settings, no
+  scheduler, or a stored model older than `BUCKET_SECONDS`), the process builds its own, as
+  below (`cached`).
+- The generation (sql/cycle.sql `generation`, one statement of index probes; `marks`) is the
   newest collection cycle, the newest alert evaluation, the newest audited operator action
   (every change an operator can make is audited: a pause, an acknowledgement, a silence, a
-  rule) and the current `BUCKET_SECONDS` bucket of the clock, so that what a model says about
-  time ("the newest measurement is 6 min old") is never more than one bucket behind.
+  rule; sign-ins and other `ACCOUNT_ACTIONS` are not counted, as no model shows them), the
+  newest silence and the current `BUCKET_SECONDS` bucket of the clock, so that what a model
+  says about time ("the newest measurement is 6 min old") is never more than one bucket behind.
+  A stored model's generation is its row's id instead: it is younger than a bucket anyway, and
+  polls are answered 304 until the leader stores the next one.
 - While the generation holds, requests reuse the model. When it moves, the first request builds
-  the new one; the requests arriving meanwhile are shown the previous model (built less than
-  `STALE_SECONDS` ago) rather than queue behind the build, and a request with no previous model
-  waits for the build, at most `wait` seconds, after which it builds its own.
+  (or reads) the new one; the requests arriving meanwhile are shown the previous model (built
+  less than `STALE_SECONDS` ago) rather than queue behind the build, and a request with no
+  previous model waits for the build, at most `wait` seconds, after which it builds its own.
 - A model with a failed panel (a statement timeout, say) is not kept: the next request tries
-  again instead of showing the failure for the rest of the cycle.
+  again instead of showing the failure for the rest of the cycle (nor stored by the leader).
 - The generation of the model a response shows is its ETag (`etag`, `respond`): a poll of an
   unchanged view is answered 304 with no body, and static/skiplock.js keeps what it shows.
 
-Each process keeps its own models (gunicorn's two workers build each generation once each); a
-process keeps at most `SIZE` of them, the least recently used going first.
+Each process keeps its own models and stored models read (`CycleCache.built` and `.loaded`
+count them); a process keeps at most `SIZE` of them, the least recently used going first.
 """
 
 from __future__ import annotations

@@ -875,7 +875,20 @@ STORED_NAME = f"overview:{STORED_WINDOW}"
 
 
 def _stored_build() -> dict[str, Any]:
-    return overview_data(STORED_WINDOW, WINDOWS[STORED_WINDOW], draw=True)
+    return _trimmed(overview_data(STORED_WINDOW, WINDOWS[STORED_WINDOW], draw=True))
+
+
+def _trimmed(data: dict[str, Any]) -> dict[str, Any]:
+    """The model without what no page or API answer of it shows: of every queue's row and every
+    alert, the OVERVIEW_ROWS shown (`queues_shown`, `alerts_shown` keep the totals; the panels
+    are only asked whether they hold any). At 5,000 queues and 10,000 alerts the whole lists
+    were 8.5 MB of JSON a cycle, and a third of the leader's build encoding them."""
+    out = dict(data)
+    for part in ("queues", "alerts"):
+        found, shown = data.get(part), data.get(f"{part}_shown")
+        if isinstance(found, Panel) and found.ok and found.data is not None and shown is not None:
+            out[part] = Panel(True, list(shown.rows))
+    return out
 
 
 STORED: dict[str, tuple[Callable[[], Any], Callable[[Any], bool]]] = {
