@@ -4,8 +4,9 @@
 Starts a throwaway PostgreSQL (console.pgcluster.PrivateCluster), seeds `--queues` queues,
 `--kinds` kinds and `--groups` error groups (tests/fleet_data.py, as bench/size_attack.py), and
 runs collection cycles with the alert evaluation after each one every `--interval` seconds in
-this process (what the scheduler's leader does). Then, for each checkout named (default: this
-one), serves the console with gunicorn as the Procfile does (2 workers x 4 threads) and has
+a process of its own (what the scheduler's leader does), and, while a checkout with
+console/web/cycle_store.py is served, the overview's stored model after each (as its leader
+does). Then, for each checkout named (default: this one), serves the console with gunicorn as the Procfile does (2 workers x 4 threads) and has
 `--users` people sign in (spread over 10 s) and poll the overview's three fragments every
 `--poll` seconds for `--seconds`, as static/skiplock.js does: with the ETag of the last answer
 in If-None-Match (a checkout before console/web/cycle.py answers 200 every time). Prints, per
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import http.cookiejar
+import multiprocessing
 import os
 import re
 import secrets
@@ -59,28 +61,65 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
-class Collector(threading.Thread):
-    """A collection cycle and the alert evaluation every `interval` seconds, as the leader runs them."""
+class Collector:
+    """A collection cycle and the alert evaluation every `interval` seconds, as the leader runs
+    them, and (`store` set) the overview's stored model after each: in a process of its own, as
+    the scheduler is, so that its Python does not hold up the crowd's threads here (in this
+    process, the model's build showed as seconds of every poll's answer time)."""
 
     def __init__(self, dsn: str, interval: float):
-        super().__init__(daemon=True, name="collector")
-        self.dsn, self.interval = dsn, interval
-        self.stop = threading.Event()
+        ctx = multiprocessing.get_context("spawn")
+        self.stop, self._store, self.first = ctx.Event(), ctx.Event(), ctx.Event()
+        self._store.set()
+        self._times = ctx.Queue()
+        self._process = ctx.Process(target=_collect, args=(dsn, interval, self.stop, self._store, self.first,
+                                                           self._times), daemon=True, name="collector")
         self.cycles: list[float] = []
+        self.builds: list[float] = []  # the stored model's build, when the checkout served reads it
 
-    def run(self) -> None:
-        from console.alerts import evaluate, rules
-        from console.collectors import collect_once
-        from console.config import load_config
+    @property
+    def store(self) -> bool:
+        return self._store.is_set()
 
-        config = load_config(env={})
-        while not self.stop.is_set():
-            started = time.perf_counter()
-            collect_once(self.dsn)
-            with connect(self.dsn) as conn:
-                evaluate.evaluate(conn, rules.load(conn, config), evaluate.AlertSettings.from_config(config))
-            self.cycles.append(time.perf_counter() - started)
-            self.stop.wait(max(0.0, self.interval - (time.perf_counter() - started)))
+    @store.setter
+    def store(self, on: bool) -> None:
+        (self._store.set if on else self._store.clear)()
+
+    def start(self) -> None:
+        self._process.start()
+
+    def drain(self) -> None:
+        while not self._times.empty():
+            kind, took = self._times.get()
+            (self.cycles if kind == "cycle" else self.builds).append(took)
+
+    def join(self, timeout: float) -> None:
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.kill()
+        self.drain()
+
+
+def _collect(dsn: str, interval: float, stop, store, first, times) -> None:
+    sys.path.insert(0, str(ROOT))
+    from console.alerts import evaluate, rules
+    from console.collectors import collect_once
+    from console.config import load_config
+
+    config = load_config(env={})
+    while not stop.is_set():
+        started = time.perf_counter()
+        collect_once(dsn)
+        with connect(dsn) as conn:
+            evaluate.evaluate(conn, rules.load(conn, config), evaluate.AlertSettings.from_config(config))
+            times.put(("cycle", time.perf_counter() - started))
+            if store.is_set():  # the leader's last step since 036: the overview's model, stored
+                from console.web import cycle_store
+
+                for took in cycle_store.refresh(conn, config, "default").values():
+                    times.put(("build", took))
+        first.set()
+        stop.wait(max(0.0, interval - (time.perf_counter() - started)))
 
 
 def sign_in(base: str, name: str) -> urllib.request.OpenerDirector:
@@ -144,7 +183,10 @@ def serve(checkout: Path, dsn: str, workdir: Path) -> tuple[subprocess.Popen, st
         time.sleep(0.2)
 
 
-def run_crowd(checkout: Path, dsn: str, names: list[str], args, workdir: Path) -> None:
+def run_crowd(checkout: Path, dsn: str, names: list[str], args, workdir: Path, collector: Collector) -> None:
+    # A checkout before console/web/cycle_store.py has no leader that builds the model: the
+    # collector stores none while it is served (its web processes build their own).
+    collector.store = (checkout / "console" / "web" / "cycle_store.py").exists()
     web, base = serve(checkout, dsn, workdir)
     try:
         commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
@@ -212,12 +254,16 @@ def main() -> int:
                 conn.execute(query("users", "upsert_user"), {"name": name, "role": "viewer", "password_hash": stored})
         collector = Collector(cluster.dsn, args.interval)
         collector.start()
-        while not collector.cycles:
-            time.sleep(0.2)
+        collector.first.wait(timeout=600)
         for checkout in checkouts:
-            run_crowd(checkout, cluster.dsn, names, args, workdir)
+            run_crowd(checkout, cluster.dsn, names, args, workdir, collector)
+        collector.stop.set()
+        collector.join(timeout=60)
         print(f"\ncollection cycles (with evaluation): median {statistics.median(collector.cycles):.2f} s over "
               f"{len(collector.cycles)}")
+        if collector.builds:
+            print(f"stored overview model (built by the collector after each cycle): median "
+                  f"{statistics.median(collector.builds):.2f} s over {len(collector.builds)}")
         return 0
     finally:
         if collector is not None:

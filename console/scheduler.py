@@ -15,7 +15,9 @@ Jobs (APScheduler 3 `BlockingScheduler`, UTC, `max_instances=1` so runs never ov
 config so a run more than that late is skipped):
 - collect: one collection cycle (`console.collectors.collect`), then the alert evaluation
   (`console.alerts.scheduling.AlertJobs.after_collection`, called directly), then any hook
-  registered with `after_collection` (none is shipped; the list is an extension point);
+  registered with `after_collection` (none is shipped; the list is an extension point), then
+  the overview's model of the cycle, built once here and stored for every web process
+  (`console.web.cycle_store.refresh`, recorded as job `cycle_models`);
 - reap: expired leases back to pending/failed through `console.maintenance.reap` (bounded
   batches), the same function as `skiplock reap` and "reap now", so each run is a
   maintenance-run row with actor "scheduler";
@@ -354,6 +356,15 @@ class Scheduler:
         # checked before each hook so that one hook's lost connection does not fail the next.
         for hook in [*AFTER_COLLECTION, self.alerts.after_collection]:
             self._timed(_hook_name(hook), None, lambda hook=hook: hook(self._conn("hooks"), report), "hooks")
+        # Last, once the cycle is evaluated: the overview's model of this cycle, built here once
+        # for every web process (console/web/cycle_store.py), on the same hooks connection.
+        self._timed("cycle_models", None, self._store_models, "hooks")
+
+    def _store_models(self) -> None:
+        from console.web import cycle_store
+
+        took = cycle_store.refresh(self._conn("hooks"), self.config, self.database)
+        log.debug("database %s: stored models %s", self.database, took)
 
     def _reap(self, conn: psycopg.Connection) -> None:
         from console import maintenance

@@ -4,24 +4,36 @@ Sixty on-call engineers polling the overview every five seconds all look at the 
 the samples of the newest collection cycle, the alerts as the last evaluation left them and the
 state operators last changed. Built per request, that model cost seconds of a core at 5,000
 queues (45,000 samples read, decoded and judged by the alert rules), so an incident's crowd
-queued behind itself. Here it is built once per *generation* in each web process and kept:
+queued behind itself. Built once per generation in each web process, it still cost each
+gunicorn process seconds every cycle, during which the process's other threads waited for the
+GIL (p95 7.6 s with sixty people). So:
 
-- The generation (sql/cycle.sql `generation`, one statement of three index probes) is the
+- The overview's model of the default window is built once per cycle by the scheduler's
+  leader, after the cycle's alert evaluation, and stored in the database it describes
+  (console/web/cycle_store.py, skiplock.cycle_models). `stored` finds it with one primary-key
+  probe per request and reads its body once per process: a web process then builds nothing.
+  When none fits (another window, an operator's change since the cycle, other settings, no
+  scheduler, or a stored model older than `BUCKET_SECONDS`), the process builds its own, as
+  below (`cached`).
+- The generation (sql/cycle.sql `generation`, one statement of index probes; `marks`) is the
   newest collection cycle, the newest alert evaluation, the newest audited operator action
   (every change an operator can make is audited: a pause, an acknowledgement, a silence, a
-  rule) and the current `BUCKET_SECONDS` bucket of the clock, so that what a model says about
-  time ("the newest measurement is 6 min old") is never more than one bucket behind.
+  rule; sign-ins and other `ACCOUNT_ACTIONS` are not counted, as no model shows them), the
+  newest silence and the current `BUCKET_SECONDS` bucket of the clock, so that what a model
+  says about time ("the newest measurement is 6 min old") is never more than one bucket behind.
+  A stored model's generation is its row's id instead: it is younger than a bucket anyway, and
+  polls are answered 304 until the leader stores the next one.
 - While the generation holds, requests reuse the model. When it moves, the first request builds
-  the new one; the requests arriving meanwhile are shown the previous model (built less than
-  `STALE_SECONDS` ago) rather than queue behind the build, and a request with no previous model
-  waits for the build, at most `wait` seconds, after which it builds its own.
+  (or reads) the new one; the requests arriving meanwhile are shown the previous model (built
+  less than `STALE_SECONDS` ago) rather than queue behind the build, and a request with no
+  previous model waits for the build, at most `wait` seconds, after which it builds its own.
 - A model with a failed panel (a statement timeout, say) is not kept: the next request tries
-  again instead of showing the failure for the rest of the cycle.
+  again instead of showing the failure for the rest of the cycle (nor stored by the leader).
 - The generation of the model a response shows is its ETag (`etag`, `respond`): a poll of an
   unchanged view is answered 304 with no body, and static/skiplock.js keeps what it shows.
 
-Each process keeps its own models (gunicorn's two workers build each generation once each); a
-process keeps at most `SIZE` of them, the least recently used going first.
+Each process keeps its own models and stored models read (`CycleCache.built` and `.loaded`
+count them); a process keeps at most `SIZE` of them, the least recently used going first.
 """
 
 from __future__ import annotations
@@ -77,12 +89,14 @@ class CycleCache:
         self._lock = threading.Lock()
         self._slots: OrderedDict[tuple, _Slot] = OrderedDict()
         self.built = 0  # how many models this process built (tests and the bench read it)
+        self.loaded = 0  # how many stored models it read (console/web/cycle_store.py)
 
     def get(self, name: tuple, generation: Generation, build: Callable[[], T], *,
             keep: Callable[[T], bool] = lambda _: True, wait: float = 30.0,
-            before_wait: Callable[[], None] | None = None) -> tuple[T, Generation]:
+            before_wait: Callable[[], None] | None = None, tally: str = "built") -> tuple[T, Generation]:
         """(the model, the generation it was built from) for `name` at `generation`. A model
-        of one database (or of its replica) is never shown for another."""
+        of one database (or of its replica) is never shown for another. `tally` names the
+        counter a call of `build` adds one to ("loaded": it read a stored model)."""
         key = (*name, generation.database, generation.replica)
         with self._lock:
             slot = self._slots.get(key)
@@ -115,7 +129,7 @@ class CycleCache:
             self._settle(slot, generation, done)
             raise
         with self._lock:
-            self.built += 1
+            setattr(self, tally, getattr(self, tally) + 1)
             if keep(value):
                 slot.generation, slot.value, slot.built_at = generation, value, time.monotonic()
         self._settle(slot, generation, done)
@@ -136,10 +150,21 @@ def cache() -> CycleCache:
     return found
 
 
+# Audited actions about accounts and sessions: no model shows them, so they make no generation.
+ACCOUNT_ACTIONS = ["login", "logout", "token_create", "token_revoke", "sessions_revoke", "user_add", "user_update",
+                   "user_disable"]
+
+
+def marks(conn) -> tuple:
+    """sql/cycle.sql `generation` on `conn`: the newest sample, evaluation, audited action (but
+    `ACCOUNT_ACTIONS`) and silence, and the clock's bucket."""
+    return tuple(conn.execute(query("cycle", "generation"),
+                              {"bucket": BUCKET_SECONDS, "accounts": ACCOUNT_ACTIONS}).fetchone())
+
+
 def generation() -> Generation:
     """The generation of the request's database, read on the connection its pages read."""
-    row = get_conn().execute(query("cycle", "generation"), {"bucket": BUCKET_SECONDS}).fetchone()
-    return Generation(current_database(), read_from().replica, tuple(row))
+    return Generation(current_database(), read_from().replica, marks(get_conn()))
 
 
 def cached(name: str, build: Callable[[], T], *parts: Any,
@@ -148,6 +173,38 @@ def cached(name: str, build: Callable[[], T], *parts: Any,
     # While it waits for another request's build, a request holds no pooled connection: a crowd
     # of waiters holding them would leave the pool empty and answer 503 (seen at load 12).
     return cache().get((name, *parts), request_generation(), build, keep=keep, before_wait=release)
+
+
+def stored(name: str, build: Callable[[], T], *,
+           keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Generation] | None:
+    """(the stored model `name` of the request's generation, the generation it shows), or None
+    when the scheduler stored none that fits (console/web/cycle_store.py): then the caller
+    builds its own (`cached`). Read once per process and stored model; `build` (the whole
+    model, as the scheduler builds it) only when the row was replaced between probe and read."""
+    from console.web import cycle_store, state
+
+    current = request_generation()
+    extra = state().extra
+    settings = extra.get("cycle_settings")
+    if settings is None:  # the settings never change while the process runs
+        settings = extra.setdefault("cycle_settings", cycle_store.settings_of(state()))
+    found = cycle_store.lookup(get_conn(), name, current.marks, settings, BUCKET_SECONDS)
+    if found is None:
+        return None
+    # The stored row's id (unique in its database) is the generation: polls get 304 until the
+    # leader stores the next one, not one clock bucket, and not while it builds that one.
+    shown = Generation(current.database, current.replica, ("stored", found))
+    owner = cache()
+
+    def load() -> T:
+        value = cycle_store.load(get_conn(), name, found)
+        if value is None:  # replaced since the probe: this request builds (rare: a cycle between two statements)
+            value = build()
+            with owner._lock:
+                owner.built += 1
+        return value
+
+    return owner.get((name, "stored"), shown, load, keep=keep, before_wait=release, tally="loaded")
 
 
 def request_generation() -> Generation:

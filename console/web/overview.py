@@ -854,10 +854,55 @@ def overview_data(window_name: str, window: timedelta, *, draw: bool, parts: tup
 
 def overview_model(window_name: str, window: timedelta, *, draw: bool,
                    parts: tuple[str, ...] = PARTS) -> tuple[dict[str, Any], cycle.Generation]:
-    """(overview_data as of the newest collection cycle, its generation): built once per
-    generation and shared by every viewer (console/web/cycle.py); not kept when a panel failed."""
+    """(overview_data as of the newest collection cycle, its generation): the model the
+    scheduler stored for this cycle when there is one (the default window: every part, drawn;
+    console/web/cycle_store.py), else built once per generation in this process and shared by
+    every viewer (console/web/cycle.py); not kept when a panel failed."""
+    if window_name == STORED_WINDOW:
+        found = cycle.stored(STORED_NAME, _stored_build, keep=_every_panel_ok)
+        if found is not None:
+            data, shown = found
+            return (data if draw else _undrawn(data)), shown
     return cycle.cached("overview", lambda: overview_data(window_name, window, draw=draw, parts=parts),
                         window_name, draw, parts, keep=_every_panel_ok)
+
+
+# The model the scheduler's leader stores after every cycle (console/web/cycle_store.py): the
+# default window with every part drawn, which the page, its three polled fragments and (without
+# the drawings, `_undrawn`) the API all read. Other windows are built in the web process.
+STORED_WINDOW = DEFAULT_WINDOW
+STORED_NAME = f"overview:{STORED_WINDOW}"
+
+
+def _stored_build() -> dict[str, Any]:
+    return _trimmed(overview_data(STORED_WINDOW, WINDOWS[STORED_WINDOW], draw=True))
+
+
+def _trimmed(data: dict[str, Any]) -> dict[str, Any]:
+    """The model without what no page or API answer of it shows: of every queue's row and every
+    alert, the OVERVIEW_ROWS shown (`queues_shown`, `alerts_shown` keep the totals; the panels
+    are only asked whether they hold any). At 5,000 queues and 10,000 alerts the whole lists
+    were 8.5 MB of JSON a cycle, and a third of the leader's build encoding them."""
+    out = dict(data)
+    for part in ("queues", "alerts"):
+        found, shown = data.get(part), data.get(f"{part}_shown")
+        if isinstance(found, Panel) and found.ok and found.data is not None and shown is not None:
+            out[part] = Panel(True, list(shown.rows))
+    return out
+
+
+STORED: dict[str, tuple[Callable[[], Any], Callable[[Any], bool]]] = {
+    STORED_NAME: (_stored_build, lambda data: _every_panel_ok(data)),
+}
+
+
+def _undrawn(data: dict[str, Any]) -> dict[str, Any]:
+    """The drawn model as `draw=False` builds it: the figures without their chart and legend."""
+    figures = data.get("figures")
+    if not isinstance(figures, Panel) or not figures.ok:
+        return data
+    plain = [{k: v for k, v in item.items() if k not in ("chart", "legend")} for item in figures.data]
+    return {**data, "figures": Panel(True, plain)}
 
 
 def _every_panel_ok(data: dict[str, Any]) -> bool:
