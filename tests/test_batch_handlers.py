@@ -13,8 +13,6 @@ import threading
 import time
 from contextlib import contextmanager
 
-import psycopg
-import psycopg.sql
 import pytest
 from psycopg.types.json import Jsonb
 
@@ -23,6 +21,7 @@ from console import queue as q
 from console.queue import tasks
 from console.queue.worker import FAST_JOB, Worker
 from console.sqlfiles import query
+from tests.plans import generic_plan
 from tests.workers import wait_for
 
 SIZE = 5  # batch_record's batch
@@ -407,21 +406,8 @@ _FENCED = {
 
 
 def _generic_plan(conn, name: str, params: dict) -> str:
-    """EXPLAIN ANALYZE of the named statement's generic plan (the plan a worker's prepared
-    statement settles on after five runs), run on `params` and rolled back."""
-    text = query("queue", name)
-    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))  # each parameter once, in order: $1, $2, ...
-    text = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}", text)
-    cur = psycopg.ClientCursor(conn)
-    with conn.transaction(force_rollback=True):
-        cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cur.execute(f"PREPARE fenced AS {text}")
-        try:
-            args = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
-            plan = cur.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE fenced ({})").format(args)).fetchall()
-        finally:
-            cur.execute("DEALLOCATE fenced")
-    return "\n".join(row[0] for row in plan)
+    """EXPLAIN ANALYZE of the named statement's generic plan, run on `params` and rolled back."""
+    return generic_plan(conn, query("queue", name), params)
 
 
 @pytest.mark.parametrize("name", sorted(_FENCED))

@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 import pytest
 
 from console import queue as q
 from console.db import connect
 from console.queue.protocol import _claim_after
 from console.queue.resume_point import ResumePoint, last_key
+from tests.plans import generic_plan
 from tests.workers import EXECUTIONS_TABLE, wait_for
 
 
@@ -100,19 +100,7 @@ def test_a_claim_after_a_key_keeps_the_plain_claims_conditions(conn):
 
 def _plan_buffers(conn, sql_text: str, params: dict) -> tuple[int, str]:
     """Shared buffers the generic plan of `sql_text` touched on `params` (rolled back), and the plan."""
-    order = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", sql_text)))
-    text = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m[1]) + 1}", sql_text)
-    cur = psycopg.ClientCursor(conn)
-    with conn.transaction(force_rollback=True):
-        cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cur.execute(f"PREPARE resumed AS {text}")
-        try:
-            args = psycopg.sql.SQL(", ").join(psycopg.sql.Literal(params[k]) for k in order)
-            rows = cur.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) EXECUTE resumed ({})")
-                               .format(args)).fetchall()
-        finally:
-            cur.execute("DEALLOCATE resumed")
-    plan = "\n".join(r[0] for r in rows)
+    plan = generic_plan(conn, sql_text, params, "ANALYZE, BUFFERS, COSTS OFF, TIMING OFF")
     # the candidates' buffers: the first that the plan reports after its CTE
     part = plan.split("CTE candidates", 1)[1]
     return sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", part.split("Buffers:", 1)[1].split("\n", 1)[0])), plan
