@@ -786,6 +786,12 @@ def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, f
     return out
 
 
+def queue_names(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, failed_cap: int = FAILED_CAP) -> set[str]:
+    """The names of the queues queue_figures lists, read without their figures (search)."""
+    with conn.cursor(row_factory=tuple_row) as cur:
+        return {r[0] for r in cur.execute(query("browse", "queue_names"), {"cap": pending_cap, "failed_cap": failed_cap})}
+
+
 @dataclass
 class Drain:
     state: str            # empty | clearing | growing | steady | unknown

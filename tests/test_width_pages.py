@@ -106,3 +106,22 @@ def test_the_queues_page_reads_backlog_and_colours_for_its_rows_only(client_as, 
     second = viewer.get("/api/v1/queues?limit=2&page=2").get_json()
     assert [row["queue"] for row in second["queues"]] == ["empty"] and second["queues"][0]["drain"]["state"] == "empty"
     assert asked[-1] == ["empty"]
+
+
+def test_search_reads_the_queue_names_the_queues_page_lists(conn, client_as):
+    """Search matched the names of queue_figures' rows (every queue's figures computed to be
+    thrown away); it reads the names alone, the same set."""
+    from console.maintenance import pause_queue
+
+    for name in ("pending-only", "running-too"):
+        q.enqueue(conn, "k", {}, queue=name)
+    q.claim(conn, "w-1", queues=["running-too"], lease=60)
+    job = q.enqueue(conn, "k", {}, queue="failing", max_attempts=1)
+    q.fail(conn, q.claim(conn, "w-1", queues=["failing"], lease=60)[0], RuntimeError("boom"))
+    pause_queue(conn, "paused-empty", actor="tester", reason="test", create=True)
+    assert job and browse.queue_names(conn) == {r["queue"] for r in browse.queue_figures(conn)} == {
+        "pending-only", "running-too", "failing", "paused-empty"}
+    assert browse.queue_names(conn, pending_cap=1, failed_cap=0) == \
+        {r["queue"] for r in browse.queue_figures(conn, pending_cap=1, failed_cap=0)}
+    found = client_as("viewer").get("/api/v1/search?q=ING").get_json()
+    assert sorted(m["label"] for m in found["matches"] if m["type"] == "queue") == ["failing", "pending-only", "running-too"]
