@@ -36,9 +36,9 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 
 from console import browse, samples
 from console import maintenance as m
+from console.web import cycle
 from console.web.api import INT, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
-from console.web import cycle
 from console.web.database import Panel, run_panel
 from console.web.redact import group_for, payload_for
 
