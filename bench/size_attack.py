@@ -12,6 +12,12 @@ in as an operator, and prints each answer's bytes, rows shown and "N more" note,
     .venv/bin/python bench/size_attack.py                 # sizes only (any machine)
     .venv/bin/python bench/size_attack.py --time          # and times: on a quiet machine only
     .venv/bin/python bench/size_attack.py --queues 20000  # wider
+    .venv/bin/python bench/size_attack.py --time --history 15  # with 15 minutes of samples
+
+Two collection cycles leave two cycles of samples, where a fleet that has run a while has a
+history: the Queues page's drain estimates read the last 15 minutes of each queue's backlog.
+`--history M` stores M minutes of earlier cycles (copies of the newest cycle's samples, one
+statement a cycle every 15 s so the triggers run as in production, each value moved a little).
 
 Timings on a shared machine say nothing: the script prints the load average beside them.
 """
@@ -51,7 +57,29 @@ URLS = [
 ]
 
 
-def seed(dsn: str, queues: int, kinds: int, groups: int) -> None:
+# One earlier cycle: the newest cycle's samples %(ago)s seconds back, each value moved by up to 3
+# (never below 0) so the backlog's trend is not flat.
+EARLIER_CYCLE = """
+INSERT INTO skiplock.samples (collected_at, metric, labels, value)
+SELECT s.collected_at - make_interval(secs => %(ago)s), s.metric, s.labels,
+       CASE WHEN s.value IS NULL THEN NULL ELSE greatest(s.value + (%(step)s %% 7) - 3, 0) END
+FROM skiplock.samples AS s
+WHERE s.collected_at = (SELECT max(c.started_at) FROM skiplock.collection_runs AS c)"""
+
+
+def store_history(dsn: str, minutes: int, interval: float = 15.0) -> None:
+    """`minutes` of earlier cycles before the newest (see the module's docstring)."""
+    with connect(dsn) as conn:
+        t0 = time.perf_counter()
+        cycles = int(minutes * 60 / interval)
+        for step in range(1, cycles + 1):
+            with conn.transaction():
+                conn.execute(EARLIER_CYCLE, {"ago": step * interval, "step": step})
+        conn.execute("VACUUM ANALYZE skiplock.samples")
+        print(f"history: {cycles} earlier cycles in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+def seed(dsn: str, queues: int, kinds: int, groups: int, history: int = 0) -> None:
     from console.alerts import evaluate, rules
     from console.collectors import collect_once
     from console.config import load_config
@@ -65,6 +93,8 @@ def seed(dsn: str, queues: int, kinds: int, groups: int) -> None:
         t0 = time.perf_counter()
         report = collect_once(dsn)
         print(f"collection cycle: {len(report.samples):,} samples in {time.perf_counter() - t0:.1f} s", flush=True)
+    if history:
+        store_history(dsn, history)
     with connect(dsn) as conn:  # the alert rules judge those samples, as the scheduler does after a cycle
         config = load_config(env={})
         report = evaluate.evaluate(conn, rules.load(conn, config), evaluate.AlertSettings.from_config(config))
@@ -124,13 +154,15 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--time", action="store_true", help="also time each URL (a quiet machine only)")
     parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--history", type=int, default=0, metavar="MINUTES",
+                        help="also store this many minutes of earlier cycles (default 0: the two cycles only)")
     parser.add_argument("--dsn", help="an existing database (migrated and seeded here); default: a private cluster")
     args = parser.parse_args()
 
     def run(dsn: str) -> None:
         with connect(dsn) as conn:
             migrate(conn)
-        seed(dsn, args.queues, args.kinds, args.groups)
+        seed(dsn, args.queues, args.kinds, args.groups, args.history)
         print(f"\n{'url':28} {'bytes':>13} {'shown':>11}  {'note':40}"
               + (f" {'median':>11} {'p95':>11}" if args.time else ""), flush=True)
         measure(dsn, args.requests, args.time)

@@ -150,6 +150,76 @@ FROM skiplock.alerts AS a
 WHERE a.state <> 'ok'
 ORDER BY a.id;
 
+-- name: active_alerts_counts
+-- How many alerts are firing, pending, and active in all (alerts_active_idx).
+SELECT
+    count(*) FILTER (WHERE a.state = 'firing') AS firing,
+    count(*) FILTER (WHERE a.state = 'pending') AS pending,
+    count(*) AS active
+FROM skiplock.alerts AS a
+WHERE a.state <> 'ok';
+
+-- name: active_alerts_page
+-- One page of the active alerts in the alerts list's order: firing first, then by the rank of
+-- the rule's severity (%(rules)s and %(ranks)s, two arrays: a rule not in them ranks 3, as a rule
+-- the rule set no longer has), the longest in its state first, the id breaking ties (the order
+-- active_alerts reads them in). %(offset)s rows skipped, at most %(limit)s.
+SELECT
+    a.id,
+    a.rule,
+    a.labels,
+    a.state,
+    a.state_since,
+    a.value,
+    a.evaluated_at,
+    a.fired_at,
+    a.resolved_at,
+    a.notified,
+    a.last_notified_at,
+    a.acknowledged_by,
+    a.acknowledged_at,
+    a.ack_note,
+    a.last_over_value
+FROM skiplock.alerts AS a
+LEFT JOIN unnest(%(rules)s::text[], %(ranks)s::int[]) AS r (rule, rank) ON r.rule = a.rule
+WHERE a.state <> 'ok'
+ORDER BY a.state <> 'firing', coalesce(r.rank, 3), a.state_since, a.id
+LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: active_alert_names
+-- Every active alert's id, rule and labels in the same order: what a search (`q`) matches.
+SELECT
+    a.id,
+    a.rule,
+    a.labels
+FROM skiplock.alerts AS a
+LEFT JOIN unnest(%(rules)s::text[], %(ranks)s::int[]) AS r (rule, rank) ON r.rule = a.rule
+WHERE a.state <> 'ok'
+ORDER BY a.state <> 'firing', coalesce(r.rank, 3), a.state_since, a.id;
+
+-- name: active_alerts_by_id
+-- The active alerts among %(ids)s (the search's page), in id order.
+SELECT
+    a.id,
+    a.rule,
+    a.labels,
+    a.state,
+    a.state_since,
+    a.value,
+    a.evaluated_at,
+    a.fired_at,
+    a.resolved_at,
+    a.notified,
+    a.last_notified_at,
+    a.acknowledged_by,
+    a.acknowledged_at,
+    a.ack_note,
+    a.last_over_value
+FROM skiplock.alerts AS a
+WHERE a.id = ANY(%(ids)s::bigint[])
+  AND a.state <> 'ok'
+ORDER BY a.id;
+
 -- name: set_state
 -- Moves one (rule, labels) to a state, creating its row the first time. Entering pending or
 -- firing starts a new episode: acknowledgement and the notified flag are cleared.

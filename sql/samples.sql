@@ -26,6 +26,20 @@ WHERE l.collected_at >= now() - make_interval(secs => %(within)s)
   AND (%(metric)s::text IS NULL OR l.metric = %(metric)s)
 ORDER BY l.metric, l.labels;
 
+-- name: latest_of_queues
+-- The newest value of each series of %(metric)s whose queue label is one of %(queues)s (a text
+-- array: the rows a page shows), leaving out an external source's (label external), seen
+-- within the last %(within)s seconds. In `latest`'s order, so a queue's series come as they did.
+SELECT
+    l.labels ->> 'queue' AS queue,
+    l.value
+FROM skiplock.samples_latest AS l
+WHERE l.metric = %(metric)s
+  AND l.labels ->> 'queue' = ANY(%(queues)s::text[])
+  AND NOT l.labels ? 'external'
+  AND l.collected_at >= now() - make_interval(secs => %(within)s)
+ORDER BY l.metric, l.labels;
+
 -- name: latest_labelled
 -- The newest value of the series of %(metrics)s whose labels contain %(labels)s (a JSON object),
 -- seen within the last %(within)s seconds: the primary key's walk of those metrics, filtered.

@@ -83,6 +83,9 @@ ADDITIVE_TRIGGERS = {
     "032_samples_totals.sql": "its triggers only write a new table, skiplock.samples_totals, which no earlier release "
                               "reads: an earlier release's INSERT and TRUNCATE of skiplock.samples do what they did, "
                               "and add each cycle's totals across queues (or empty them) too",
+    "035_samples_backlog.sql": "its triggers only write a new table, skiplock.samples_backlog, which no earlier release "
+                               "reads: an earlier release's INSERT, DELETE, UPDATE and TRUNCATE of skiplock.samples do "
+                               "what they did, and keep each queue's per-cycle backlog too",
 }
 
 

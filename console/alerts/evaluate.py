@@ -513,6 +513,29 @@ def expire_silence(conn: psycopg.Connection, silence_id: int, *, actor: str) -> 
 LIST_GROUPS_TIMEOUT_MS = 500
 
 
+# The alerts list's order: firing first, then by the rule's severity, then the longest in its
+# state (an alert whose rule is gone ranks as severity None).
+SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2, None: 3}
+
+
+def _listed(row: dict[str, Any], ruleset: RuleSet | None, silences: list[dict[str, Any]]) -> dict[str, Any]:
+    """An active alert's row as the lists show it: its rule's severity, summary and runbook, the
+    silence that holds it (if any), no look-here links yet, and its rule under `_rule`."""
+    rule = ruleset.rules.get(row["rule"]) if ruleset else None
+    silenced = next((s for s in silences if s["rule"] in (None, row["rule"])
+                     and all(row["labels"].get(k) == v for k, v in s["labels"].items())), None)
+    return {**row, "severity": rule.severity if rule else None, "metric": rule.metric if rule else None,
+            "for_seconds": rule.for_seconds if rule else None,
+            "summary": rule.summary_for(row["labels"], row["state"], row["value"], row["last_over_value"])
+            if rule else row["rule"],
+            "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
+            "look_here": [], "silence": silenced, "_rule": rule}
+
+
+def _silences(cur) -> list[dict[str, Any]]:
+    return cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
+
+
 def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None, *,
                   secret_keys: frozenset[str] = DEFAULT_KEYS, links_for: int | range | None = None) -> list[dict[str, Any]]:
     """Pending and firing alerts, each with its rule's severity/summary/runbook and silence, and
@@ -520,29 +543,74 @@ def active_alerts(conn: psycopg.Connection, ruleset: RuleSet | None = None, *,
     as on the alert page and in its webhook (`context.look_here`, naming them with the values
     of `secret_keys` hidden). Links cost queries of their own: with `links_for` (a count, or a
     range of positions in the order returned), only those alerts get them, the others an empty
-    list: a page that shows 20 of 10,000 alerts looks up 20 alerts' links."""
+    list: a page that shows 20 of 10,000 alerts looks up 20 alerts' links (and the Alerts page
+    reads only its page: `alerts_page`)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(query("alerts", "active_alerts")).fetchall()
-        silences = cur.execute(query("alerts", "active_silences"), {"now": datetime.now().astimezone()}).fetchall()
-    out = []
-    for row in rows:
-        rule = ruleset.rules.get(row["rule"]) if ruleset else None
-        silenced = next((s for s in silences if s["rule"] in (None, row["rule"])
-                         and all(row["labels"].get(k) == v for k, v in s["labels"].items())), None)
-        out.append({**row, "severity": rule.severity if rule else None, "metric": rule.metric if rule else None,
-                    "for_seconds": rule.for_seconds if rule else None,
-                    "summary": rule.summary_for(row["labels"], row["state"], row["value"], row["last_over_value"])
-                    if rule else row["rule"],
-                    "runbook": rule.runbook if rule else None, "condition": rule.describe() if rule else None,
-                    "look_here": [], "silence": silenced, "_rule": rule})
-    order = {"critical": 0, "warning": 1, "info": 2, None: 3}
-    out.sort(key=lambda a: (a["state"] != "firing", order.get(a["severity"], 3), a["state_since"]))
+        silences = _silences(cur)
+    out = [_listed(row, ruleset, silences) for row in rows]
+    out.sort(key=lambda a: (a["state"] != "firing", SEVERITY_RANK.get(a["severity"], 3), a["state_since"]))
     wanted = range(links_for) if isinstance(links_for, int) else links_for
     for index, alert in enumerate(out):
         rule = alert.pop("_rule")
         if rule is not None and (wanted is None or index in wanted):
             alert["look_here"] = _list_links(conn, rule, alert, secret_keys)
     return out
+
+
+def _ranks(ruleset: RuleSet | None) -> dict[str, Any]:
+    """The rules' severity ranks as two arrays, for the SQL that sorts as active_alerts does."""
+    rules = sorted(ruleset.rules) if ruleset else []
+    return {"rules": rules, "ranks": [SEVERITY_RANK.get(ruleset.rules[name].severity, 3) for name in rules]}
+
+
+@dataclass
+class AlertCounts:
+    firing: int
+    pending: int
+    active: int
+
+
+def alert_counts(conn: psycopg.Connection) -> AlertCounts:
+    """How many alerts are firing, pending, and both."""
+    row = conn.execute(query("alerts", "active_alerts_counts")).fetchone()
+    return AlertCounts(*row)
+
+
+def alerts_page(conn: psycopg.Connection, ruleset: RuleSet | None, *, offset: int, limit: int,
+                secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, Any]]:
+    """The active alerts at positions [offset, offset + limit) of active_alerts' order, as it
+    makes them (with links), reading those rows only: the database sorts and pages, so a list
+    of 10,000 alerts costs what its page costs."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(query("alerts", "active_alerts_page"),
+                           {**_ranks(ruleset), "offset": offset, "limit": limit}).fetchall()
+        silences = _silences(cur) if rows else []
+    return _with_links(conn, [_listed(row, ruleset, silences) for row in rows], secret_keys)
+
+
+def alert_names(conn: psycopg.Connection, ruleset: RuleSet | None) -> list[dict[str, Any]]:
+    """Every active alert's {id, rule, labels}, in active_alerts' order (for a search)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(query("alerts", "active_alert_names"), _ranks(ruleset)).fetchall()
+
+
+def alerts_by_id(conn: psycopg.Connection, ruleset: RuleSet | None, ids: list[int], *,
+                 secret_keys: frozenset[str] = DEFAULT_KEYS) -> list[dict[str, Any]]:
+    """The active alerts of `ids`, in that order, as active_alerts makes them (with links); an
+    id no longer active is left out."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        rows = {r["id"]: r for r in cur.execute(query("alerts", "active_alerts_by_id"), {"ids": list(ids)}).fetchall()}
+        silences = _silences(cur) if rows else []
+    return _with_links(conn, [_listed(rows[i], ruleset, silences) for i in ids if i in rows], secret_keys)
+
+
+def _with_links(conn: psycopg.Connection, alerts: list[dict[str, Any]], secret_keys: frozenset[str]) -> list[dict[str, Any]]:
+    for alert in alerts:
+        rule = alert.pop("_rule")
+        if rule is not None:
+            alert["look_here"] = _list_links(conn, rule, alert, secret_keys)
+    return alerts
 
 
 def look_here_links(conn: psycopg.Connection, rule: Rule | None, row: dict[str, Any],
@@ -574,4 +642,5 @@ def recent_silences(conn: psycopg.Connection, *, limit: int = 50) -> list[dict[s
 
 
 __all__ = ["AlertSettings", "EvaluationReport", "evaluate", "acknowledge", "silence", "expire_silence",
-           "active_alerts", "recent_events", "recent_silences", "build_notification", "RuleError"]
+           "active_alerts", "alert_counts", "alerts_page", "alert_names", "alerts_by_id",
+           "recent_events", "recent_silences", "build_notification", "RuleError"]

@@ -110,19 +110,24 @@ def _alert_name(a: dict[str, Any]) -> str:
 def _active(conn) -> dict[str, Any]:
     """One page of the active alerts (firing, most severe first; `q` searches the rule and
     labels), with the counts over all of them: one alert per queue is 5,000 alerts on a fleet of
-    5,000 queues (console/web/listing.py)."""
+    5,000 queues (console/web/listing.py). The database sorts and pages them, and only the
+    shown alerts are made into rows (summary, silence, links): a search reads every alert's
+    rule and labels, then the page of its matches."""
     ruleset = _ruleset(conn)
     q, page, limit = listing.args(_config().web.list_limit)
-    everything = ev.active_alerts(conn, ruleset, secret_keys=notification_keys(),
-                                  links_for=None if q else range((page - 1) * limit, page * limit))
-    shown = listing.page_of(everything, name=_alert_name, default_limit=limit, query=q, page=page, limit=limit,
-                            from_request=False)
-    if q:  # links for the page of the search's matches only
-        for alert in shown.rows:
-            alert["look_here"] = ev.look_here_links(conn, ruleset.rules.get(alert["rule"]), alert, notification_keys())
+    counts = ev.alert_counts(conn)
+    offset = (page - 1) * limit
+    if q:
+        needle = q.lower()
+        matching = [a["id"] for a in ev.alert_names(conn, ruleset) if needle in _alert_name(a).lower()]
+        rows = ev.alerts_by_id(conn, ruleset, matching[offset:offset + limit], secret_keys=notification_keys())
+        total = len(matching)
+    else:
+        rows = ev.alerts_page(conn, ruleset, offset=offset, limit=limit, secret_keys=notification_keys())
+        total = counts.active
+    shown = listing.Page(rows=rows, total=total, page=page, limit=limit, query=q, overall=counts.active)
     active = [{**a, "labels": _labelled(a["labels"])} for a in shown.rows]
-    return {"alerts": active, "listing": shown, "firing": sum(1 for a in everything if a["state"] == "firing"),
-            "pending": sum(1 for a in everything if a["state"] == "pending"),
+    return {"alerts": active, "listing": shown, "firing": counts.firing, "pending": counts.pending,
             "rules": sorted(ruleset.rules), "destinations": len(ruleset.destinations)}
 
 

@@ -25,7 +25,7 @@ from console.actions import MAX_REASON, ReasonRequired
 from console.collectors.broker import broker_figures
 from console.maintenance import UnknownQueue, pause_queue, resume_queue
 from console.queue import limits
-from console.web import listing, state
+from console.web import cycle, listing, state
 from console.web.actor import actor, reason_for
 from console.web.api import BOOL, INT, NUM, STR, TIME, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
@@ -134,10 +134,14 @@ def queue_rows() -> tuple[list[dict[str, Any]], str, str | None]:
     if not live.ok:
         fallback = run_panel(_from_samples)
         rows = fallback.data if fallback.ok else []
-    broker = run_panel(broker_figures)
+    # The broker's figures and the queues the samples know change only with a collection
+    # cycle: read once per generation of the cycle's model (console/web/cycle.py), not per
+    # request (the activity is every queue's series, 25,000 rows at 5,000 queues). A failed
+    # read is not kept.
+    broker, _ = cycle.cached("queues.broker", lambda: run_panel(broker_figures), keep=lambda p: p.ok)
     if broker.ok:
         rows = with_broker(rows, broker.data)
-    activity = run_panel(samples.queue_activity)
+    activity, _ = cycle.cached("queues.activity", lambda: run_panel(samples.queue_activity), keep=lambda p: p.ok)
     rows = with_idle_queues(rows, activity.data if activity.ok else {}, window=signals.rate_window(state().config))
     rows.sort(key=worst_first)
     return rows, source, error
@@ -146,7 +150,7 @@ def queue_rows() -> tuple[list[dict[str, Any]], str, str | None]:
 def with_details(rows: list[dict[str, Any]], source: str) -> list[dict[str, Any]]:
     """Drain estimates, limits and the rules' colours for the rows that are shown (not for every
     queue there is)."""
-    points = run_panel(browse.backlog_points)
+    points = run_panel(browse.backlog_points, queues=[r["queue"] for r in rows])
     now = datetime.now(UTC)
     for row in rows:
         # The trend ends at the figure the row shows (live, or the newest sample): "nothing
@@ -189,17 +193,16 @@ def _judge_rows(rows: list[dict[str, Any]]) -> None:
     queues and as the alerts fire: the head's age (queue_age), stuck leases (stuck_leases) and
     dead letters per hour over the rate window (dead_letter_growth, from the newest samples).
     `level` is the worst of them; `levels` has each figure's."""
-    from console.web.overview import Latest, default_judge, load_judge, worst
+    from console.web.overview import default_judge, load_judge, worst
 
     judged = run_panel(load_judge)
     judge = judged.data if judged.ok else default_judge()
-    latest = run_panel(lambda conn: Latest(samples.latest(conn, "dead_letter_growth")))
+    # The shown rows' series only (not every queue's: 5,000 at width).
+    latest = run_panel(samples.latest_of_queues, "dead_letter_growth", [r["queue"] for r in rows])
     growth: dict[str | None, float | None] = {}
-    for s in (latest.data.rows if latest.ok else []):
-        if "external" not in s.labels:  # a queue on both backends: the two arrival rates added
-            name = s.labels.get("queue")
-            before = growth.get(name)
-            growth[name] = s.value if before is None else before + (s.value or 0.0)
+    for name, value in (latest.data if latest.ok else []):
+        before = growth.get(name)  # a queue on both backends: the two arrival rates added
+        growth[name] = value if before is None else before + (value or 0.0)
     for row in rows:
         name = row["queue"]
         age = row.get("age_seconds") if row.get("eligible") else 0.0

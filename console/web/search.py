@@ -36,9 +36,10 @@ from flask import Blueprint, abort, g, jsonify, redirect, render_template, reque
 
 from console import browse, samples
 from console import maintenance as m
+from console.web import cycle
 from console.web.api import INT, STR, Param, api_doc, arr, obj, opt
 from console.web.auth import requires
-from console.web.database import run_panel
+from console.web.database import Panel, run_panel
 from console.web.redact import group_for, payload_for
 
 bp = Blueprint("search", __name__)
@@ -68,9 +69,15 @@ def _job_id(text: str) -> int | None:
     return None
 
 
-def _queue_names(conn) -> set[str]:
-    names = {r["queue"] for r in browse.queue_figures(conn)}
-    return names | set(samples.queue_activity(conn))
+def _queue_names() -> Panel:
+    """Every queue the Queues page lists: the jobs' and the queues' (names only, not their
+    figures), and those the samples know, read once per generation of the cycle's model
+    (console/web/cycle.py) as the Queues page reads them."""
+    names = run_panel(browse.queue_names)
+    activity, _ = cycle.cached("queues.activity", lambda: run_panel(samples.queue_activity), keep=lambda p: p.ok)
+    if not names.ok or not activity.ok:
+        return Panel(False, error=names.error if not names.ok else activity.error)
+    return Panel(True, names.data | set(activity.data))
 
 
 def search_data(text: str) -> dict[str, Any]:
@@ -93,7 +100,7 @@ def search_data(text: str) -> dict[str, Any]:
                             "url": url})
             target = url
 
-    queues = run_panel(_queue_names)
+    queues = _queue_names()
     if not queues.ok:
         unavailable.append({"what": "queues", "error": queues.error})
     else:
