@@ -175,9 +175,6 @@ KNOWN_GAPS: dict[int, str] = {
        "no schema change, so no 007 file was ever committed (`git log --all -- "
        "'sql/migrations/007*'` is empty). 008 and 009 are applied in deployed databases and keep "
        "their numbers.",
-    # Branch h-crowd (issue 31 target 2): 035 was handed to another helper working at the same
-    # time. At merge, remove this entry when that 035 lands, or renumber 036_cycle_models to 035.
-    35: "Handed to a parallel piece of work while 036 (cycle_models) was written; see the merge.",
 }
 
 

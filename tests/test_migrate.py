@@ -179,9 +179,7 @@ def test_the_web_console_still_starts_when_the_database_is_down_or_unmigrated(ma
 def test_the_shipped_migrations_have_only_explained_gaps():
     versions = [v for v, _, _ in migration_files()]
     missing = set(range(1, max(versions) + 1)) - set(versions)
-    # 35: branch h-crowd's 036 was numbered beside another helper's 035 (console/db.py): at merge
-    # this goes back to {7} when that 035 lands, or 036 becomes 035.
-    assert missing == set(KNOWN_GAPS) == {7, 35}
+    assert missing == set(KNOWN_GAPS) == {7}
     assert all(len(reason) > 40 for reason in KNOWN_GAPS.values())
 
 
