@@ -787,9 +787,10 @@ def queue_figures(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, f
 
 
 def queue_names(conn: psycopg.Connection, *, pending_cap: int = PENDING_CAP, failed_cap: int = FAILED_CAP) -> set[str]:
-    """The names of the queues queue_figures lists, read without their figures (search)."""
+    """The names of the queues queue_figures lists, read without their figures (search): the
+    statement `skiplock pause` checks a name with, under the figures' own caps."""
     with conn.cursor(row_factory=tuple_row) as cur:
-        return {r[0] for r in cur.execute(query("browse", "queue_names"), {"cap": pending_cap, "failed_cap": failed_cap})}
+        return {r[0] for r in cur.execute(query("maintenance", "known_queues"), {"cap": pending_cap, "failed_cap": failed_cap})}
 
 
 @dataclass

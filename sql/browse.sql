@@ -276,39 +276,6 @@ FROM skiplock.samples_backlog AS b
 WHERE b.collected_at >= %(since)s
 ORDER BY b.queue, b.collected_at;
 
--- name: queue_names
--- The names queue_figures lists (pending_by_queue, running_by_queue, failed_by_queue and
--- queue_flags, with the same caps), without counting anything: what search matches.
-SELECT p.queue
-FROM (
-    SELECT j.queue
-    FROM skiplock.jobs AS j
-    WHERE j.status = 'pending'
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT %(cap)s
-) AS p
-UNION
-SELECT r.queue
-FROM (
-    SELECT j.queue
-    FROM skiplock.jobs AS j
-    WHERE j.status = 'running'
-    ORDER BY j.lease_until
-    LIMIT %(cap)s
-) AS r
-UNION
-SELECT f.queue
-FROM (
-    SELECT j.queue
-    FROM skiplock.jobs AS j
-    WHERE j.status = 'failed'
-    ORDER BY j.finished_at DESC, j.id DESC
-    LIMIT %(failed_cap)s
-) AS f
-UNION
-SELECT q.name
-FROM skiplock.queues AS q;
-
 -- name: created_here
 -- Whether this transaction inserted the job (false: an idempotency key or a uniqueness window
 -- answered with an earlier job, which may since have left the hot table).

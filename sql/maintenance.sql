@@ -281,7 +281,8 @@ LIMIT 1;
 -- Every queue name with jobs or a row of its own, for `skiplock pause`'s refusal of a name no
 -- queue has (console/maintenance/actions.py known_queues): the queues table, and the queues of
 -- the first %(cap)s entries of the claim index, of the lease index, and of the newest
--- %(failed_cap)s dead letters (the queue figures' own bounds, sql/browse.sql). No scan.
+-- %(failed_cap)s dead letters (the queue figures' own bounds, sql/browse.sql). No scan. Search
+-- reads the same names under the figures' caps (console/browse.py queue_names).
 SELECT q.name AS queue
 FROM skiplock.queues AS q
 UNION
