@@ -114,9 +114,9 @@ def _collect(dsn: str, interval: float, stop, store, first, times) -> None:
             evaluate.evaluate(conn, rules.load(conn, config), evaluate.AlertSettings.from_config(config))
             times.put(("cycle", time.perf_counter() - started))
             if store.is_set():  # the leader's last step since 036: the overview's model, stored
-                from console.web import cycle_store
+                from console.web import cycle_store, overview
 
-                for took in cycle_store.refresh(conn, config, "default").values():
+                for took in cycle_store.refresh(conn, config, "default", overview.STORED).values():
                     times.put(("build", took))
         first.set()
         stop.wait(max(0.0, interval - (time.perf_counter() - started)))

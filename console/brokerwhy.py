@@ -56,12 +56,9 @@ def pg_facts(conn: psycopg.Connection, queue: str, *, live_within: float) -> dic
     return {"outbox": state["outbox"], "jobs": state["jobs"], "relay": exitplan.relay_leaders(conn), "workers": workers}
 
 
-def broker_facts(nats_url: str, queue: str, timeout: float) -> dict[str, Any]:
-    """The stream's and its consumer's figures (console.collectors.broker's read); raises
-    BrokerUnavailable when the broker does not answer within `timeout` seconds."""
-    from console.collectors.broker import read_broker
-
-    return read_broker(nats_url, [broker.check_queue(queue)], timeout)[queue]
+# The stream's figures are read by exitplan (its `--status` reads them too; it cannot import this
+# module, which builds on it).
+broker_facts = exitplan.broker_facts
 
 
 def _n(count: int, what: str) -> str:

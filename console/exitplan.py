@@ -163,14 +163,20 @@ def _stream_lines(state: dict[str, Any]) -> list[str]:
                ": keep `skiplock worker --backend nats` running until it is empty")]
 
 
+def broker_facts(nats_url: str, queue: str, timeout: float) -> dict[str, Any]:
+    """The stream's and its consumer's figures (console.collectors.broker's read); raises
+    BrokerUnavailable when the broker does not answer within `timeout` seconds."""
+    from console.collectors.broker import read_broker
+
+    return read_broker(nats_url, [broker.check_queue(queue)], timeout)[queue]
+
+
 def with_stream(state: dict[str, Any], nats_url: str, timeout: float) -> dict[str, Any]:
     """`state` (dual_run's) with `stream`: the broker's count of the queue's job stream, read
     now within `timeout` seconds, for a queue served by PostgreSQL whose name a broker can
     carry (it may have left jobs there). Call it with no transaction open: it waits on NATS."""
     if state["backend"] != "postgres" or not _broker_name(state["queue"]):
         return state
-    from console.brokerwhy import broker_facts
-
     try:
         found = broker_facts(nats_url, state["queue"], timeout)
     except BrokerUnavailable as exc:

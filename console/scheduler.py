@@ -361,9 +361,10 @@ class Scheduler:
         self._timed("cycle_models", None, self._store_models, "hooks")
 
     def _store_models(self) -> None:
-        from console.web import cycle_store
+        from console.web import cycle_store, overview
 
-        took = cycle_store.refresh(self._conn("hooks"), self.config, self.database)
+        # name -> (build, keep) of each model the leader stores (overview.STORED)
+        took = cycle_store.refresh(self._conn("hooks"), self.config, self.database, overview.STORED)
         log.debug("database %s: stored models %s", self.database, took)
 
     def _reap(self, conn: psycopg.Connection) -> None:

@@ -39,7 +39,7 @@ def counts(app) -> tuple[int, int]:
 
 def store(conn, app, database: str | None = None) -> dict[str, float]:
     st = app.extensions["skiplock"]
-    return cycle_store.refresh(conn, st.config, database or st.databases.home.name)
+    return cycle_store.refresh(conn, st.config, database or st.databases.home.name, overview_module.STORED)
 
 
 
@@ -147,7 +147,7 @@ def test_a_model_stored_with_other_settings_is_not_shown(conn, web_app, client_a
     store_history(conn, failing=None)
     # the scheduler hides another key in alert links than this web process does
     other = load_config(env={}, overrides={"web.redact_keys": "password,iban"})
-    cycle_store.refresh(conn, other, web_app.extensions["skiplock"].databases.home.name)
+    cycle_store.refresh(conn, other, web_app.extensions["skiplock"].databases.home.name, overview_module.STORED)
     assert client_as("viewer").get("/api/v1/overview").status_code == 200
     assert counts(web_app) == (1, 0)
 

@@ -266,7 +266,7 @@ def complete_and_claim(
     it, the index scanned from the key instead of the head (console/queue/resume_point.py says when
     and why the worker does).
     """
-    params = {
+    params: dict[str, Any] = {
         "worker": worker,
         "ids": _int_array([j.id for j in done]),
         "attempts": _int_array([j.attempts for j in done]),

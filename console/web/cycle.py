@@ -10,7 +10,7 @@ GIL (p95 7.6 s with sixty people). So:
 
 - The overview's model of the default window is built once per cycle by the scheduler's
   leader, after the cycle's alert evaluation, and stored in the database it describes
-  (console/web/cycle_store.py, skiplock.cycle_models). `stored` finds it with one primary-key
+  (console/web/cycle_store.py, skiplock.cycle_models). `cycle_store.stored` finds it with one primary-key
   probe per request and reads its body once per process: a web process then builds nothing.
   When none fits (another window, an operator's change since the cycle, other settings, no
   scheduler, or a stored model older than `BUCKET_SECONDS`), the process builds its own, as
@@ -173,38 +173,6 @@ def cached(name: str, build: Callable[[], T], *parts: Any,
     # While it waits for another request's build, a request holds no pooled connection: a crowd
     # of waiters holding them would leave the pool empty and answer 503 (seen at load 12).
     return cache().get((name, *parts), request_generation(), build, keep=keep, before_wait=release)
-
-
-def stored(name: str, build: Callable[[], T], *,
-           keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Generation] | None:
-    """(the stored model `name` of the request's generation, the generation it shows), or None
-    when the scheduler stored none that fits (console/web/cycle_store.py): then the caller
-    builds its own (`cached`). Read once per process and stored model; `build` (the whole
-    model, as the scheduler builds it) only when the row was replaced between probe and read."""
-    from console.web import cycle_store, state
-
-    current = request_generation()
-    extra = state().extra
-    settings = extra.get("cycle_settings")
-    if settings is None:  # the settings never change while the process runs
-        settings = extra.setdefault("cycle_settings", cycle_store.settings_of(state()))
-    found = cycle_store.lookup(get_conn(), name, current.marks, settings, BUCKET_SECONDS)
-    if found is None:
-        return None
-    # The stored row's id (unique in its database) is the generation: polls get 304 until the
-    # leader stores the next one, not one clock bucket, and not while it builds that one.
-    shown = Generation(current.database, current.replica, ("stored", found))
-    owner = cache()
-
-    def load() -> T:
-        value = cycle_store.load(get_conn(), name, found)
-        if value is None:  # replaced since the probe: this request builds (rare: a cycle between two statements)
-            value = build()
-            with owner._lock:
-                owner.built += 1
-        return value
-
-    return owner.get((name, "stored"), shown, load, keep=keep, before_wait=release, tally="loaded")
 
 
 def request_generation() -> Generation:

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from markupsafe import Markup
@@ -50,6 +50,7 @@ from console.sqlfiles import query
 log = logging.getLogger(__name__)
 
 TAG = "__t"
+T = TypeVar("T")
 
 
 # --- the body: JSON with a closed set of tags -----------------------------------------------
@@ -191,14 +192,10 @@ def _bare_app(config: Any):
     return found
 
 
-def stored_models() -> dict[str, tuple[Callable[[], Any], Callable[[Any], bool]]]:
-    """name -> (build, keep): the models the leader stores after each cycle."""
-    from console.web import overview
-
-    return overview.STORED
+Models = dict[str, tuple[Callable[[], Any], Callable[[Any], bool]]]
 
 
-def refresh(conn: psycopg.Connection, config: Any, database: str) -> dict[str, float]:
+def refresh(conn: psycopg.Connection, config: Any, database: str, models: Models) -> dict[str, float]:
     """Build each stored model of `database` on `conn` (autocommit: each read its own short
     transaction) and store it (one statement each); {name: build seconds}. A model with a failed
     panel is not stored: the web processes build their own until the next cycle."""
@@ -217,7 +214,7 @@ def refresh(conn: psycopg.Connection, config: Any, database: str) -> dict[str, f
         g._skiplock_read_from = ReadFrom(database)
         g._skiplock_conn = conn
         try:
-            for name, (build, keep) in stored_models().items():
+            for name, (build, keep) in models.items():
                 started = time.perf_counter()
                 model = build()
                 if not keep(model):
@@ -231,3 +228,36 @@ def refresh(conn: psycopg.Connection, config: Any, database: str) -> dict[str, f
         finally:
             g.pop("_skiplock_conn", None)  # the caller's: never given back to a pool
     return took
+
+
+def stored(name: str, build: Callable[[], T], *,
+           keep: Callable[[T], bool] = lambda _: True) -> tuple[T, Any] | None:
+    """(the stored model `name` of the request's generation, the generation it shows), or None
+    when the scheduler stored none that fits: then the caller builds its own (`cycle.cached`).
+    Read once per process and stored model; `build` (the whole model, as the scheduler builds
+    it) only when the row was replaced between probe and read."""
+    from console.web import cycle, state
+    from console.web.database import get_conn, release
+
+    current = cycle.request_generation()
+    extra = state().extra
+    settings = extra.get("cycle_settings")
+    if settings is None:  # the settings never change while the process runs
+        settings = extra.setdefault("cycle_settings", settings_of(state()))
+    found = lookup(get_conn(), name, current.marks, settings, cycle.BUCKET_SECONDS)
+    if found is None:
+        return None
+    # The stored row's id (unique in its database) is the generation: polls get 304 until the
+    # leader stores the next one, not one clock bucket, and not while it builds that one.
+    shown = cycle.Generation(current.database, current.replica, ("stored", found))
+    owner = cycle.cache()
+
+    def read() -> T:
+        value = load(get_conn(), name, found)
+        if value is None:  # replaced since the probe: this request builds (rare: a cycle between two statements)
+            value = build()
+            with owner._lock:
+                owner.built += 1
+        return value
+
+    return owner.get((name, "stored"), shown, read, keep=keep, before_wait=release, tally="loaded")

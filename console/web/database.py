@@ -76,6 +76,7 @@ PRIMARY_READS: dict[str, str] = {
     "docs.page": "no query (files of the installation)",
     "admin.users": "users and API tokens",
     "brokerdead.index": "a broker queue's dead letters come from NATS; its backend from the primary, as the action reads it",
+    "brokerdead.api_index": "a broker queue's dead letters come from NATS; its backend from the primary, as the action reads it",
     "admin.api_users": "users and API tokens",
     "health.index": "the primary's pg_stat_activity, locks, horizon holders, replication and WAL",
     "health.panels_fragment": "the primary's pg_stat_activity, locks, horizon holders, replication and WAL",

@@ -50,7 +50,7 @@ from psycopg.types.json import Jsonb
 from console import samples, signals, timefmt
 from console.catalog import METRICS, check_metric
 from console.sqlfiles import query
-from console.web import charts, cycle, listing
+from console.web import charts, cycle, cycle_store, listing
 from console.web.api import (
     ANY,
     BOOL,
@@ -859,7 +859,7 @@ def overview_model(window_name: str, window: timedelta, *, draw: bool,
     console/web/cycle_store.py), else built once per generation in this process and shared by
     every viewer (console/web/cycle.py); not kept when a panel failed."""
     if window_name == STORED_WINDOW:
-        found = cycle.stored(STORED_NAME, _stored_build, keep=_every_panel_ok)
+        found = cycle_store.stored(STORED_NAME, _stored_build, keep=_every_panel_ok)
         if found is not None:
             data, shown = found
             return (data if draw else _undrawn(data)), shown
