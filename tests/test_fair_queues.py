@@ -279,13 +279,18 @@ def test_two_workers_never_run_more_than_n_of_a_group_and_run_every_job_once(db,
     per-group count, the least-loaded-first order alone would run three of a group at once."""
     limits.set_limits(db, "fair", group_concurrency=2, actor="test")
     limits.keep_claim_indexes(db)
+    # Both workers up before the jobs come: on a loaded machine one process started seconds after
+    # the other, which had run every job by then ("both workers took part" failed in a run beside
+    # another suite).
+    procs = [workers.start("--concurrency", "4") for _ in range(2)]
+    wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.workers WHERE stopped_at IS NULL").fetchone()[0] == 2,
+             timeout=60, what="both workers registered")
+    sampler = GroupSampler(dsn, "fair")
+    sampler.start()
     ids = []
     for name in ("a", "b"):  # three groups with the NULL one: 6 slots of 8, so a missing cap shows
         ids += fill(db, 12, group=name, kind="span", payload={"sleep": 0.1})
     ids += fill(db, 12, kind="span", payload={"sleep": 0.1})  # the NULL group
-    sampler = GroupSampler(dsn, "fair")
-    sampler.start()
-    procs = [workers.start("--concurrency", "4") for _ in range(2)]
     wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.jobs WHERE queue = 'fair' AND status = 'completed'")
              .fetchone()[0] == len(ids), timeout=120, what="every fair job completed")
     most = sampler.stop()
