@@ -150,8 +150,12 @@ def test_a_rescued_async_run_cannot_complete_the_job(db, workers):
 
 
 def test_a_kind_concurrency_holds_for_async_handlers(db, workers):
-    ids = q.enqueue_many(db, [q.NewJob("a_scarce", {"sleep": 0.3}) for _ in range(8)])
     procs = [workers.start(tasks="tests.sample_async_tasks") for _ in range(2)]
+    # Both up before the jobs come: under load one process was still starting when the other had
+    # run all eight, and the SIGTERM below reached it before its handler was set (exit -15).
+    wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.workers WHERE stopped_at IS NULL").fetchone()[0] == 2,
+             timeout=60, what="both workers registered")
+    ids = q.enqueue_many(db, [q.NewJob("a_scarce", {"sleep": 0.3}) for _ in range(8)])
     wait_for(lambda: finished(db, ids), timeout=60, what="the limited jobs to finish")
     assert {status_of(db, i) for i in ids} == {"completed"}
     spans = db.execute("""
