@@ -58,7 +58,7 @@ def test_a_short_claim_after_the_key_or_a_fast_head_ends_the_mode():
     assert r.point(5.1) is None
 
 
-def test_a_threshold_of_zero_milliseconds_means_never(tmp_path):
+def test_a_threshold_of_zero_milliseconds_means_never():
     r = ResumePoint(slow_s=float("inf"))
     r.observe(None, [J(1)], 1, 60.0, now=0.0)
     assert r.point(0.1) is None

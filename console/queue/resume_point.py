@@ -65,7 +65,7 @@ class ResumePoint:
         self.head_cost_share = head_cost_share
         self.key: Key | None = None
         self.head_at = 0.0  # monotonic time of the next claim from the head while resuming
-        self.resumed = 0    # claims made after a key (the registry and tests read it)
+        self.resumed = 0    # claims made after a key (only the tests read it: the registry has no column for it)
 
     def point(self, now: float) -> Key | None:
         """The key to claim after, or None to claim from the head."""
