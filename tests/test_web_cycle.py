@@ -98,6 +98,36 @@ def test_an_unchanged_poll_is_answered_304_with_no_body_and_a_changed_one_200(co
     assert 'data-verdict="failing"' in changed.get_data(as_text=True)
 
 
+def renders(web_app) -> int:
+    found = web_app.extensions["skiplock"].extra.get("render_cache")
+    return found.built if found else 0
+
+
+def test_a_polled_fragment_is_rendered_once_per_generation_for_every_viewer_of_a_role(conn, web_app, client_as):
+    """Sixty viewers' first polls after a new cycle all send the same fragment: it is rendered
+    once per generation, URL and role, and each viewer still gets its own ETag."""
+    store_history(conn, failing=None)
+    poll = {"HX-Request": "true", "X-Skiplock-Poll": "1"}
+    viewers = [client_as("viewer") for _ in range(3)]
+    answers = [v.get(VERDICT, headers=poll) for v in viewers]
+    assert {a.status_code for a in answers} == {200}
+    assert len({a.get_data() for a in answers}) == 1 and 'data-verdict="healthy"' in answers[0].get_data(as_text=True)
+    assert len({a.headers["ETag"] for a in answers}) == 3
+    assert renders(web_app) == 1
+    # another role renders its own; another URL (a window) too
+    assert client_as("operator").get(VERDICT, headers=poll).get_data() == answers[0].get_data()
+    assert viewers[0].get(VERDICT + "?window=6h", headers=poll).status_code == 200
+    assert renders(web_app) == 3
+
+    # a new generation: rendered again, once, and what it says is the new model's
+    store_history(conn, failing="billing", minutes=5, now=datetime.now(UTC) + timedelta(seconds=1))
+    changed = [v.get(VERDICT, headers={**poll, "If-None-Match": a.headers["ETag"]})
+               for v, a in zip(viewers, answers, strict=True)]
+    assert {c.status_code for c in changed} == {200}
+    assert all('data-verdict="failing"' in c.get_data(as_text=True) for c in changed)
+    assert renders(web_app) == 4
+
+
 @pytest.fixture
 def small_pool(web_settings):
     return {**web_settings, "database.pool_size": 2}

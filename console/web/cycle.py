@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from flask import Response, current_app, make_response, request, session
+from flask import Response, current_app, g, make_response, request, session
 
 from console.sqlfiles import query
 from console.web.database import current_database, get_conn, read_from, release
@@ -177,11 +177,20 @@ def cached(name: str, build: Callable[[], T], *parts: Any,
 
 def request_generation() -> Generation:
     """The generation, read once per request."""
-    from flask import g
-
     found = g.get("_skiplock_generation")
     if found is None:
         found = g._skiplock_generation = generation()
+    return found
+
+
+def renders() -> CycleCache:
+    """The fragments rendered once per generation (`respond(shared=True)`). Never stale: a
+    rendered body is shown only with the ETag of the generation it was rendered from, so a
+    request arriving while another renders waits for that render (a few milliseconds)."""
+    extra = current_app.extensions["skiplock"].extra
+    found = extra.get("render_cache")
+    if found is None:
+        found = extra.setdefault("render_cache", CycleCache(stale_seconds=0.0))
     return found
 
 
@@ -193,11 +202,24 @@ def etag(shown: Generation) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def respond(shown: Generation, render: Callable[[], Any]) -> Response:
+def respond(shown: Generation, render: Callable[[], Any], *, shared: bool = False) -> Response:
     """304 when the client already has this view of `shown` (static/skiplock.js sends the ETag
     of a polled fragment's last answer), else `render()`'s response with its ETag. Nothing is
-    stored by the browser: pages stay Cache-Control: no-store (docs/security.md)."""
+    stored by the browser: pages stay Cache-Control: no-store (docs/security.md).
+
+    `shared`: `render()` returns text that depends on the model, the URL and the viewer's role
+    only (no CSRF token, no user name): it is rendered once per generation, URL and role in
+    this process and sent to every viewer. When a new stored model arrived, each of sixty
+    viewers' first poll rendered the same fragments again (issue 31's crowd)."""
     tag = etag(shown)
-    response = Response(status=304) if tag in request.if_none_match else make_response(render())
+    if tag in request.if_none_match:
+        response = Response(status=304)
+    elif shared:
+        user = g.get("user")
+        key = ("rendered", request.full_path, request.headers.get("HX-Request"), user.role if user else None)
+        body, _ = renders().get(key, shown, render)
+        response = make_response(body)
+    else:
+        response = make_response(render())
     response.set_etag(tag)
     return response

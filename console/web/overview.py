@@ -937,7 +937,7 @@ def _page(template: str, parts: tuple[str, ...] = PARTS):
     name, window = window_arg()
     data, shown = overview_model(name, window, draw=True, parts=parts)
     state = tab_state(data["verdict"]) if "verdict" in data else ""
-    return cycle.respond(shown, lambda: render_template(template, tab_state=state, **data, **_links()))
+    return cycle.respond(shown, lambda: render_template(template, tab_state=state, **data, **_links()), shared=True)
 
 
 @bp.get("/overview")
