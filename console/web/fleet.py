@@ -161,11 +161,13 @@ def fleet_read() -> tuple[dict[str, Any], cycle.Generation | None]:
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     names = list(_state().databases.names)
     seconds = fleet_seconds()
+    # The request's own connection (its sign-in check's) is not needed while the fleet is read
+    # or while it waits for another request's read: given back, a crowd cannot empty the pool.
+    release()
     if seconds <= 0:
         return read_fleet(app, names), None
     bucket = cycle.Generation("", False, ("fleet", int(clock() // seconds)))
-    # While it waits for another request's read, a request holds no pooled connection.
-    return fleet_cache().get(("fleet",), bucket, lambda: read_fleet(app, names), before_wait=release)
+    return fleet_cache().get(("fleet",), bucket, lambda: read_fleet(app, names))
 
 
 def fleet_data() -> list[dict[str, Any]]:
