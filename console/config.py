@@ -240,6 +240,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("web", "count_cap", int, 10000, "Counts above this are shown as 'N+' (a count never scans more than this).", positive),
     Setting("web", "export_limit", int, 100000, "Most rows one CSV/JSON export returns.", positive),
     Setting("web", "db_wait", float, 2.0, "Seconds a page waits for a database connection before saying the database is unreachable.", positive),
+    Setting("web", "fleet_seconds", float, 10.0, "Seconds the fleet page (/databases, /api/v1/databases) reuses its read of every database in each web process: one read per this many seconds however many people look, each row saying how old it is (never older than twice this); 0 reads every database on every request.", non_negative),
     Setting("web", "stale_worker_after", float, 30.0, "Seconds without a heartbeat after which a worker is stale: no longer counted in workers_live (the workers_zero alert) nor as live on the Workers page; at least three worker.flush_interval.", positive),
     # [advisor] thresholds of `skiplock check` and the advisor page (docs/advisor.md explains each)
     Setting("advisor", "idle_in_transaction_warn", duration, timedelta(seconds=10), "How long a session touching the jobs tables may sit idle in a transaction before the advisor warns.", positive_duration),

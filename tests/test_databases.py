@@ -15,6 +15,7 @@ import signal
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import CliRunner
@@ -177,8 +178,33 @@ def metric_families(body: str) -> dict:
     return {f.name: f for f in text_string_to_metric_families(body)}
 
 
+class FleetClock:
+    """console.web.fleet's clock, moved by the test: its buckets and the rows' ages."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def fleet_clock(monkeypatch):
+    from console.web import fleet
+
+    found = FleetClock()
+    monkeypatch.setattr(fleet, "clock", found)
+    return found
+
+
+FLEET_SECONDS = 10.0  # web.fleet_seconds's default: two_databases does not set it
+
+
 def test_a_database_that_goes_down_shows_as_down_and_the_others_keep_working(
-        two_databases, west_cluster, west, conn, client_as):
+        two_databases, west_cluster, west, conn, client_as, fleet_clock):
     runner = CliRunner()
     q.enqueue(conn, "noop", queue="mail")
     with connect(west) as wconn:
@@ -214,6 +240,7 @@ def test_a_database_that_goes_down_shows_as_down_and_the_others_keep_working(
     assert "database west: not collected" in collected.output
     assert "stored " in collected.output.split("== database west")[0]  # east was collected
 
+    fleet_clock.advance(FLEET_SECONDS)  # the fleet page's next bucket: it reads every database again
     rows = {r["name"]: r for r in viewer.get("/api/v1/databases").get_json()["databases"]}
     assert rows["west"]["reachable"] is False and rows["west"]["verdict"] == "down"
     assert rows["east"]["reachable"] is True and rows["east"]["depth"] == 1
@@ -226,6 +253,118 @@ def test_a_database_that_goes_down_shows_as_down_and_the_others_keep_working(
     ages = {s.labels["database"]: s.value for s in metrics["skiplock_collection_age_seconds"].samples}
     assert math.isnan(ages["west"]) and ages["east"] >= 0
     assert {s.labels["database"] for s in metrics["skiplock_queue_depth"].samples} == {"east"}
+
+
+def fleet_rows(client) -> tuple[dict[str, dict], float]:
+    answer = client.get("/api/v1/databases")
+    assert answer.status_code == 200, answer.data
+    body = answer.get_json()
+    return {r["name"]: r for r in body["databases"]}, body["age_s"]
+
+
+def test_a_crowd_within_one_bucket_reads_every_database_once(two_databases, west, client_as, fleet_clock):
+    from console.web import fleet
+
+    # Four at once (web.database.pool_size's default: each request holds a connection for its
+    # sign-in): one reads, the others wait for that read, then ask for the page too.
+    viewers = [client_as("viewer") for _ in range(4)]
+    before = fleet.reads
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda c: (c.get("/api/v1/databases"), c.get("/databases")), viewers))
+    for api, page in answers:
+        assert api.status_code == 200 and page.status_code == 200
+    assert fleet.reads - before == 1
+    read_at = {json.dumps({r["name"]: r["read_at"] for r in api.get_json()["databases"]}) for api, _ in answers}
+    assert len(read_at) == 1  # every answer shows the same read
+    fleet_clock.advance(FLEET_SECONDS - 0.5)  # still the same bucket: still that read, saying its age
+    rows, age = fleet_rows(viewers[0])
+    assert fleet.reads - before == 1 and age == FLEET_SECONDS - 0.5
+    assert json.dumps({n: r["read_at"] for n, r in rows.items()}) in read_at
+    page = viewers[1].get("/databases").get_data(as_text=True)
+    assert f'data-read-age="{FLEET_SECONDS - 0.5:.1f}">Read {round(FLEET_SECONDS - 0.5)} s ago' in page
+    # an API client sending the ETag of its last answer is answered 304 until the next read
+    tag = viewers[2].get("/api/v1/databases").headers["ETag"]
+    assert viewers[2].get("/api/v1/databases", headers={"If-None-Match": tag}).status_code == 304
+    fleet_clock.advance(0.5)  # the next bucket: one read more
+    rows, age = fleet_rows(viewers[0])
+    assert fleet.reads - before == 2 and age == 0.0
+    assert viewers[2].get("/api/v1/databases", headers={"If-None-Match": tag}).status_code == 200
+
+
+def test_a_database_stopped_while_cached_shows_down_after_its_bucket(
+        two_databases, west_cluster, west, client_as, fleet_clock):
+    viewer = client_as("viewer")
+    rows, _ = fleet_rows(viewer)
+    assert rows["west"]["reachable"] is True
+    west_cluster.halt()
+    fleet_clock.advance(3.0)  # within the bucket the read stays, and says how old it is
+    rows, age = fleet_rows(viewer)
+    assert rows["west"]["reachable"] is True and age == 3.0
+    fleet_clock.advance(FLEET_SECONDS)  # the next bucket: west is read again, and is down
+    t0 = time.perf_counter()
+    rows, age = fleet_rows(viewer)
+    assert time.perf_counter() - t0 < 5.0  # one db_wait (1 s), not one per row
+    assert rows["west"]["reachable"] is False and rows["west"]["verdict"] == "down"
+    assert rows["east"]["reachable"] is True and age == 0.0
+    page = viewer.get("/databases").get_data(as_text=True)
+    assert 'data-database="west" data-verdict="down"' in page and "Read 0 s ago" in page
+
+
+def test_while_the_fleet_is_read_again_the_previous_read_is_shown_only_if_young_enough(
+        two_databases, west, client_as, fleet_clock, monkeypatch):
+    """Requests arriving while one reads the databases are shown the previous read when it
+    began less than 2 x fleet_seconds ago; else they wait for the new one: never older."""
+    from console.web import fleet
+
+    reading, gate = threading.Event(), threading.Event()
+    gate.set()
+    row = fleet.database_row
+
+    def held(name):
+        reading.set()
+        assert gate.wait(20), "the test never opened the gate"
+        return row(name)
+
+    monkeypatch.setattr(fleet, "database_row", held)
+    try:
+        check_the_previous_read_while_reading(client_as, fleet_clock, reading, gate)
+    finally:
+        gate.set()  # a failed check leaves no thread held
+
+
+def check_the_previous_read_while_reading(client_as, fleet_clock, reading, gate):
+    owner, other = client_as("viewer"), client_as("viewer")
+    first, _ = fleet_rows(owner)
+
+    def while_reading(advance: float):
+        """The owner starts the next bucket's read (held); `other` asks meanwhile."""
+        fleet_clock.advance(advance)
+        reading.clear()
+        gate.clear()
+        pool = ThreadPoolExecutor(max_workers=2)
+        owned = pool.submit(fleet_rows, owner)
+        assert reading.wait(10)
+        asked = pool.submit(fleet_rows, other)
+        return pool, owned, asked
+
+    # 15 s after the first read (its bucket is over, 15 < 2 x 10): the previous read at once
+    pool, owned, asked = while_reading(15.0)
+    rows, age = asked.result(timeout=5)
+    assert not owned.done() and age == 15.0
+    assert rows["west"]["read_at"] == first["west"]["read_at"]
+    gate.set()
+    rows, age = owned.result(timeout=10)
+    assert age == 0.0 and rows["west"]["read_at"] > first["west"]["read_at"]
+    pool.shutdown()
+    # 25 s after that read (> 2 x 10): the other request waits for the new read
+    pool, owned, asked = while_reading(25.0)
+    time.sleep(0.5)
+    assert not asked.done(), "shown a read older than 2 x fleet_seconds"
+    gate.set()
+    for done in (owned, asked):
+        rows, age = done.result(timeout=10)
+        assert age <= 2 * FLEET_SECONDS and age == 0.0
+    pool.shutdown()
 
 
 def test_pages_under_db_name_are_that_databases_and_act_on_it(two_databases, west, conn, client_as):

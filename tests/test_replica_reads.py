@@ -113,7 +113,9 @@ def web_app(request, tmp_path, dsn, replica_dsn):
     replica = "" if "no_replica" in request.fixturenames else \
         f'replica_dsn = "{dsn if "replica_is_the_primary" in request.fixturenames else replica_dsn}"\n'
     path = tmp_path / "skiplock.toml"
-    path.write_text('[web]\nsecret_key = "k"\nproduction = false\ndb_wait = 2.0\n\n'
+    # fleet_seconds = 0: the fleet page reads the replica's lag on every request (its caching has
+    # tests of its own in tests/test_databases.py)
+    path.write_text('[web]\nsecret_key = "k"\nproduction = false\ndb_wait = 2.0\nfleet_seconds = 0\n\n'
                     f'[[databases]]\nname = "east"\ndsn = "{dsn}"\n{replica}', encoding="utf-8")
     app = create_app(load_config(str(path), env={}))
     yield app

@@ -83,9 +83,15 @@ class CycleCache:
     """Models by name and generation: built once (single flight), the previous one shown while
     the next builds."""
 
-    def __init__(self, size: int = SIZE, stale_seconds: float = STALE_SECONDS):
+    def __init__(self, size: int = SIZE, stale_seconds: float = STALE_SECONDS, *,
+                 clock: Callable[[], float] = time.monotonic, age_from_start: bool = False):
+        """`age_from_start`: a model's age (what `stale_seconds` bounds) counts from when its
+        build began, not when it ended: the fleet's rows (console/web/fleet.py) are as old as
+        their read, however long the read took. `clock`: the seconds that age is measured in."""
         self._size = size
         self._stale = stale_seconds
+        self._clock = clock
+        self._age_from_start = age_from_start
         self._lock = threading.Lock()
         self._slots: OrderedDict[tuple, _Slot] = OrderedDict()
         self.built = 0  # how many models this process built (tests and the bench read it)
@@ -107,7 +113,7 @@ class CycleCache:
             self._slots.move_to_end(key)
             if slot.generation == generation:
                 return slot.value, generation
-            fresh_enough = slot.generation is not None and time.monotonic() - slot.built_at < self._stale
+            fresh_enough = slot.generation is not None and self._clock() - slot.built_at < self._stale
             if slot.building == generation:
                 if fresh_enough:
                     return slot.value, slot.generation
@@ -123,6 +129,7 @@ class CycleCache:
                 if slot.generation == generation:
                     return slot.value, generation
             return build(), generation  # the build failed, kept nothing, or is slower than we wait
+        started = self._clock()
         try:
             value = build()
         except BaseException:
@@ -131,7 +138,8 @@ class CycleCache:
         with self._lock:
             setattr(self, tally, getattr(self, tally) + 1)
             if keep(value):
-                slot.generation, slot.value, slot.built_at = generation, value, time.monotonic()
+                slot.generation, slot.value = generation, value
+                slot.built_at = started if self._age_from_start else self._clock()
         self._settle(slot, generation, done)
         return value, generation
 
