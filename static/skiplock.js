@@ -73,7 +73,7 @@
   document.addEventListener("htmx:afterRequest", function (e) {
     var xhr = e.detail.xhr;
     var path = e.detail.requestConfig && e.detail.requestConfig.path;
-    if (!xhr || !path || xhr.status !== 200) { return; }
+    if (!xhr || !path || xhr.status !== 200 || xhr.skiplockNotShown) { return; }
     var tag = xhr.getResponseHeader("ETag");
     if (tag) { etags[path] = tag; } else { delete etags[path]; }
   });
@@ -89,7 +89,28 @@
     if (trigger && trigger.type === "poll" && el && typedIn(el)) {
       el.setAttribute("data-poll-held", "");
       e.preventDefault();
+      return;
     }
+    // The answer to an operator's action (<p data-keep>: "pid 42 terminated") stays at least
+    // KEEP_MS before a poll replaces the fragment it is in. A poll sent just before the action
+    // and answered just after it would otherwise swap the answer away before it is read (seen
+    // at load 10). The poll's answer is dropped and its ETag not kept: the next poll fetches anew.
+    if (trigger && trigger.type === "poll" && el && answerShown(el)) {
+      e.detail.shouldSwap = false;
+      e.detail.xhr.skiplockNotShown = true;
+    }
+  });
+  var KEEP_MS = 15000;
+  function answerShown(el) {
+    var kept = el.querySelector("[data-keep]");
+    if (!kept) { return false; }
+    var since = parseInt(kept.getAttribute("data-kept-since") || "0", 10);
+    return !since || Date.now() - since < KEEP_MS;
+  }
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("[data-keep]:not([data-kept-since])").forEach(function (k) {
+      k.setAttribute("data-kept-since", String(Date.now()));
+    });
   });
 
   // The tab title carries the state: the first [data-tab-state] on the page, if any.

@@ -107,6 +107,12 @@ def test_the_admin_reads_the_price_types_a_reason_through_the_polls_and_terminat
         # The answer re-renders every health panel: at load 10-12 (two suites on two cores) it
         # took longer than the 15 s the rest of the page is given.
         expect(page.locator("#backend-result")).to_contain_text(f"pid {pid} terminated", timeout=45_000)
+        # A poll answered right after the action does not swap its answer away before it is read
+        # (static/skiplock.js, data-keep): seen at load 10, a poll sent before the click came back after.
+        with page.expect_response(lambda r: "/health/_panels" in r.url and r.request.method == "GET"):
+            page.evaluate("() => htmx.trigger(document.getElementById('health-panels'), 'poll')")
+        page.wait_for_timeout(300)
+        expect(page.locator("#backend-result")).to_contain_text(f"pid {pid} terminated")
         expect(page.locator(f"#horizon-holders tr[data-holder='{pid}']")).to_have_count(0)
         assert conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()[0] == 0
         who, reason_kept, selection = conn.execute(

@@ -40,6 +40,11 @@ def test_workers_drain_the_queue_completing_each_job_exactly_once(db, workers):
     ids = q.enqueue_many(db, [q.NewJob("record", {"i": i}) for i in range(300)])
     procs = [workers.start("--concurrency", "4") for _ in range(3)]
     wait_for(lambda: count_status(db, "completed") == 300, what="300 completed jobs")
+    # Every worker up before they are stopped: at load 10 (two suites side by side) the third
+    # was still importing when the other two had run every job, and a SIGTERM then ends a
+    # process that has not yet installed its handler (-15).
+    wait_for(lambda: db.execute("SELECT count(*) FROM skiplock.workers WHERE stopped_at IS NULL").fetchone()[0] == 3,
+             timeout=60, what="the three workers registered")
 
     per_job = db.execute("SELECT job_id, count(*) FROM public.executions GROUP BY job_id").fetchall()
     assert sorted(job_id for job_id, _ in per_job) == sorted(ids)
