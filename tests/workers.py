@@ -60,10 +60,17 @@ class WorkerProcs:
         return proc
 
     def stop(self, proc: subprocess.Popen, timeout: float = 20) -> tuple[int, str]:
-        """SIGTERM, wait, and return (exit code, stderr)."""
+        """SIGTERM, wait, and return (exit code, stderr). A process still running `timeout`
+        seconds after its SIGTERM fails the test with the end of its log (killed first)."""
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=timeout)
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate(timeout=30)
+            raise AssertionError(f"{proc.args} still ran {timeout:g} s after its SIGTERM; the end of its log:\n"
+                                 f"{(err or '')[-6000:]}") from None
         return proc.returncode, err
 
     def stop_all(self) -> None:
