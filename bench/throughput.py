@@ -24,6 +24,12 @@ process for every contender:
 - bare-prelimits: the same loop running the statement as it was before queue limits (without
             the two look-ups that leave limited queues and kinds to console.queue.limits): what the
             limits cost a queue that has none.
+- bare-archive: a design probe (issue 28 target 1), not a product: the same loop, but the
+            completion DELETEs the finished rows from the hot table and INSERTs them into
+            skiplock.jobs_archive in the same statement (completed jobs leave the hot table as
+            they complete). Its rate counts rows in the archive.
+- bare-delete: a design probe, the lower bound of that idea: the completion only DELETEs (no
+            history kept at all, which the console needs; PGQueuer's shape without its log).
 
 `--with-limits` gives another queue a concurrency and a rate and another kind a concurrency
 before the grid, so the benchmarked (unlimited) queue shares the database and the workers with
@@ -77,7 +83,8 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-prelimits", "skiplock-before", "skiplock-inline")
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-prelimits", "bare-archive", "bare-delete",
+              "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
 NAIVE_SQL = CLAIM_SQL.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")
@@ -87,6 +94,46 @@ assert NAIVE_SQL != CLAIM_SQL
 PRELIMITS_SQL = "\n".join(line for line in CLAIM_SQL.replace(" OR q.limited OR q.fair)", ")").splitlines()
                           if "skiplock.kind_limits" not in line)
 assert PRELIMITS_SQL.count("NOT IN") == 1 and "limited" not in PRELIMITS_SQL and "q.fair" not in PRELIMITS_SQL
+
+# The design probes: the finished CTE of complete_and_claim, as the product has it (an UPDATE to
+# 'completed'), replaced by a DELETE that moves the rows into the archive, or by a bare DELETE.
+_FINISHED = CLAIM_SQL[CLAIM_SQL.index("WITH finished AS ("):CLAIM_SQL.index("candidates AS (")]
+ARCHIVE_FINISHED = """WITH moved AS (
+    DELETE FROM skiplock.jobs AS j
+    USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+           FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+           OFFSET 0) AS d
+    WHERE j.id = d.id
+      AND j.attempts = d.attempt
+      AND j.locked_by = d.worker
+      AND j.status = d.status
+    RETURNING j.*
+),
+finished AS (
+    INSERT INTO skiplock.jobs_archive (id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+                                       idempotency_key, locked_by, locked_at, last_error, errors,
+                                       error_fingerprint, created_at, finished_at)
+    SELECT id, queue, kind, payload, 'completed', priority, run_at, attempts, max_attempts,
+           idempotency_key, locked_by, locked_at, last_error, errors, error_fingerprint, created_at, now()
+    FROM moved
+    RETURNING id
+),
+"""
+DELETE_FINISHED = """WITH finished AS (
+    DELETE FROM skiplock.jobs AS j
+    USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+           FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+           OFFSET 0) AS d
+    WHERE j.id = d.id
+      AND j.attempts = d.attempt
+      AND j.locked_by = d.worker
+      AND j.status = d.status
+    RETURNING j.id
+),
+"""
+ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED)
+DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED)
+LOOP_SQL = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL, "bare-archive": ARCHIVE_SQL, "bare-delete": DELETE_SQL}
 
 
 # --- filling -----------------------------------------------------------------------------------
@@ -98,7 +145,7 @@ def settle(dsn: str, timeout: float = 15.0) -> None:
     vacuum of the previous contender's tables. It removes that interference only: the spread at
     4 processes between runs stayed (docs/benchmarks.md, 2026-12-02)."""
     with connect(dsn) as conn:
-        conn.execute("TRUNCATE skiplock.jobs, skiplock.workers")
+        conn.execute("TRUNCATE skiplock.jobs, skiplock.workers, skiplock.jobs_archive")
         if conn.execute("SELECT to_regclass('pgqueuer') IS NOT NULL").fetchone()[0]:
             conn.execute("TRUNCATE pgqueuer, pgqueuer_log, pgqueuer_statistics")
         deadline = time.time() + timeout
@@ -154,6 +201,17 @@ def completed_skiplock(conn) -> int:
     return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status = 'completed'").fetchone()[0]
 
 
+def done_by(contender: str, conn, jobs: int) -> int:
+    """Jobs a loop or PGQueuer contender has finished so far in a cell of `jobs`."""
+    if contender.startswith("pgqueuer"):
+        return jobs - remaining_pgqueuer(conn)
+    if contender == "bare-archive":
+        return conn.execute("SELECT count(*) FROM skiplock.jobs_archive").fetchone()[0]
+    if contender == "bare-delete":
+        return jobs - conn.execute("SELECT count(*) FROM skiplock.jobs").fetchone()[0]
+    return completed_skiplock(conn)
+
+
 def remaining_pgqueuer(conn) -> int:
     return conn.execute("SELECT count(*) FROM pgqueuer").fetchone()[0]
 
@@ -171,6 +229,13 @@ def add_limits(dsn: str) -> None:
 
 # --- the contenders' worker processes ------------------------------------------------------------
 
+def loop_params(worker: str, batch: int) -> dict:
+    """The complete-and-claim statement's parameters for a loop that claims every kind of every
+    queue (tests/test_bench_throughput.py runs each loop's statement with them)."""
+    return {"worker": worker, "ids": [], "attempts": [], "queues": None, "kinds": None, "skip_kinds": None,
+            "limit": batch, "lease": 300.0}
+
+
 def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None:
     """Complete the previous batch and claim the next in one statement, nothing else.
 
@@ -178,7 +243,7 @@ def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None
     observes latencies only inside the window the parent opens, and stops when told."""
     worker = f"loop-{os.getpid()}"
     hist = Histogram()
-    params = {"worker": worker, "ids": [], "attempts": [], "queues": None, "limit": batch, "lease": 300.0}
+    params = loop_params(worker, batch)
     with psycopg.connect(dsn, autocommit=True) as conn:
         cur = conn.cursor()
         id_at = attempts_at = None
@@ -443,7 +508,7 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
             if contender.startswith("pgqueuer"):
                 target, extra = pgqueuer_worker, (args.batch, contender == "pgqueuer-asyncpg")
             else:
-                sql_text = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL}.get(contender, CLAIM_SQL)
+                sql_text = LOOP_SQL.get(contender, CLAIM_SQL)
                 target, extra = loop_worker, (sql_text, args.batch)
             procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out)) for _ in range(workers)]
             for p in procs:
@@ -455,10 +520,10 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 clock.open_window(time.time(), time.time() + window)
                 meter.start()
                 t0 = time.time()
-                c0 = jobs - remaining_pgqueuer(conn) if contender.startswith("pgqueuer") else completed_skiplock(conn)
+                c0 = done_by(contender, conn, jobs)
                 time.sleep(window)
                 t1 = time.time()
-                c1 = jobs - remaining_pgqueuer(conn) if contender.startswith("pgqueuer") else completed_skiplock(conn)
+                c1 = done_by(contender, conn, jobs)
                 cpu = meter.stop()
             finally:
                 clock.stop()
