@@ -234,15 +234,21 @@ class Fleet:
         self.restart_crashed()
         return {name: proc.poll() is None for name, proc in self.procs.items()}
 
-    def until(self, predicate, *, running: tuple[str, ...], timeout: float, what: str) -> None:
-        """wait_for, failing at once (with its log) when one of `running` has exited."""
+    def until(self, predicate, *, running: tuple[str, ...], timeout: float, what: str, state=None) -> None:
+        """wait_for, failing at once (with its log) when one of `running` has exited; on a
+        timeout the failure also holds `state()` (what the jobs were doing then)."""
         def check():
             self.restart_crashed()
             for name in running:
                 if self.procs[name].poll() is not None:
                     raise AssertionError(f"{name} exited ({self.procs[name].returncode}) while waiting for {what}:\n{self.log(name)}")
             return predicate()
-        wait_for(check, timeout=timeout, what=what)
+        try:
+            wait_for(check, timeout=timeout, what=what)
+        except AssertionError as exc:
+            if state is None or "timed out" not in str(exc):
+                raise
+            raise AssertionError(f"{exc}; then:\n{state()}") from None
 
     def stop(self, name: str, timeout: float = 30) -> int:
         proc = self.procs[name]
@@ -288,6 +294,12 @@ def statuses(db, ids: list[int]) -> dict[int, str]:
                       "UNION ALL SELECT id, 'archived' FROM skiplock.jobs_archive WHERE id = ANY(%(ids)s)",
                       {"ids": ids}).fetchall()
     return dict(rows)
+
+
+def jobs_table(db) -> str:
+    """Every job, a line each: what a timed-out wait prints (which job was not where it should be)."""
+    rows = db.execute("SELECT id, queue, kind, status, attempts, locked_by, round(extract(epoch FROM run_at - now())) AS due_in_s FROM skiplock.jobs ORDER BY id").fetchall()
+    return "\n".join(" ".join(str(v) for v in row) for row in rows)
 
 
 def count(db, ids: list[int], *states: str) -> int:
@@ -343,7 +355,7 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
                  and db.execute("SELECT count(*) = 3 FROM skiplock.jobs WHERE id = ANY(%s) AND status = 'pending' "
                                 "AND attempts = 1", (flaky,)).fetchone()[0],
                     running=("old-scheduler", "old-a", "old-b", "old-stuck"), timeout=60,
-                    what="the previous release's jobs in every state")
+                    what="the previous release's jobs in every state", state=lambda: jobs_table(db))
         fleet.kill("old-stuck")  # kill -9 mid-job: two leases expire while the schema changes
         time.sleep(1.5)
         archived = fleet.run("old", "archive", "--older-than", "1s", "--reason", "before the upgrade")
@@ -367,14 +379,14 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         db.execute("UPDATE skiplock.jobs SET run_at = now() WHERE id = ANY(%s)", (later,))
         after_migrate = fleet.enqueue("old", [{"kind": "work", "payload": {"sleep": 0.1}} for _ in range(6)])
         fleet.until(lambda: count(db, long + after_migrate, "completed") == 9, running=("old-scheduler", "old-a", "old-b"),
-                    timeout=60, what="the old workers finishing what they held across the migration")
+                    timeout=60, what="the old workers finishing what they held across the migration", state=lambda: jobs_table(db))
         # An old worker restarted now starts on the newer schema (its start-up check knows only
         # its own migrations) and works.
         assert fleet.stop("old-a") == 0, fleet.log("old-a")
         fleet.worker("old-a2", "old", "default,held,restart")
         restart = fleet.enqueue("old", [{"kind": "work"} for _ in range(3)])
         fleet.until(lambda: count(db, restart, "completed") == 3, running=("old-a2",), timeout=60,
-                    what="the restarted old worker's jobs")
+                    what="the restarted old worker's jobs", state=lambda: jobs_table(db))
 
         # --- this release beside the previous one -------------------------------------------------
         fleet.start("new-scheduler", "new", "scheduler")
@@ -387,7 +399,7 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         replayed = fleet.run("new", "replay", "--all", "--reason", "partner API back")
         assert replayed.returncode == 0, replayed.stderr
         fleet.until(lambda: count(db, mixed, "completed") == len(mixed), running=("old-a2", "new-a", "new-b"),
-                    timeout=90, what="old and new workers draining the mixed batch")
+                    timeout=90, what="old and new workers draining the mixed batch", state=lambda: jobs_table(db))
         by_release = dict(db.execute("SELECT release, count(*) FROM public.executions WHERE job_id = ANY(%s) GROUP BY 1",
                                      (mixed,)).fetchall())
         assert by_release.get("old", 0) > 0 and by_release.get("new", 0) > 0, by_release
@@ -395,13 +407,13 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         assert fleet.stop_old_scheduler("old-scheduler") in (0, None), fleet.log("old-scheduler")
         fleet.until(lambda: db.execute("SELECT count(*) FROM skiplock.scheduler_nodes WHERE is_leader AND pid = %s",
                                        (fleet.procs["new-scheduler"].pid,)).fetchone()[0] == 1,
-                    running=("new-scheduler",), timeout=30, what="this release's scheduler taking the lead")
+                    running=("new-scheduler",), timeout=30, what="this release's scheduler taking the lead", state=lambda: jobs_table(db))
         for name in ("old-a2", "old-b"):
             assert fleet.stop(name) == 0, fleet.log(name)
 
         everything = done + broken + long + flaky + held + stuck + later + after_migrate + restart + mixed
         fleet.until(lambda: count(db, everything, "completed", "archived") == len(everything),
-                    running=("new-scheduler", "new-a", "new-b"), timeout=90, what="every job to complete")
+                    running=("new-scheduler", "new-a", "new-b"), timeout=90, what="every job to complete", state=lambda: jobs_table(db))
 
         # --- exactly once, and who did what --------------------------------------------------------
         runs = dict(db.execute("SELECT job_id, count(*) FROM public.executions GROUP BY 1").fetchall())
