@@ -21,6 +21,9 @@ process for every contender:
 - pgqueuer-asyncpg: the same on its asyncpg driver (PGQueuer's other driver);
 - bare:     a bare psycopg loop running exactly Skiplock's complete-and-claim SQL (the ceiling
             for Python on this database);
+- bare-100: the same loop claiming 100 jobs per statement (whatever --batch says): the ceiling
+            at the size the worker's adaptive claims reach (worker.claim_max, 100) on a deep
+            backlog of fast jobs, where `bare` stays at --batch.
 - bare-prelimits: the same loop running the statement as it was before queue limits (without
             the two look-ups that leave limited queues and kinds to console.queue.limits): what the
             limits cost a queue that has none.
@@ -83,7 +86,7 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-prelimits", "bare-archive", "bare-delete",
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-100", "bare-prelimits", "bare-archive", "bare-delete",
               "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
@@ -133,6 +136,9 @@ DELETE_FINISHED = """WITH finished AS (
 """
 ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED)
 DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED)
+# bare-100's claim: the size the worker's adaptive claims reach on a deep backlog of fast jobs
+# (worker.claim_max's default).
+BARE_100 = 100
 LOOP_SQL = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL, "bare-archive": ARCHIVE_SQL, "bare-delete": DELETE_SQL}
 
 
@@ -509,7 +515,7 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 target, extra = pgqueuer_worker, (args.batch, contender == "pgqueuer-asyncpg")
             else:
                 sql_text = LOOP_SQL.get(contender, CLAIM_SQL)
-                target, extra = loop_worker, (sql_text, args.batch)
+                target, extra = loop_worker, (sql_text, BARE_100 if contender == "bare-100" else args.batch)
             procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out)) for _ in range(workers)]
             for p in procs:
                 p.start()
@@ -617,18 +623,20 @@ def print_table(mode: str, results: dict, args) -> None:
         sk = {n: med[(name, n)] for n in args.workers}
         peak = max(sk.values())
         lines.append(f"{name}: peak {peak:,.0f} jobs/s; at {max(args.workers)} workers {sk[max(args.workers)] / peak:.0%} of peak.")
-        if "bare" in args.contenders:
+        for bare in ("bare", "bare-100"):
+            if bare not in args.contenders:
+                continue
             ratios = []
             for n in args.workers:
                 # per round (the contenders of a round ran back to back), then the median
-                paired = [a["rate"] / b["rate"] for a in results[(name, n)] for b in results[("bare", n)]
+                paired = [a["rate"] / b["rate"] for a in results[(name, n)] for b in results[(bare, n)]
                           if a["round"] == b["round"] and b["rate"] > 0]
                 ratios.append(f"{n}: {median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})")
-            lines.append(f"{name} / bare loop at the same process count, median (min-max) of the per-round ratios: "
+            lines.append(f"{name} / {bare} loop at the same process count, median (min-max) of the per-round ratios: "
                          + ", ".join(ratios) + ".")
-            cpu = ", ".join(f"{n}: {median([c['cpu_client'] + c['cpu_server'] for c in results[('bare', n)]]) / median([c['cpu_client'] + c['cpu_server'] for c in results[(name, n)]]):.2f}"
+            cpu = ", ".join(f"{n}: {median([c['cpu_client'] + c['cpu_server'] for c in results[(bare, n)]]) / median([c['cpu_client'] + c['cpu_server'] for c in results[(name, n)]]):.2f}"
                             for n in args.workers)
-            lines.append(f"{name}: bare loop's CPU per job / {name}'s (the throughput ratio on a saturated machine): {cpu}.")
+            lines.append(f"{name}: {bare} loop's CPU per job / {name}'s (the throughput ratio on a saturated machine): {cpu}.")
         drivers = [c for c in ("pgqueuer", "pgqueuer-asyncpg") if c in args.contenders]
         if drivers:  # against PGQueuer's faster driver at each count
             best = {n: max(med[(c, n)] for c in drivers) for n in args.workers}
@@ -761,7 +769,7 @@ def parse_args(argv=None):
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
     parser.add_argument("--contenders", default=None,
                         help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree); "
-                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer,pgqueuer-asyncpg,bare)")
+                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer-asyncpg,bare,bare-100)")
     parser.add_argument("--runs", type=int, default=3,
                         help="rounds per worker count; each round runs every contender once, in rotated order")
     parser.add_argument("--before-tree", type=Path, default=None,
@@ -788,14 +796,15 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     parser.add_argument("--headline", action="store_true",
-                        help="the headline comparison `make bench` runs (about 7 minutes): relaxed only, "
-                             "skiplock,pgqueuer,pgqueuer-asyncpg,bare at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
-                             "150k jobs per cell (a cell on a fast 2-core machine must not run dry inside its 5.5 s), no sustained test")
+                        help="the headline comparison `make bench` runs (about 9 minutes): relaxed only, "
+                             "skiplock,pgqueuer-asyncpg,bare,bare-100 at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
+                             "250k jobs per cell (a cell on a fast 2-core machine must not run dry inside its 5.5 s), no sustained test; "
+                             "PGQueuer's psycopg driver is left out: its asyncpg driver was the faster or tied at every count")
     args = parser.parse_args(argv)
     if args.headline:
         args.modes, args.workers, args.runs = "relaxed", "1,2,4,16", 3
-        args.contenders = args.contenders or "skiplock,pgqueuer,pgqueuer-asyncpg,bare"
-        args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 150_000, False
+        args.contenders = args.contenders or "skiplock,pgqueuer-asyncpg,bare,bare-100"
+        args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 250_000, False
     if args.quick:
         args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0
         args.cell_jobs, args.backlog, args.duration = 100_000, 200_000, 60.0

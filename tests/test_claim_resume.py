@@ -46,6 +46,16 @@ def test_a_slow_full_claim_from_the_head_resumes_and_the_head_comes_back_in_time
     assert r.point(203.9) == last_key(jobs) and r.point(204.0) is None
 
 
+def test_a_larger_claim_may_take_longer_before_it_counts_as_slow():
+    """Adaptive claims ask for up to 100 jobs; such a claim takes 5-15 ms with no holder at all."""
+    r = ResumePoint(slow_s=0.015)
+    hundred = [J(i) for i in range(1, 101)]
+    r.observe(None, hundred, 100, 0.025, now=0.0)  # 15 ms and 1 % more per job asked: 30 ms, not slow
+    assert r.point(0.1) is None
+    assert r.observe(None, hundred, 100, 0.031, now=0.2) == "resuming"
+    assert r.observe(None, [J(1), J(2)], 2, 0.016, now=9.0) is None  # still slow at 2 jobs: 15.3 ms
+
+
 def test_a_short_claim_after_the_key_or_a_fast_head_ends_the_mode():
     r = ResumePoint(slow_s=0.015)
     r.observe(None, [J(1), J(2)], 2, 0.1, now=0.0)

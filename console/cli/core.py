@@ -110,6 +110,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         concurrency=concurrency or cfg.worker.concurrency,
         async_concurrency=async_concurrency or cfg.worker.async_concurrency,
         batch_size=batch_size or cfg.worker.batch_size,
+        claim_max=cfg.worker.claim_max,
         lease=lease or cfg.worker.lease,
         poll_interval=cfg.worker.poll_interval,
         shutdown_grace=cfg.worker.shutdown_grace,

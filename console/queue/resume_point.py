@@ -34,6 +34,11 @@ from typing import Protocol
 # jobs completes and claims in 1-3 ms on a loaded two-core machine (docs/benchmarks.md), and
 # about ten times that after half a minute of a horizon holder.
 SLOW_S = 0.015
+# ... and 1 % more for every job the claim asked for (twice as long for 100): adaptive claims
+# (worker.claim_max) ask for up to 100 at once, and a full claim of 100 took 5-15 ms on a quiet
+# two-core machine with no holder at all (docs/benchmarks.md, "Adaptive claims"). The dead
+# entries a holder leaves cost the same however many jobs the claim asks for, so they still show.
+PER_JOB_SHARE = 0.01
 MIN_HEAD_S = 1.0
 HEAD_COST_SHARE = 0.05
 
@@ -78,7 +83,7 @@ class ResumePoint:
         Returns "resuming" or "at the head" when the mode changed (the worker logs it), else None."""
         was = self.key is not None
         if after is None:
-            if asked > 0 and len(jobs) == asked and seconds >= self.slow_s:
+            if asked > 0 and len(jobs) == asked and seconds >= self.slow_s * (1 + asked * PER_JOB_SHARE):
                 self.key = last_key(jobs)
                 self.head_at = now + max(self.min_head_s, seconds / self.head_cost_share)
             else:

@@ -12,10 +12,14 @@ One process runs:
   runtime. Other jobs go one per thread.
   Handlers registered `inline=True` run on the main loop's thread itself (no hand-off at all);
 - while a batch of fast jobs runs, the main loop already claims the next one (prefetch: at most
-  one batch beyond `concurrency`, and only while every job of the last batch was fast, so a
+  one claim beyond `concurrency`, and only while every job of the last batch was fast, so a
   prefetched job waits milliseconds, not a good part of its lease; the heartbeat extends the
   leases of everything the worker holds, waiting or running). Limited queues and kinds never
   prefetch: they are claimed only into free handler slots;
+- adaptive claims: while the jobs claimed are all fast and each claim comes back full, the next
+  claim takes twice as many, from `batch_size` up to `claim_max` (fewer statements: the
+  server's fixed cost per statement is most of its work per no-op job); a short claim or a job
+  not fast takes it back to `batch_size`;
 - when the tasks module registers `async def` handlers, an event loop thread
   (console.queue.aio) that awaits their jobs, up to `async_concurrency` at once, beside the
   handler threads: the main loop hands it each claimed job of an async kind and it reports the
@@ -203,6 +207,7 @@ class Worker:
         concurrency: int = 4,
         async_concurrency: int = 100,
         batch_size: int = 10,
+        claim_max: int = 100,
         lease: float = q.DEFAULT_LEASE,
         poll_interval: float = 1.0,
         shutdown_grace: float = 30.0,
@@ -251,6 +256,13 @@ class Worker:
         # (console/queue/resume_point.py: claims that walk dead entries under a horizon holder).
         self._resume = ResumePoint(slow_s=claim_resume_ms / 1000 if claim_resume_ms > 0 else float("inf"))
         self.batch_size = batch_size
+        # Adaptive claims: while every job claimed is fast and each claim comes back full, the
+        # next claim takes twice as many, up to claim_max; anything else takes it back to
+        # batch_size. Fewer, larger statements are what cut the server's work per job (each
+        # complete-and-claim costs the same fixed overhead however many jobs it carries:
+        # docs/benchmarks.md, "Adaptive claims"). claim_max at or under batch_size: no growth.
+        self.claim_max = max(claim_max, batch_size)
+        self._claim_size = batch_size
         self.lease = lease
         self.poll_interval = poll_interval
         self.shutdown_grace = shutdown_grace
@@ -707,9 +719,11 @@ class Worker:
             slow = True  # no prefetch: an awaited job may wait on I/O for a good part of its lease
             assert self._async is not None  # an async kind is registered, so run() started it
             self._async.submit(awaited)
-        if fast:
-            group = Group(fast)
-            if len(fast) > 1:
+        # Fast jobs go to threads batch_size at a time: one hand-off each way per group, and a
+        # large (adaptive) claim still spreads over the threads.
+        for start in range(0, len(fast), self.batch_size):
+            group = Group(fast[start:start + self.batch_size])
+            if len(group.jobs) > 1:
                 self._groups.append(group)
             self._work.put(group)
         self._ahead = not slow
@@ -817,6 +831,17 @@ class Worker:
 
     def _free_async(self) -> int:
         return self.async_concurrency - (self._async_held - self._async_extra)
+
+    def _next_claim_size(self, asked: int, got: int) -> int:
+        """Double the claim after a full claim of fast jobs at the current size (up to
+        claim_max); back to batch_size after a short claim or any job not fast (slow, async or
+        batch kinds: those are claimed into free slots only). A mixed worker keeps
+        batch_size: its claims are cut per runtime."""
+        if self._mixed or not self._ahead or got < asked:
+            return self.batch_size
+        if asked >= self._claim_size:
+            return min(self._claim_size * 2, self.claim_max)
+        return self._claim_size
 
     def _busy(self) -> int:
         """Slots in use: the jobs held, a batch counting as one."""
@@ -968,14 +993,13 @@ class Worker:
                 conn = self._connection()
                 self._record_failures(conn, failures)
                 free = self.slots - self._busy()  # handler threads and loop slots (a batch takes one)
-                room = free + (self.batch_size if self._ahead else 0)  # and one batch ahead
+                room = free + (self._claim_size if self._ahead else 0)  # and one claim ahead
                 finished = bool(done or self._logged)  # jobs that ran and wait for their completion
                 overdue = finished and time.monotonic() - done_since >= BATCH_WAIT
                 if stopping or room <= 0:
                     limit = 0
-                elif room >= (min(self.batch_size, self.slots + self.batch_size) if self._ahead else target) \
-                        or not self._in_flight or overdue:
-                    limit = min(self.batch_size, room)
+                elif room >= (self._claim_size if self._ahead else target) or not self._in_flight or overdue:
+                    limit = min(self._claim_size, room)
                 else:
                     limit = 0
                 claimed: list[q.Job] = []
@@ -1025,6 +1049,7 @@ class Worker:
                         claimed += more
                         more_waiting = more_waiting or topped_full
                     self._dispatch(claimed, time.monotonic() - started)
+                    self._claim_size = self._next_claim_size(limit, len(claimed))
                 elif finished and (stopping or overdue):
                     self._complete_logged(conn)
                     completed = q.complete_many(conn, done) if done else []
