@@ -160,7 +160,10 @@ def test_a_worker_claiming_after_its_key_loses_and_repeats_nothing_and_comes_bac
     backlog = q.enqueue_many(conn, [q.NewJob("record" if i == 5 else "noop", {"i": i}) for i in range(10_000)])
     locker = connect(dsn, autocommit=False)
     locker.execute("SELECT id FROM skiplock.jobs WHERE id = %s FOR UPDATE", (backlog[5],))
-    proc = workers.start("--concurrency", "2", "--batch-size", "5", env={"SKIPLOCK_WORKER_CLAIM_RESUME_MS": "0.001"})
+    # Claims of 5 (no adaptive growth): the backlog must outlast the head's 1 s interval, which
+    # claims of 100 would drain 10,000 no-op jobs inside.
+    proc = workers.start("--concurrency", "2", "--batch-size", "5",
+                         env={"SKIPLOCK_WORKER_CLAIM_RESUME_MS": "0.001", "SKIPLOCK_WORKER_CLAIM_MAX": "0"})
 
     def ran(job_id: int) -> bool:
         return bool(conn.execute("SELECT count(*) FROM public.executions WHERE job_id = %s", (job_id,)).fetchone()[0])
