@@ -1,32 +1,22 @@
 """Adaptive claims (console/queue/worker.py, worker.claim_max): while every job a worker claims
 is fast and each claim comes back full, the next claim takes twice as many, up to claim_max;
-a short claim or a job that is not fast takes it back to batch_size. An in-process Worker in a
-thread, a real PostgreSQL. The jobs one statement claimed share their `locked_at` (now() of
-that statement's transaction), which is how the tests see each claim's size."""
+a short claim or a job that is not fast takes it back to batch_size. A real worker process (and
+Worker objects for the rules), a real PostgreSQL. The jobs one statement claimed share their
+`locked_at` (now() of that statement's transaction), which is how the tests see each claim's size."""
 
 from __future__ import annotations
 
-import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import console
 from console import queue as q
 from console.queue.worker import Worker
+from tests.claims_tasks import KIND
 from tests.workers import wait_for
 
-# Inline: the main loop runs it itself, so the job counts as fast whatever the machine's load
-# (a threaded no-op's measured runtime can pass FAST_JOB when its thread is preempted).
-KIND = "claims_inline_noop"
-
-
 THREADED = "claims_threaded_noop"
-
-
-@console.task(KIND, inline=True)
-def _noop(job):
-    return None
 
 
 @console.task(THREADED)
@@ -40,27 +30,27 @@ def claim_sizes(conn) -> list[int]:
     return [n for (n,) in rows]
 
 
-# The first claim of an idle worker fills its 4 free threads only (nothing claimed yet is known
-# to be fast, so nothing ahead); from the next one the jobs are known fast.
 @pytest.mark.parametrize(("claim_max", "first_claims"), [(80, [4, 10, 20, 40, 80]), (0, [4, 10, 10, 10, 10])])
-def test_claims_double_while_full_and_fast_up_to_claim_max(conn, dsn, claim_max, first_claims):
+def test_claims_double_while_full_and_fast_up_to_claim_max(conn, workers, claim_max, first_claims):
+    """A worker process whose tasks module has one inline no-op kind (tests/claims_tasks.py): in
+    the test process other modules register async handlers, and a worker with both runtimes
+    keeps batch_size."""
     conn.autocommit = True
     conn.execute("INSERT INTO skiplock.jobs (kind, payload) SELECT %s, '{}' FROM generate_series(1, 1000)", (KIND,))
-    worker = Worker(dsn, concurrency=4, batch_size=10, claim_max=claim_max, lease=60, poll_interval=0.2,
-                    flush_interval=0.5, vacuum_interval=0, name="claims-worker")
-    thread = threading.Thread(target=worker.run, name="claims-worker")
-    thread.start()
+    proc = workers.start("--concurrency", "4", "--batch-size", "10", tasks="tests.claims_tasks",
+                         env={"SKIPLOCK_WORKER_CLAIM_MAX": str(claim_max)})
     try:
         wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND status = 'completed'",
                                       (KIND,)).fetchone()[0] == 1000, timeout=60, what="1,000 jobs completed")
     finally:
-        worker.stop(immediately=True)
-        thread.join(timeout=20)
-    assert not thread.is_alive(), "the worker did not stop within 20 s"
+        code, err = workers.stop(proc)
+    assert code == 0, err
     sizes = claim_sizes(conn)
+    # The first claim of an idle worker fills its 4 free threads only (nothing claimed yet is
+    # known to be fast, so nothing ahead); from the next one the jobs are known fast.
     assert sizes[:5] == first_claims
     assert max(sizes) == max(first_claims) and sum(sizes) == 1000
-    # each job ran once: one attempt each, none left running
+    # each job ran once: one attempt each
     assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND attempts <> 1", (KIND,)).fetchone()[0] == 0
 
 
@@ -85,7 +75,7 @@ def test_a_large_claim_of_fast_jobs_goes_to_the_threads_batch_size_at_a_time(dsn
     the others wait; cut at batch_size, the claim spreads over them as claims of 10 did."""
     worker = Worker(dsn, batch_size=10, claim_max=100)
     worker._runtime[THREADED] = 0.0  # known fast
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     jobs = [q.Job(id=i, queue="default", kind=THREADED, payload={}, priority=0, run_at=now, attempts=1, max_attempts=5,
                   idempotency_key=None, locked_by=worker.id, locked_at=now, lease_until=now + timedelta(minutes=1),
                   created_at=now) for i in range(25)]
