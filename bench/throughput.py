@@ -103,13 +103,7 @@ assert PRELIMITS_SQL.count("NOT IN") == 1 and "limited" not in PRELIMITS_SQL and
 _FINISHED = CLAIM_SQL[CLAIM_SQL.index("WITH finished AS ("):CLAIM_SQL.index("candidates AS (")]
 ARCHIVE_FINISHED = """WITH moved AS (
     DELETE FROM skiplock.jobs AS j
-    USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
-           FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
-           OFFSET 0) AS d
-    WHERE j.id = d.id
-      AND j.attempts = d.attempt
-      AND j.locked_by = d.worker
-      AND j.status = d.status
+    USING_THE_FENCE
     RETURNING j.*
 ),
 finished AS (
@@ -124,18 +118,14 @@ finished AS (
 """
 DELETE_FINISHED = """WITH finished AS (
     DELETE FROM skiplock.jobs AS j
-    USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
-           FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
-           OFFSET 0) AS d
-    WHERE j.id = d.id
-      AND j.attempts = d.attempt
-      AND j.locked_by = d.worker
-      AND j.status = d.status
+    USING_THE_FENCE
     RETURNING j.id
 ),
 """
-ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED)
-DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED)
+# The fence, as the product's finished CTE has it, with USING for FROM (a DELETE's join).
+_FENCE = _FINISHED[_FINISHED.index("FROM (SELECT u.id"):_FINISHED.index("    RETURNING j.id")].rstrip()
+ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED.replace("USING_THE_FENCE", _FENCE.replace("FROM", "USING", 1)))
+DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED.replace("USING_THE_FENCE", _FENCE.replace("FROM", "USING", 1)))
 # bare-100's claim: the size the worker's adaptive claims reach on a deep backlog of fast jobs
 # (worker.claim_max's default).
 BARE_100 = 100
