@@ -158,7 +158,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("scheduler", "error_group_new_for", duration, timedelta(hours=1), "How long a new or regressed error group is reported as such (the error_group_new series), e.g. 1h; its alert resolves after it.", positive_duration),
     Setting("scheduler", "retention_interval", float, 300.0, "Seconds between sample retention and rollup runs.", positive),
     Setting("scheduler", "election_interval", float, 5.0, "Seconds between leader elections: a standby takes over within this long after the leader dies.", positive),
-    Setting("scheduler", "misfire_grace", float, 30.0, "Seconds a job may start late (e.g. after a pause) before that run is skipped.", positive),
+    Setting("scheduler", "misfire_grace", float, 30.0, "Seconds a scheduler job may start late (e.g. after a pause) before that run is skipped; a periodic schedule's slot at most this old is enqueued late, not counted missed.", positive),
     Setting("scheduler", "retention_raw_hours", float, 48.0, "Hours raw samples are kept.", positive),
     Setting("scheduler", "retention_minute_days", float, 14.0, "Days per-minute rollups are kept.", positive),
     Setting("scheduler", "retention_hour_days", float, 400.0, "Days per-hour rollups (and collection run rows) are kept.", positive),

@@ -411,7 +411,8 @@ class Scheduler:
         self._clock_offset = db_now.timestamp() - (asked + time.time()) / 2
         periodic.sync(conn, self.periodic_entries)
         report = periodic.enqueue_due(conn, self.periodic_entries, catch_up_limit=s.periodic_catch_up_limit,
-                                      max_attempts=self.config.queue.max_attempts)
+                                      max_attempts=self.config.queue.max_attempts,
+                                      grace=timedelta(seconds=s.misfire_grace))
         for name, ids in report.enqueued.items():
             log.info("periodic %s: enqueued job(s) %s", name, ids)
         for name, count in report.missed.items():

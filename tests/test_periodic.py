@@ -133,6 +133,22 @@ def test_after_downtime_catch_up_decides_between_the_latest_slot_and_every_slot(
     assert row == (expected_missed, datetime(2030, 1, 1, 8, tzinfo=UTC), datetime(2030, 1, 1, 9, tzinfo=UTC))
 
 
+@pytest.mark.parametrize(("grace", "late_by", "expected"), [
+    (30, 25, (["03:00:10", "03:00:20", "03:00:30"], 0)),  # a loaded pass, 25 s late: every slot, on its key
+    (30, 55, (["03:00:30", "03:00:40", "03:00:50", "03:01:00"], 2)),  # down 55 s: the last 30 s, edge included
+    (0, 25, (["03:00:30"], 2)),  # no grace: the newest only, as after downtime
+])
+def test_without_catch_up_a_late_pass_enqueues_the_slots_within_the_grace(conn, grace, late_by, expected):
+    """`catch_up = false`: slots at most `grace` old are late, not missed (the scheduler passes
+    scheduler.misfire_grace); a pass that woke a second late under load once counted a slot
+    of an `every = "1s"` schedule missed."""
+    declared = start(conn, {"name": "tens", "kind": "k", "every": "10s"})
+    report = periodic.enqueue_due(conn, declared, now=T0 + timedelta(seconds=5 + late_by), grace=timedelta(seconds=grace))
+    keys = [k.split("T")[1][:8] for (k,) in jobs_of(conn, "tens")]
+    assert (keys, report.missed.get("tens", 0)) == expected
+    assert conn.execute("SELECT missed FROM skiplock.periodic WHERE name = 'tens'").fetchone()[0] == expected[1]
+
+
 def test_catch_up_is_bounded_and_keeps_the_newest_slots(conn):
     declared = start(conn, {"name": "minutely", "kind": "k", "every": "1m", "catch_up": True})
     periodic.enqueue_due(conn, declared, now=T0 + timedelta(minutes=30), catch_up_limit=10)

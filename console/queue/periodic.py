@@ -27,7 +27,7 @@ new. The database, not timing, decides: clock skew, restarts, two leaders for a 
 archived job cannot make a slot run twice. "Now" is the database's clock.
 
 After downtime, `catch_up = false` enqueues only the newest missed slot and counts the others
-as missed; `catch_up = true` enqueues every missed slot, at most `catch_up_limit`, newest kept.
+as missed (a slot at most `scheduler.misfire_grace` old is late, not missed: it is enqueued); `catch_up = true` enqueues every missed slot, at most `catch_up_limit`, newest kept.
 While an entry is paused its slots are counted as missed and not enqueued. A schedule seen for
 the first time starts with its next slot (nothing is enqueued for the past).
 
@@ -410,9 +410,16 @@ def sync(conn: psycopg.Connection, entries: list[Entry]) -> None:
 
 
 def enqueue_due(conn: psycopg.Connection, entries: list[Entry], now: datetime | None = None, *,
-                catch_up_limit: int = CATCH_UP_LIMIT, max_attempts: int | None = None) -> DueReport:
+                catch_up_limit: int = CATCH_UP_LIMIT, max_attempts: int | None = None,
+                grace: timedelta = timedelta(0)) -> DueReport:
     """Enqueue every due slot of every entry (declared with `sync` first), one transaction per
-    entry; `now` defaults to the database's clock."""
+    entry; `now` defaults to the database's clock.
+
+    `grace` (the scheduler passes `scheduler.misfire_grace`): with `catch_up = false`, the due
+    slots at most this old are late, not missed, and are all enqueued; older ones are missed
+    (the newest is always enqueued). Without it a pass that woke a second late on a loaded
+    machine found two slots of an `every = "1s"` schedule due and counted one missed, as if
+    the scheduler had been down."""
     report = DueReport()
     for entry in entries:
         with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
@@ -429,8 +436,10 @@ def enqueue_due(conn: psycopg.Connection, entries: list[Entry], now: datetime | 
                 _, total = entry.due(last, at, keep=0)
                 slots = []
             else:
-                keep = catch_up_limit if entry.catch_up else 1
+                keep = catch_up_limit if entry.catch_up or grace > timedelta(0) else 1
                 slots, total = entry.due(last, at, keep=keep)
+                if not entry.catch_up:
+                    slots = [slot for slot in slots if slot >= at - grace] or slots[-1:]
             ids = []
             for slot in slots:
                 job_id = _enqueue_slot(cur, entry, slot, manual=False, actor=None, max_attempts=max_attempts)
