@@ -53,7 +53,7 @@ lint:
 	.venv/bin/ruff check .
 
 # The headline comparison (skiplock, PGQueuer on asyncpg, the bare loop at 10 and at 100 jobs a claim;
-# 1/2/4/16 workers; 3 rounds) in about 9 minutes; `make bench ARGS="..."` runs bench/throughput.py with other arguments instead.
+# 1/2/4/16 workers; 3 rounds) in about 8 minutes; `make bench ARGS="..."` runs bench/throughput.py with other arguments instead.
 bench:
 	scripts/bootstrap.sh
 	.venv/bin/python -m pip install -q -e '.[bench]'

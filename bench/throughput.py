@@ -123,9 +123,9 @@ DELETE_FINISHED = """WITH finished AS (
 ),
 """
 # The fence, as the product's finished CTE has it, with USING for FROM (a DELETE's join).
-_FENCE = _FINISHED[_FINISHED.index("FROM (SELECT u.id"):_FINISHED.index("    RETURNING j.id")].rstrip()
-ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED.replace("USING_THE_FENCE", _FENCE.replace("FROM", "USING", 1)))
-DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED.replace("USING_THE_FENCE", _FENCE.replace("FROM", "USING", 1)))
+_USING = _FINISHED[_FINISHED.index("FROM (SELECT u.id"):_FINISHED.index("    RETURNING j.id")].rstrip().replace("FROM", "USING", 1)
+ARCHIVE_SQL = CLAIM_SQL.replace(_FINISHED, ARCHIVE_FINISHED.replace("USING_THE_FENCE", _USING))
+DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED.replace("USING_THE_FENCE", _USING))
 # bare-100's claim: the size the worker's adaptive claims reach on a deep backlog of fast jobs
 # (worker.claim_max's default).
 BARE_100 = 100
@@ -786,7 +786,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     parser.add_argument("--headline", action="store_true",
-                        help="the headline comparison `make bench` runs (about 9 minutes): relaxed only, "
+                        help="the headline comparison `make bench` runs (about 8 minutes): relaxed only, "
                              "skiplock,pgqueuer-asyncpg,bare,bare-100 at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
                              "250k jobs per cell (a cell on a fast 2-core machine must not run dry inside its 5.5 s), no sustained test; "
                              "PGQueuer's psycopg driver is left out: its asyncpg driver was the faster or tied at every count")

@@ -27,7 +27,8 @@ new. The database, not timing, decides: clock skew, restarts, two leaders for a 
 archived job cannot make a slot run twice. "Now" is the database's clock.
 
 After downtime, `catch_up = false` enqueues only the newest missed slot and counts the others
-as missed (a slot at most `scheduler.misfire_grace` old is late, not missed: it is enqueued); `catch_up = true` enqueues every missed slot, at most `catch_up_limit`, newest kept.
+as missed (a slot at most `scheduler.misfire_grace` old is late, not missed: it is enqueued);
+`catch_up = true` enqueues every missed slot, at most `catch_up_limit`, newest kept.
 While an entry is paused its slots are counted as missed and not enqueued. A schedule seen for
 the first time starts with its next slot (nothing is enqueued for the past).
 
@@ -436,7 +437,7 @@ def enqueue_due(conn: psycopg.Connection, entries: list[Entry], now: datetime | 
                 _, total = entry.due(last, at, keep=0)
                 slots = []
             else:
-                keep = catch_up_limit if entry.catch_up or grace > timedelta(0) else 1
+                keep = catch_up_limit if entry.catch_up or grace else 1
                 slots, total = entry.due(last, at, keep=keep)
                 if not entry.catch_up:
                     slots = [slot for slot in slots if slot >= at - grace] or slots[-1:]
