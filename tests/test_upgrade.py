@@ -180,6 +180,7 @@ class Fleet:
         self.commands: dict[str, tuple[str, tuple[str, ...]]] = {}
         self.supervised: set[str] = set()
         self.restarts: list[str] = []
+        self.starts: dict[str, int] = {}
 
     def command(self, release: str, *args: str) -> list[str]:
         return [self.release.skiplock, *args] if release == "old" else [sys.executable, "-m", "console", *args]
@@ -197,6 +198,7 @@ class Fleet:
 
     def start(self, name: str, release: str, *args: str) -> subprocess.Popen:
         self.commands[name] = (release, args)
+        self.starts[name] = self.starts.get(name, 0) + 1
         log = open(self.logs / f"{name}.log", "a")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen(self.command(release, *args), env=self.old_env if release == "old" else self.new_env,
                                 cwd=self.logs if release == "old" else ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -206,6 +208,11 @@ class Fleet:
 
     def worker(self, name: str, release: str, queues: str | None = None) -> subprocess.Popen:
         return self.start(name, release, "worker", "--tasks", "upgrade_tasks", *(("--queues", queues) if queues else ()))
+
+    def started_lines(self, name: str) -> int:
+        """How many times `name`'s scheduler has logged that it is starting (after its signal
+        handlers are installed); its log file is appended to across restarts."""
+        return (self.logs / f"{name}.log").read_text(errors="replace").count(" starting (election every ")
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
@@ -265,6 +272,11 @@ class Fleet:
         scheduler's crash"). That is the likely cause, not a confirmed one: the stacks will say
         when it happens again. This release's scheduler gets no such allowance."""
         self.restart_crashed()
+        # A scheduler restarted a moment ago has not yet installed its SIGTERM handler (CI, load
+        # 9: it crashed, was restarted, and SIGTERM's default action ended it at once, -15).
+        # Its "starting" line comes after the handler, so each start waits for its own line.
+        wait_for(lambda: self.restart_crashed() or self.started_lines(name) >= self.starts[name], timeout=60,
+                 what=f"{name} to log its start")
         try:
             code = self.stop(name, timeout)
             if code is not None and code < 0 and code != -signal.SIGTERM:
