@@ -301,6 +301,16 @@ class Fleet:
                 proc.wait(timeout=10)
 
 
+def hold_retries(db, ids: list[int]) -> int:
+    """Holds each of `ids` as soon as it waits for a retry after its first attempt (due in an
+    hour, until the test releases it), so that its retry cannot run before the test says so;
+    returns how many are held."""
+    db.execute("UPDATE skiplock.jobs SET run_at = now() + interval '1 hour' WHERE id = ANY(%s) AND status = 'pending' "
+               "AND attempts = 1 AND run_at < now() + interval '30 minutes'", (ids,))
+    return db.execute("SELECT count(*) FROM skiplock.jobs WHERE id = ANY(%s) AND status = 'pending' AND attempts = 1 "
+                      "AND run_at > now() + interval '30 minutes'", (ids,)).fetchone()[0]
+
+
 def statuses(db, ids: list[int]) -> dict[int, str]:
     rows = db.execute("SELECT id, status FROM skiplock.jobs WHERE id = ANY(%(ids)s) "
                       "UNION ALL SELECT id, 'archived' FROM skiplock.jobs_archive WHERE id = ANY(%(ids)s)",
@@ -358,14 +368,14 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         fleet.supervise_old_scheduler("old-scheduler")
         # Each group in its own queue and worker, so that every state is held at one moment:
         # the long jobs run on old-b (until public.released has a row) while old-a fails the
-        # flaky ones, whose retries wait 5-10 s.
+        # flaky ones, whose retries the wait below holds (their 5-10 s backoff alone ran out
+        # before the archive at load 14, AA1: one completed within its last second).
         fleet.worker("old-a", "old", "default,held")
         fleet.worker("old-b", "old", "slow")
         fleet.start("old-stuck", "old", "worker", "--tasks", "upgrade_tasks", "--queues", "stuck", "--lease", "3")
         fleet.until(lambda: count(db, done, "completed") == 6 and count(db, broken, "failed") == 3
                  and count(db, long, "running") == 3 and count(db, stuck, "running") == 2
-                 and db.execute("SELECT count(*) = 3 FROM skiplock.jobs WHERE id = ANY(%s) AND status = 'pending' "
-                                "AND attempts = 1", (flaky,)).fetchone()[0],
+                 and hold_retries(db, flaky) == 3,
                     running=("old-scheduler", "old-a", "old-b", "old-stuck"), timeout=60,
                     what="the previous release's jobs in every state", state=lambda: jobs_table(db))
         fleet.kill("old-stuck")  # kill -9 mid-job: two leases expire while the schema changes
@@ -388,7 +398,7 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         # The old release keeps enqueueing (the application is upgraded later) and working:
         # the jobs it held across the migration complete, by its own workers.
         db.execute("INSERT INTO public.released DEFAULT VALUES")
-        db.execute("UPDATE skiplock.jobs SET run_at = now() WHERE id = ANY(%s)", (later,))
+        db.execute("UPDATE skiplock.jobs SET run_at = now() WHERE id = ANY(%s)", (later + flaky,))
         after_migrate = fleet.enqueue("old", [{"kind": "work", "payload": {"sleep": 0.1}} for _ in range(6)])
         fleet.until(lambda: count(db, long + after_migrate, "completed") == 9, running=("old-scheduler", "old-a", "old-b"),
                     timeout=60, what="the old workers finishing what they held across the migration", state=lambda: jobs_table(db))
@@ -404,6 +414,12 @@ def test_the_previous_releases_workers_run_across_the_migration_then_beside_this
         fleet.start("new-scheduler", "new", "scheduler")
         fleet.worker("new-a", "new")
         fleet.worker("new-b", "new")
+        # Both registered before the jobs come: at load 14 (AA2) old-a2 ran all 40 while the new
+        # ones were still importing.
+        pids = [fleet.procs[name].pid for name in ("new-a", "new-b")]
+        fleet.until(lambda: db.execute("SELECT count(*) FROM skiplock.workers WHERE pid = ANY(%s) AND stopped_at IS NULL",
+                                       (pids,)).fetchone()[0] == 2,
+                    running=("new-a", "new-b"), timeout=60, what="this release's two workers to register")
         mixed = fleet.enqueue("new", [{"kind": "work", "payload": {"sleep": 0.3}} for _ in range(20)])
         mixed += fleet.enqueue("old", [{"kind": "work", "payload": {"sleep": 0.3}} for _ in range(20)])
         assert fleet.run("new", "resume", "held", "--reason", "after the upgrade").returncode == 0
