@@ -286,10 +286,15 @@ def test_healthy_busy_traffic_fires_nothing(dsn, conn, tmp_path, workers):
         rows = {r["queue"]: r for r in console.api("/api/v1/queues")["queues"]}
         assert rows["receipts"]["idle"] is False
         assert {r["queue"]: r for r in console.api("/api/v1/overview")["queues"]}["receipts"]["idle"] is False
-        # The rate is per collection interval (1 s): at load 14 (AA2) the one sample read after
-        # the traffic stopped had none finished. The traffic goes on until a sample shows some.
-        wait_for(lambda: traffic() or any(v > 0 for v in console.metric("queue_throughput", queue="receipts", outcome="completed")),
-                 timeout=30, interval=0.5, what="a queue_throughput sample of the busy queue above 0")
+        # The rate is per collection cycle (1 s): at load 14 (AA2) the last cycle of the quiet
+        # period had no job finished in it. Traffic and cycles go on (quiet still) until one has.
+        def a_busy_cycle() -> bool:
+            traffic()
+            console.tick()
+            assert not console.alerts(), console.alerts()
+            return any(v > 0 for v in console.metric("queue_throughput", queue="receipts", outcome="completed"))
+
+        wait_for(a_busy_cycle, timeout=30, interval=INTERVAL, what="a collection cycle with a job of the busy queue finished")
         assert 0 < console.metric("retry_rate")[0] < 0.2
 
 
