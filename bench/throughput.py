@@ -654,6 +654,7 @@ def interval_line(state: dict[str, float], server_cpu_s: float, jobs: int) -> st
     return (f"server {per_job}/job, heap {state['heap_mb']:5.0f} MB, indexes {state['indexes_mb']:5.0f} MB, "
             f"live {state['live'] / 1e6:4.1f} M, dead {state['dead'] / 1e3:5.0f} k, vacuums {state['vacuums']:3d}")
 
+
 def sustained(dsn: str, args) -> None:
     n = args.sustained_workers
     print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
@@ -675,21 +676,19 @@ def sustained(dsn: str, args) -> None:
                     last_t, last_c = time.time(), 0
                     end = last_t + args.duration
                     enqueued = args.backlog
-                    server = cpu_seconds(server_pids(args.data_dir))
+                    server = CpuMeter([], args.data_dir)  # the server's CPU per interval, the top-up's left out
+                    server.start()
                     while time.time() < end:
                         time.sleep(args.interval)
                         now = time.time()
                         done = conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0]
                         rates.append((done - last_c) / (now - last_t))
-                        # the server's CPU in this interval, read before the top-up adds its own
-                        server_now = cpu_seconds(server_pids(args.data_dir))
-                        spent = sum(v - server.get(pid, 0.0) for pid, v in server_now.items())
-                        state = interval_line(hot_table_state(conn, "skiplock.jobs"), spent, done - last_c)
+                        state = interval_line(hot_table_state(conn, "skiplock.jobs"), server.stop()[1], done - last_c)
                         last_t, last_c = now, done
                         if args.refill:
                             top_up_skiplock(conn, done - (enqueued - args.backlog))
                             enqueued = args.backlog + done
-                        server = cpu_seconds(server_pids(args.data_dir))
+                        server.start()
                         print(f"    {contender} t={now - end + args.duration:5.0f}s {rates[-1]:8.0f} jobs/s  {state}", flush=True)
                 finally:
                     stop_skiplock_workers(procs)
@@ -708,19 +707,18 @@ def sustained(dsn: str, args) -> None:
                 clock.open_window(start, stop_at)
                 last_t, last_c = time.time(), sum(c.value for c in counters)
                 topped_up = 0
-                server = cpu_seconds(server_pids(args.data_dir))
+                server = CpuMeter([], args.data_dir)
+                server.start()
                 while time.time() < stop_at - 0.1:
                     time.sleep(args.interval)
                     now, done = time.time(), sum(c.value for c in counters)
                     rates.append((done - last_c) / (now - last_t))
-                    server_now = cpu_seconds(server_pids(args.data_dir))
-                    spent = sum(v - server.get(pid, 0.0) for pid, v in server_now.items())
-                    state = interval_line(hot_table_state(conn, "pgqueuer"), spent, done - last_c)
+                    state = interval_line(hot_table_state(conn, "pgqueuer"), server.stop()[1], done - last_c)
                     last_t, last_c = now, done
                     if args.refill:
                         top_up_pgqueuer(conn, done - topped_up)
                         topped_up = done
-                    server = cpu_seconds(server_pids(args.data_dir))
+                    server.start()
                     print(f"    {contender} t={now - start:5.0f}s {rates[-1]:8.0f} jobs/s  {state}", flush=True)
                 clock.stop()
                 for _ in procs:
