@@ -11,7 +11,7 @@ archive  Loads N completed jobs finished two hours ago, starts W worker processe
          archives everything older than 30 minutes with `archive_completed()` (the scheduler's
          function, default batch size and pause) while the workers keep going. Prints archived
          rows/s, p50/p99/max batch transaction time, WAL bytes per archived row (the
-         pg_current_wal_lsn() delta over the run, minus what the workload alone wrote at its
+         pg_current_wal_insert_lsn() delta over the run, minus what the workload alone wrote at its
          baseline rate over the same time), and the claim-latency p99 with and without the
          archiver, as a ratio.
 replay   The same with D dead letters replayed by `bulk.start()` + `bulk.run()` (the replayed
@@ -137,7 +137,7 @@ def window(samples, start: float, end: float) -> list[float]:
 
 
 def wal_lsn(conn) -> int:
-    return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint").fetchone()[0]
+    return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint").fetchone()[0]
 
 
 def load_completed(conn, n: int) -> None:

@@ -578,7 +578,7 @@ ORDER BY 1, 2;
 SELECT
     pg_is_in_recovery() AS in_recovery,
     pg_wal_lsn_diff(
-        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+        CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_insert_lsn() END,
         '0/0'
     )::float8 AS wal_bytes,
     CASE WHEN pg_is_in_recovery()

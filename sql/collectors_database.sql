@@ -146,13 +146,16 @@ ORDER BY s.name;
 -- The timeline is the first eight hex digits of the current WAL file's name (pg_walfile_name is
 -- open to every role; pg_control_checkpoint() is not): a promotion starts a new one, which is
 -- how the collector sees a failover. NULL on a standby (its own timeline is its primary's).
+-- The rate is of the insert position, the WAL generated: the write position waits for the WAL
+-- writer after an asynchronous commit (synchronous_commit = off), so two reads 100 ms apart
+-- could see a busy server write nothing.
 SELECT
     pg_is_in_recovery() AS in_recovery,
     CASE WHEN pg_is_in_recovery() THEN NULL
          ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END AS timeline,
     CASE WHEN pg_is_in_recovery()
          THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0')
-         ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') END::float8 AS lsn_bytes,
+         ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') END::float8 AS lsn_bytes,
     CASE WHEN pg_is_in_recovery() AND pg_last_wal_receive_lsn() IS DISTINCT FROM pg_last_wal_replay_lsn()
          THEN extract(epoch FROM now() - pg_last_xact_replay_timestamp())
          WHEN pg_is_in_recovery() THEN 0 END::float8 AS own_replay_lag_s;
