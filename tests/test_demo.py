@@ -185,6 +185,10 @@ def test_demo_runs_traffic_and_ctrl_c_leaves_no_process(demo_dir):
                   60, "worker-reports to register on its queues", proc, log)
         # Every worker reports the demo's release (the Workers page and the timeline's deploys read it).
         assert _scalar(dsn, "SELECT array_agg(DISTINCT release) FROM skiplock.workers") == [DEMO_RELEASE]
+        # The demo's periodic sweep (every 10 s at pace 3) runs, and the worker completes it.
+        _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.periodic_runs "
+                                       "WHERE name = 'stale-products-sweep' AND outcome = 'completed'"),
+                  60, "a completed run of the periodic sweep", proc, log)
         # The scheduler's collectors measured the traffic: a non-zero throughput sample is stored.
         _wait_for(lambda: _scalar(dsn, "SELECT count(*) FROM skiplock.samples WHERE metric = 'throughput' AND value > 0"),
                   60, "a non-zero throughput sample", proc, log)
@@ -422,6 +426,12 @@ def test_the_demo_config_loads_with_its_alert_rules_and_receiver(tmp_path):
     demo._write_config()
     config = load_config(demo.config_path, env={})
     assert config.worker.lease == 15.0
+    # Its periodic entries pass the scheduler's own checks: the sweep every 30 s at pace 1, the cron report.
+    from console.queue import periodic
+
+    entries = {e.name: e for e in periodic.load_entries(config, import_tasks=False)}
+    assert entries["stale-products-sweep"].every == 30 and entries["stale-products-sweep"].queue == "search"
+    assert entries["refunds-report"].cron == "*/5 * * * *" and entries["refunds-report"].kind == "reports.build"
     if demo.alerts_installed:
         from console.alerts import rules
 

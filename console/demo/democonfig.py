@@ -207,6 +207,31 @@ def demo_alerts(*, port: int, secret: str, pace: float = 1.0) -> str:
     return "\n".join(lines)
 
 
+# The demo's periodic (cron) jobs, so the Periodic page has schedules at work: a sweep every
+# 30 s at pace 1 (divided by the pace, never under 10 s), which a few minutes show running, and
+# a cron report every five minutes (cron fields are whole minutes: not paced).
+DEMO_PERIODIC: tuple[dict[str, Any], ...] = (
+    {"name": "stale-products-sweep", "kind": "search.reindex", "queue": "search",
+     "payload": {"sweep": "stale", "ms": 300}, "every": 30.0},
+    {"name": "refunds-report", "kind": "reports.build", "queue": "reports",
+     "payload": {"report": "refunds", "customer_id": 1, "ms": 1500}, "cron": "*/5 * * * *"},
+)
+
+
+def demo_periodic(pace: float = 1.0) -> str:
+    """DEMO_PERIODIC as [[periodic]] tables, `every` divided by `pace`."""
+    lines = ["# Periodic jobs (docs/queue.md, \"Periodic jobs\"): the Periodic page lists them."]
+    for entry in DEMO_PERIODIC:
+        lines += ["[[periodic]]", f'name = "{entry["name"]}"', f'kind = "{entry["kind"]}"', f'queue = "{entry["queue"]}"',
+                  "payload = { " + ", ".join(f"{k} = {toml_value(v)}" for k, v in entry["payload"].items()) + " }"]
+        if "every" in entry:
+            lines.append(f'every = "{max(round(entry["every"] / pace), 10)}s"')
+        else:
+            lines.append(f'cron = "{entry["cron"]}"')
+        lines.append("")
+    return "\n".join(lines)
+
+
 def traffic_args(pace: float = 1.0) -> list[str]:
     """The traffic generator's schedule (console.demo.traffic) divided by `pace`: the bursts
     (smaller too, so one drains in the same share of its interval) and the idle sessions."""

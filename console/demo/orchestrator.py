@@ -51,6 +51,7 @@ from console.db import DatabaseError, connect, migrate, time_limited
 from console.demo.democonfig import (
     CLUSTER_SETTINGS,
     demo_alerts,
+    demo_periodic,
     demo_settings,
     has_setting,
     toml_value,
@@ -275,6 +276,7 @@ class Demo:
         skipped = [f"#   {k} = {toml_value(v)}" for k, v in wanted.items() if k not in known]
         if skipped:
             lines += ["# Demo settings this installation does not have yet (its component is not installed):", *skipped, ""]
+        lines += [demo_periodic(self.options.pace)]
         if self.alerts_installed:
             lines += [demo_alerts(port=self.receiver_port, secret=self._secrets()["webhook_secret"], pace=self.options.pace)]
         self.config_path.write_text("\n".join(lines), encoding="utf-8")
