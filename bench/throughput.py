@@ -464,6 +464,23 @@ def registry_histogram(conn) -> tuple[list[int], int]:
 
 # --- one cell of the grid ----------------------------------------------------------------------
 
+def reset_statements(conn) -> None:
+    """Start pg_stat_statements' counts afresh (the cell's window, with --statements)."""
+    conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def statement_costs(conn, jobs: int, top: int) -> list[str]:
+    """The `top` statements by execution time since the reset, per job completed in the window:
+    calls, execution microseconds (wall time in the executor, lock waits included; parse, bind,
+    the protocol and the commit are not in it) and rows, with the query's first words."""
+    rows = conn.execute(
+        "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "ORDER BY total_exec_time DESC LIMIT %s", (top,)).fetchall()
+    return [f"    {calls / jobs:8.4f} calls/job {ms_total * 1000 / jobs:7.2f} us/job {rows_ / max(calls, 1):7.1f} rows/call  {text[:110]}"
+            for calls, ms_total, rows_, text in rows]
+
+
 def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     """One measurement: fill, start `workers` processes, wait until every one reports ready
     (Skiplock: its registry row; the loops and PGQueuer: connected and about to loop), let
@@ -488,10 +505,13 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 before_hist, _ = registry_histogram(conn)
                 meter.start()
+                if args.statements:
+                    reset_statements(conn)
                 t0, c0 = time.time(), completed_skiplock(conn)
                 time.sleep(window)
                 t1, c1 = time.time(), completed_skiplock(conn)
                 cpu = meter.stop()
+                statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
                 time.sleep(1.1)  # one more counter flush covering the window's end
                 after_hist, _ = registry_histogram(conn)
             finally:
@@ -515,12 +535,15 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 clock.open_window(time.time(), time.time() + window)
                 meter.start()
+                if args.statements:
+                    reset_statements(conn)
                 t0 = time.time()
                 c0 = done_by(contender, conn, jobs)
                 time.sleep(window)
                 t1 = time.time()
                 c1 = done_by(contender, conn, jobs)
                 cpu = meter.stop()
+                statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
             finally:
                 clock.stop()
             hist = [0] * len(Histogram().counts)
@@ -535,7 +558,7 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     load = (load_before, os.getloadavg()[0])
     done = max(c1 - c0, 1)
     return {"rate": rate, "p50": p50, "p99": p99, "note": note, "load": load,
-            "cpu_client": cpu[0] / done, "cpu_server": cpu[1] / done}
+            "cpu_client": cpu[0] / done, "cpu_server": cpu[1] / done, "statements": statements}
 
 
 def ms(value: float | None) -> str:
@@ -564,6 +587,8 @@ def run_grid(mode: str, dsn: str, args) -> dict:
                 print(f"  round {r + 1} {contender:15s} workers={n:2d}  {cell['rate']:8.0f} jobs/s  claim p50 {ms(cell['p50'])} ms"
                       f"  p99 {ms(cell['p99'])} ms  cpu/job client {cell['cpu_client'] * 1e6:5.0f} us server {cell['cpu_server'] * 1e6:5.0f} us"
                       f"  load {cell['load'][0]:.1f}->{cell['load'][1]:.1f} {cell['note']}", flush=True)
+                for line in cell["statements"]:
+                    print(line, flush=True)
     print_table(mode, results, args)
     return results
 
@@ -762,6 +787,7 @@ def prepare_database(cluster: PrivateCluster, *, pgqueuer: bool = True) -> str:
     dsn = cluster.dsn_for("bench")
     with connect(dsn) as conn:
         migrate(conn)
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")  # --statements reads it
 
     async def install_pgqueuer() -> None:
         from pgqueuer.adapters.drivers.psycopg import PsycopgDriver
@@ -806,6 +832,9 @@ def parse_args(argv=None):
     parser.add_argument("--backlog", type=int, default=2_000_000)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--statements", type=int, default=0, metavar="N",
+                        help="print each cell's N costliest statements in its window (pg_stat_statements, reset as "
+                             "the window opens): calls, execution time and rows per job completed")
     parser.add_argument("--with-limits", action="store_true",
                         help="give another queue and another kind limits first (the benchmarked queue has none)")
     parser.add_argument("--quick", action="store_true",

@@ -430,7 +430,7 @@ def test_the_demo_config_loads_with_its_alert_rules_and_receiver(tmp_path):
     from console.queue import periodic
 
     entries = {e.name: e for e in periodic.load_entries(config, import_tasks=False)}
-    assert entries["stale-products-sweep"].every == 30 and entries["stale-products-sweep"].queue == "search"
+    assert entries["stale-products-sweep"].every == 30 and entries["stale-products-sweep"].queue == "default"
     assert entries["refunds-report"].cron == "*/5 * * * *" and entries["refunds-report"].kind == "reports.build"
     if demo.alerts_installed:
         from console.alerts import rules
