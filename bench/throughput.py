@@ -44,6 +44,13 @@ warm-up; claim latency is the round trip of the claim statement (for Skiplock an
 the complete-and-claim statement, for PGQueuer its dequeue query), p50/p99 interpolated in the
 fixed buckets of console.histogram (the same ones the console uses).
 
+Looking inside a cell: `--statements N` prints its N costliest statements over the window
+(pg_stat_statements: calls, execution time, rows and buffers per job completed), `--waits`
+what its backends waited on (pg_stat_activity, sampled every 20 ms). Two environment knobs
+change the loops for an experiment: BARE_BURN_US=N spins N microseconds per claimed job after
+each claim (a handler's client CPU), BARE_HOLD_MS=N sleeps N ms before the next statement
+completes the batch.
+
 The sustained test works a large backlog (default 2,000,000 jobs, 5 minutes) with Skiplock and
 then with PGQueuer and prints both throughputs every 5 s side by side. A producer in the bench
 process enqueues, after every interval, as many jobs as were completed in it (one INSERT ...
@@ -67,6 +74,7 @@ import platform
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -129,6 +137,8 @@ DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED.replace("USING_THE_FEN
 # bare-100's claim: the size the worker's adaptive claims reach on a deep backlog of fast jobs
 # (worker.claim_max's default).
 BARE_100 = 100
+HOLD_S = float(os.environ.get("BARE_HOLD_MS", "0")) / 1000  # experiment: the loops wait this long before completing
+BURN_S = float(os.environ.get("BARE_BURN_US", "0")) / 1e6  # experiment: ... or spin this long per job
 LOOP_SQL = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL, "bare-archive": ARCHIVE_SQL, "bare-delete": DELETE_SQL}
 
 
@@ -256,6 +266,12 @@ def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None
                 continue
             rows = cur.fetchall()
             elapsed = time.perf_counter() - started
+            if HOLD_S:
+                time.sleep(HOLD_S)
+            if BURN_S:  # experiment: the client's CPU per job, as a handler would spend it
+                spin_until = time.perf_counter() + BURN_S * len(rows)
+                while time.perf_counter() < spin_until:
+                    pass
             if id_at is None:
                 names = [c.name for c in cur.description]
                 id_at, attempts_at = names.index("id"), names.index("attempts")
@@ -472,13 +488,46 @@ def reset_statements(conn) -> None:
 def statement_costs(conn, jobs: int, top: int) -> list[str]:
     """The `top` statements by execution time since the reset, per job completed in the window:
     calls, execution microseconds (wall time in the executor, lock waits included; parse, bind,
-    the protocol and the commit are not in it) and rows, with the query's first words."""
+    the protocol and the commit are not in it), rows and shared buffers touched, with the
+    query's first words."""
     rows = conn.execute(
-        "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
-        "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+        "SELECT calls, total_exec_time, rows, shared_blks_hit + shared_blks_read, regexp_replace(query, '\\s+', ' ', 'g') "
+        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) "
         "ORDER BY total_exec_time DESC LIMIT %s", (top,)).fetchall()
-    return [f"    {calls / jobs:8.4f} calls/job {ms_total * 1000 / jobs:7.2f} us/job {rows_ / max(calls, 1):7.1f} rows/call  {text[:110]}"
-            for calls, ms_total, rows_, text in rows]
+    return [f"    {calls / jobs:8.4f} calls/job {ms_total * 1000 / jobs:7.2f} us/job {rows_ / max(calls, 1):7.1f} rows/call "
+            f"{blocks / jobs:6.1f} buffers/job  {text[:100]}"
+            for calls, ms_total, rows_, blocks, text in rows]
+
+
+class WaitSampler:
+    """With --waits: what the cell's backends wait on during the window, sampled from
+    pg_stat_activity every 20 ms on a connection of its own (the average number of this
+    database's other backends in each state and wait event)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn, self.counts, self.samples = dsn, {}, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        with connect(self.dsn) as conn:
+            while not self.done.is_set():
+                for key, n in conn.execute(
+                        "SELECT state || coalesce(' ' || wait_event_type || ':' || wait_event, ''), count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend' "
+                        "GROUP BY 1").fetchall():
+                    self.counts[key] = self.counts.get(key, 0) + n
+                self.samples += 1
+                self.done.wait(0.02)
+
+    def stop(self) -> list[str]:
+        self.done.set()
+        self.thread.join(10)
+        top = sorted(self.counts.items(), key=lambda kv: -kv[1])[:6]
+        return [f"    waits: {n / max(self.samples, 1):5.2f} backends {key}" for key, n in top]
 
 
 def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
@@ -507,11 +556,15 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter.start()
                 if args.statements:
                     reset_statements(conn)
+                sampler = WaitSampler(dsn) if args.waits else None
+                if sampler:
+                    sampler.start()
                 t0, c0 = time.time(), completed_skiplock(conn)
                 time.sleep(window)
                 t1, c1 = time.time(), completed_skiplock(conn)
                 cpu = meter.stop()
                 statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
+                statements += sampler.stop() if sampler else []
                 time.sleep(1.1)  # one more counter flush covering the window's end
                 after_hist, _ = registry_histogram(conn)
             finally:
@@ -537,6 +590,9 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter.start()
                 if args.statements:
                     reset_statements(conn)
+                sampler = WaitSampler(dsn) if args.waits else None
+                if sampler:
+                    sampler.start()
                 t0 = time.time()
                 c0 = done_by(contender, conn, jobs)
                 time.sleep(window)
@@ -544,6 +600,7 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 c1 = done_by(contender, conn, jobs)
                 cpu = meter.stop()
                 statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
+                statements += sampler.stop() if sampler else []
             finally:
                 clock.stop()
             hist = [0] * len(Histogram().counts)
@@ -835,6 +892,8 @@ def parse_args(argv=None):
     parser.add_argument("--statements", type=int, default=0, metavar="N",
                         help="print each cell's N costliest statements in its window (pg_stat_statements, reset as "
                              "the window opens): calls, execution time and rows per job completed")
+    parser.add_argument("--waits", action="store_true",
+                        help="print what each cell's backends waited on in its window (pg_stat_activity every 20 ms)")
     parser.add_argument("--with-limits", action="store_true",
                         help="give another queue and another kind limits first (the benchmarked queue has none)")
     parser.add_argument("--quick", action="store_true",

@@ -38,3 +38,26 @@ def test_each_loop_drains_a_backlog_and_is_counted(conn, contender):
     assert claimed_per_round == [3, 2, 0]
     assert done_per_round == [0, 3, 5]
     assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status <> 'completed'").fetchone()[0] == 0
+
+
+def test_the_cell_diagnostics_see_the_statements_and_the_waits(dsn, conn):
+    """--statements reads this database's costliest statements since the reset, per job; --waits
+    counts what the other backends are doing (here: one session idle in a transaction)."""
+    conn.autocommit = True
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    bench.reset_statements(conn)
+    bench.fill_skiplock(conn, 40)
+    lines = bench.statement_costs(conn, 40, 3)
+    assert any("INSERT INTO skiplock.jobs" in line and "0.0250 calls/job" in line for line in lines), lines
+
+    holder = bench.connect(dsn, autocommit=False)
+    try:
+        holder.execute("SELECT 1")
+        sampler = bench.WaitSampler(dsn)
+        sampler.start()
+        bench.time.sleep(0.3)
+        waits = sampler.stop()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert any("idle in transaction" in line and " 1.00 backends" in line for line in waits), waits
