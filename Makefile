@@ -52,7 +52,7 @@ test-matrix:
 lint:
 	.venv/bin/ruff check .
 
-# The headline comparison (skiplock, PGQueuer on asyncpg, the bare loop at 10 and at 100 jobs a claim;
+# The headline comparison (skiplock, PGQueuer on asyncpg, the bare loop at 100 jobs a claim, fused and completing apart;
 # 1/2/4/16 workers; 3 rounds) in about 8 minutes; `make bench ARGS="..."` runs bench/throughput.py with other arguments instead.
 bench:
 	scripts/bootstrap.sh

@@ -24,6 +24,8 @@ process for every contender:
 - bare-100: the same loop claiming 100 jobs per statement (whatever --batch says): the ceiling
             at the size the worker's adaptive claims reach (worker.claim_max, 100) on a deep
             backlog of fast jobs, where `bare` stays at --batch.
+- bare-100-apart: the same loop at 100 a claim, completing each batch in a statement of its own
+            (complete_many) just before the next claim, as the worker does.
 - bare-prelimits: the same loop running the statement as it was before queue limits (without
             the two look-ups that leave limited queues and kinds to console.queue.limits): what the
             limits cost a queue that has none.
@@ -94,7 +96,8 @@ MODES = {
     "relaxed": dict(RELAXED_DURABILITY),
 }
 COMMON_SETTINGS = {"shared_buffers": "1GB", "max_wal_size": "4GB"}
-CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-100", "bare-prelimits", "bare-archive", "bare-delete",
+CONTENDERS = ("skiplock", "naive", "pgqueuer", "pgqueuer-asyncpg", "bare", "bare-100", "bare-100-apart", "bare-prelimits",
+              "bare-archive", "bare-delete",
               "skiplock-before", "skiplock-inline")
 
 CLAIM_SQL = query("queue", "complete_and_claim")
@@ -139,6 +142,10 @@ DELETE_SQL = CLAIM_SQL.replace(_FINISHED, DELETE_FINISHED.replace("USING_THE_FEN
 BARE_100 = 100
 HOLD_S = float(os.environ.get("BARE_HOLD_MS", "0")) / 1000  # experiment: the loops wait this long before completing
 BURN_S = float(os.environ.get("BARE_BURN_US", "0")) / 1e6  # experiment: ... or spin this long per job
+# bare-100-apart: the worker's shape since it completes apart (console/queue/worker.py): the
+# finished batch completed by complete_many, then the claim with nothing to complete.
+COMPLETE_SQL = query("queue", "complete_many")
+APART = ("bare-100-apart",)
 LOOP_SQL = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL, "bare-archive": ARCHIVE_SQL, "bare-delete": DELETE_SQL}
 
 
@@ -242,8 +249,9 @@ def loop_params(worker: str, batch: int) -> dict:
             "limit": batch, "lease": 300.0}
 
 
-def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None:
-    """Complete the previous batch and claim the next in one statement, nothing else.
+def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out, apart: bool = False) -> None:
+    """Complete the previous batch and claim the next in one statement, nothing else (`apart`:
+    complete it in a statement of its own first, then claim).
 
     `clock` is the cell's shared state (see Clock): the process reports ready once connected,
     observes latencies only inside the window the parent opens, and stops when told."""
@@ -257,6 +265,9 @@ def loop_worker(dsn: str, sql_text: str, batch: int, clock, counts, out) -> None
         clock.ready()
         while not clock.stopped():
             started = time.perf_counter()
+            if apart and params["ids"]:
+                cur.execute(COMPLETE_SQL, {"worker": worker, "ids": params["ids"], "attempts": params["attempts"]}, prepare=True)
+                params["ids"], params["attempts"] = [], []
             try:
                 cur.execute(sql_text, params, prepare=True)
             except psycopg.errors.DeadlockDetected:
@@ -578,8 +589,9 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 target, extra = pgqueuer_worker, (args.batch, contender == "pgqueuer-asyncpg")
             else:
                 sql_text = LOOP_SQL.get(contender, CLAIM_SQL)
-                target, extra = loop_worker, (sql_text, BARE_100 if contender == "bare-100" else args.batch)
-            procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out)) for _ in range(workers)]
+                target, extra = loop_worker, (sql_text, BARE_100 if contender.startswith("bare-100") else args.batch)
+            procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out, *([True] if contender in APART else [])))
+                     for _ in range(workers)]
             for p in procs:
                 p.start()
             try:
@@ -695,7 +707,7 @@ def print_table(mode: str, results: dict, args) -> None:
         sk = {n: med[(name, n)] for n in args.workers}
         peak = max(sk.values())
         lines.append(f"{name}: peak {peak:,.0f} jobs/s; at {max(args.workers)} workers {sk[max(args.workers)] / peak:.0%} of peak.")
-        for bare in ("bare", "bare-100"):
+        for bare in ("bare", "bare-100", "bare-100-apart"):
             if bare not in args.contenders:
                 continue
             ratios = []
@@ -867,7 +879,7 @@ def parse_args(argv=None):
     parser.add_argument("--workers", default="1,2,4,8,16", help="worker (process) counts")
     parser.add_argument("--contenders", default=None,
                         help=f"any of {','.join(CONTENDERS)} (skiplock-before needs --before-tree); "
-                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer-asyncpg,bare,bare-100)")
+                             "default skiplock,naive,pgqueuer,bare (--headline: skiplock,pgqueuer-asyncpg,bare-100,bare-100-apart)")
     parser.add_argument("--runs", type=int, default=3,
                         help="rounds per worker count; each round runs every contender once, in rotated order")
     parser.add_argument("--before-tree", type=Path, default=None,
@@ -900,13 +912,13 @@ def parse_args(argv=None):
                         help="relaxed only, workers 1,2,4,16, 5 s windows, 200k backlog for 60 s")
     parser.add_argument("--headline", action="store_true",
                         help="the headline comparison `make bench` runs (about 8 minutes): relaxed only, "
-                             "skiplock,pgqueuer-asyncpg,bare,bare-100 at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
+                             "skiplock,pgqueuer-asyncpg,bare-100,bare-100-apart at 1,2,4,16 workers, 3 rounds, 1.5 s warm-up, 4 s windows, "
                              "250k jobs per cell (a cell on a fast 2-core machine must not run dry inside its 5.5 s), no sustained test; "
                              "PGQueuer's psycopg driver is left out: its asyncpg driver was the faster or tied at every count")
     args = parser.parse_args(argv)
     if args.headline:
         args.modes, args.workers, args.runs = "relaxed", "1,2,4,16", 3
-        args.contenders = args.contenders or "skiplock,pgqueuer-asyncpg,bare,bare-100"
+        args.contenders = args.contenders or "skiplock,pgqueuer-asyncpg,bare-100,bare-100-apart"
         args.window, args.warmup, args.cell_jobs, args.sustained = 4.0, 1.5, 250_000, False
     if args.quick:
         args.modes, args.workers, args.window, args.warmup = "relaxed", "1,2,4,16", 5.0, 1.0

@@ -345,9 +345,11 @@ RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.
           j.idempotency_key, j.locked_by, j.locked_at, j.lease_until, j.created_at, j.headers;
 
 -- name: complete_and_claim
--- The worker's steady state in one round trip and one commit: complete the jobs it finished
--- (fenced by owner and attempt) and claim the next batch. The claim cannot pick the rows just
--- completed: they were running, not pending, in the statement's snapshot.
+-- Complete the jobs a worker finished (fenced by owner and attempt) and claim the next batch, in
+-- one round trip and one commit. The claim cannot pick the rows just completed: they were
+-- running, not pending, in the statement's snapshot. The worker itself passes no jobs to
+-- complete: it completes them just before, with complete_many (console/queue/worker.py says
+-- why); the bench's loops (bench/throughput.py) and other callers still use both parts.
 --
 -- The fence (owner, attempt, status 'running') is compared with columns of `d`, not with
 -- constants, in every fenced statement of this file (complete_many, complete_logged, heartbeat,

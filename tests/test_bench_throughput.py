@@ -40,6 +40,36 @@ def test_each_loop_drains_a_backlog_and_is_counted(conn, contender):
     assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status <> 'completed'").fetchone()[0] == 0
 
 
+def test_the_apart_loop_completes_before_it_claims_and_drains_the_backlog(dsn, conn):
+    """bare-100-apart, in a real loop process: every job completed, each batch by complete_many."""
+    import multiprocessing as mp
+
+    conn.autocommit = True
+    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    bench.reset_statements(conn)
+    bench.fill_skiplock(conn, 250)
+    ctx = mp.get_context("fork")
+    out, clock = ctx.Queue(), bench.Clock(ctx)
+    proc = ctx.Process(target=bench.loop_worker, args=(dsn, bench.CLAIM_SQL, 100, clock, None, out, True))
+    proc.start()
+    try:
+        deadline = bench.time.time() + 60
+        while bench.completed_skiplock(conn) < 250:
+            assert bench.time.time() < deadline, "the loop did not drain 250 jobs in 60 s"
+            bench.time.sleep(0.05)
+    finally:
+        clock.stop()
+        out.get(timeout=30)
+        proc.join(30)
+    assert conn.execute("SELECT count(*) FROM skiplock.jobs WHERE status <> 'completed'").fetchone()[0] == 0
+    # 250 jobs in claims of 100: the first two batches at least were completed by complete_many
+    # (the last one perhaps by the loop's final claim, which completes what it still holds).
+    apart = conn.execute("SELECT coalesce(sum(rows), 0) FROM pg_stat_statements "
+                         "WHERE query LIKE %s AND query NOT LIKE '%%candidates%%'",
+                         ("%UPDATE skiplock.jobs AS j%finished_at = now()%unnest%",)).fetchone()[0]
+    assert 200 <= apart <= 250
+
+
 def test_the_cell_diagnostics_see_the_statements_and_the_waits(dsn, conn):
     """--statements reads this database's costliest statements since the reset, per job; --waits
     counts what the other backends are doing (here: one session idle in a transaction)."""

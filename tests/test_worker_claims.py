@@ -85,3 +85,25 @@ def test_a_large_claim_of_fast_jobs_goes_to_the_threads_batch_size_at_a_time(dsn
         groups.append([job.id for job in worker._work.get_nowait().jobs])
     assert groups == [list(range(0, 10)), list(range(10, 20)), list(range(20, 25))]
     assert worker._ahead  # all fast: the next claim may be prefetched
+
+
+def test_finished_jobs_complete_in_a_statement_of_their_own_not_inside_the_next_claim(conn, workers):
+    """A completion inside a claim waited there for the lock another claim's recheck holds on the
+    job, and held the claim up (docs/benchmarks.md, "Completing apart"). A statement's now() is
+    its transaction's start, so a batch completed inside a claim has the finished_at of the jobs
+    that claim took (their locked_at); completed apart, it shares it with none."""
+    conn.autocommit = True
+    conn.execute("INSERT INTO skiplock.jobs (kind, payload) SELECT %s, '{}' FROM generate_series(1, 300)", (KIND,))
+    proc = workers.start("--concurrency", "4", "--batch-size", "10", tasks="tests.claims_tasks")
+    try:
+        wait_for(lambda: conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND status = 'completed'",
+                                      (KIND,)).fetchone()[0] == 300, timeout=60, what="300 jobs completed")
+    finally:
+        code, err = workers.stop(proc)
+    assert code == 0, err
+    assert len(claim_sizes(conn)) >= 4  # several claims, so several completions came between them
+    shared = conn.execute("""SELECT count(*) FROM skiplock.jobs AS f
+                             WHERE f.kind = %s AND EXISTS (SELECT 1 FROM skiplock.jobs AS c
+                                                           WHERE c.kind = %s AND c.locked_at = f.finished_at)""",
+                          (KIND, KIND)).fetchone()[0]
+    assert shared == 0

@@ -2,8 +2,9 @@
 
 One process runs:
 - the main loop (this module's `Worker.run`), the only user of the main connection: it
-  completes what finished and claims the next batch in one statement (`complete_and_claim`),
-  records failures, and writes the worker's counters every `flush_interval` seconds;
+  completes what finished (`complete_many`) and, right after, claims the next batch
+  (`complete_and_claim` with nothing to complete: apart, a completion never waits inside a
+  claim), records failures, and writes the worker's counters every `flush_interval` seconds;
 - `concurrency` handler threads that run the user's functions and report back. The main loop
   hands them groups, not single jobs: the jobs of a batch whose kinds ran fast so far (under
   FAST_JOB on average here) go to one thread together, one hand-off each way for the group; when
@@ -1016,14 +1017,21 @@ class Worker:
                     open_slots = min(free - self._free_async(), self._free_async()) if self._mixed else free
                     if self._limits.units and open_slots > 0 and self._limits.due(started):
                         # Limited first, each under its lock; completing first frees our slots.
-                        # Only when a unit is due: otherwise the completions ride along with the
-                        # fast claim as without limits (one statement and one commit a round).
                         if done:
                             self._completions(done, q.complete_many(conn, done))
                             done = []
                         # Limited units fill free slots only, never ahead.
                         claimed = self._limits.claim(conn, min(limit, open_slots), now=started)
                     if len(claimed) < limit:
+                        # Finished jobs complete in a statement of their own, just before the
+                        # claim, not inside it: a claim that still saw one of our running jobs
+                        # as pending locks it to recheck it and keeps that lock to its end, and
+                        # a completion inside our claim waited for it and held the claim up
+                        # too. Apart, 11-16 % more jobs/s at 1, 2, 4 and 16 processes
+                        # (docs/benchmarks.md, "Completing apart").
+                        if done:
+                            self._completions(done, q.complete_many(conn, done))
+                            done = []
                         if self._mixed:
                             completed, more = self._claim_mixed(conn, done, limit - len(claimed), free)
                         else:
