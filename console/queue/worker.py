@@ -101,7 +101,7 @@ from console.sqlfiles import query
 
 log = logging.getLogger("skiplock.worker")
 
-# Longest a finished job waits for its completion to ride along with the next batch claim.
+# Longest a finished job waits for its completion to go out with the next batch claim (just before it).
 BATCH_WAIT = 0.05
 # A kind whose runs took less than this on average (RUNTIME_WEIGHT for the newest run) is fast:
 # its jobs are handed to a handler thread as one group, and the worker prefetches its batches.
