@@ -332,10 +332,10 @@ def _plain(job):
     pass
 
 
-def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, conn, monkeypatch):
-    """With a limited kind present but resting (nothing of it to claim), each round is one
-    statement as without limits: the finished jobs ride along with complete_and_claim instead
-    of a complete_many of their own before the limited path (which then tries nothing)."""
+def test_a_worker_whose_limited_units_rest_adds_no_statement_to_the_round(dsn, conn, monkeypatch):
+    """With a limited kind present but resting (nothing of it to claim), each round is what it is
+    without limits: one completion (complete_many, just before the claim: docs/benchmarks.md,
+    "Completing apart") and the fast claim; the limited path tries nothing."""
     limits.declare_kinds(conn, {"scarce": 1}, worker="t")
     fill(conn, 300, queue="default", kind="limits_plain")
     calls = {"complete_many": 0, "claim_kind": 0}
@@ -350,7 +350,9 @@ def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, co
     monkeypatch.setattr(protocol, "complete_many", counting("complete_many", protocol.complete_many))
     monkeypatch.setattr(limits, "claim_kind", counting("claim_kind", limits.claim_kind))
     # A long poll interval: the kind, tried at start, rests for the whole test.
-    worker = Worker(dsn, concurrency=2, batch_size=5, lease=60, poll_interval=60, flush_interval=0.5,
+    # claim_max = batch_size: claims of 5 whichever modules this process imported (a worker whose
+    # process also registers async handlers keeps batch_size; one that does not would grow its claims).
+    worker = Worker(dsn, concurrency=2, batch_size=5, claim_max=5, lease=60, poll_interval=60, flush_interval=0.5,
                     vacuum_interval=0, name="limits-rest")
     thread = threading.Thread(target=worker.run, name="limits-rest")
     thread.start()
@@ -366,4 +368,6 @@ def test_a_worker_whose_limited_units_rest_completes_with_the_fast_claim(dsn, co
     assert rounds >= 300 // 5, rounds  # batches of at most 5: at least 60 claim rounds
     # The kind is tried at start and once more when the listener connects (limits re-read).
     assert seen["claim_kind"] <= 3, seen
-    assert seen["complete_many"] <= 3, f"{seen}: the finished jobs were completed apart from the claim"
+    # One completion per round at most (a few more while the worker is idle at the end: a
+    # finished batch waits BATCH_WAIT for a claim, then completes alone).
+    assert seen["complete_many"] <= rounds + 3, f"{seen}, {rounds} rounds: more than one completion a round"
