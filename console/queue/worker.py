@@ -848,26 +848,21 @@ class Worker:
         """Slots in use: the jobs held, a batch counting as one."""
         return len(self._in_flight) - self._batch_extra
 
-    def _claim_mixed(self, conn: psycopg.Connection, done: list[q.Job], limit: int,
-                     free: int) -> tuple[list[int], list[q.Job]]:
+    def _claim_mixed(self, conn: psycopg.Connection, limit: int, free: int) -> list[q.Job]:
         """The fast claim of a worker with both runtimes: async kinds into the loop's free
         slots, the other kinds into the threads' (and a batch ahead for fast sync jobs), each
-        one statement; the finished jobs complete with the first."""
+        one statement."""
         free_async = self._free_async()
         free_sync = free - free_async + (self.batch_size if self._ahead else 0)
-        completed: list[int] | None = None
         claimed: list[q.Job] = []
         for room, kinds, skip in ((free_async, self._async_kinds, None), (free_sync, None, self._async_kinds)):
             n = min(limit - len(claimed), room)
-            if n <= 0 and (completed is not None or not done):
+            if n <= 0:
                 continue
-            ids, more = q.complete_and_claim(conn, self.id, done if completed is None else [], queues=self.queues,
-                                             limit=max(n, 0), lease=self.lease, cursor=self._cur,
-                                             kinds=kinds, skip_kinds=skip)
-            if completed is None:
-                completed = ids
+            _, more = q.complete_and_claim(conn, self.id, [], queues=self.queues, limit=n, lease=self.lease,
+                                           cursor=self._cur, kinds=kinds, skip_kinds=skip)
             claimed += more
-        return completed or [], claimed
+        return claimed
 
     def _top_up_batches(self, conn: psycopg.Connection, claimed: list[q.Job], free: int) -> tuple[list[q.Job], bool]:
         """Fill the batches of the batch kinds that `claimed` (this round's claims, in priority
@@ -1004,43 +999,39 @@ class Worker:
                 else:
                     limit = 0
                 claimed: list[q.Job] = []
-                completed: list[int] | None = None
                 more_waiting = False  # a claim got all it asked for: claim again at once
                 if limit > 0:
                     self._refresh_limits(conn)
-                    # the jobs that logged complete with their records just before the claim
-                    # that completes the others: one more statement in such a round, never per job
+                    # the jobs that logged complete with their records just before the others:
+                    # one more statement in such a round, never per job
                     self._complete_logged(conn)
                     started = time.monotonic()
+                    # Finished jobs complete in a statement of their own, just before the claims,
+                    # not inside one: a claim that still saw one of our running jobs as pending
+                    # locks it to recheck it and keeps that lock to its end, and a completion
+                    # inside our claim waited for it and held the claim up too. Apart, 11-16 %
+                    # more jobs/s at 1, 2, 4 and 16 processes (docs/benchmarks.md, "Completing
+                    # apart"). First, too, frees our slots for the limited units.
+                    if done:
+                        self._completions(done, q.complete_many(conn, done))
+                        done = []
                     # A worker with both runtimes gives limited units only what both have room
                     # for: their claims take any kind.
                     open_slots = min(free - self._free_async(), self._free_async()) if self._mixed else free
                     if self._limits.units and open_slots > 0 and self._limits.due(started):
-                        # Limited first, each under its lock; completing first frees our slots.
-                        if done:
-                            self._completions(done, q.complete_many(conn, done))
-                            done = []
-                        # Limited units fill free slots only, never ahead.
+                        # Limited first, each under its lock; limited units fill free slots
+                        # only, never ahead.
                         claimed = self._limits.claim(conn, min(limit, open_slots), now=started)
                     if len(claimed) < limit:
-                        # Finished jobs complete in a statement of their own, just before the
-                        # claim, not inside it: a claim that still saw one of our running jobs
-                        # as pending locks it to recheck it and keeps that lock to its end, and
-                        # a completion inside our claim waited for it and held the claim up
-                        # too. Apart, 11-16 % more jobs/s at 1, 2, 4 and 16 processes
-                        # (docs/benchmarks.md, "Completing apart").
-                        if done:
-                            self._completions(done, q.complete_many(conn, done))
-                            done = []
                         if self._mixed:
-                            completed, more = self._claim_mixed(conn, done, limit - len(claimed), free)
+                            more = self._claim_mixed(conn, limit - len(claimed), free)
                         else:
                             asked = limit - len(claimed)
                             at = time.monotonic()
                             after = self._resume.point(at)
-                            completed, more = q.complete_and_claim(conn, self.id, done, queues=self.queues,
-                                                                   limit=asked, lease=self.lease,
-                                                                   cursor=self._cur, after=after)
+                            _, more = q.complete_and_claim(conn, self.id, [], queues=self.queues,
+                                                           limit=asked, lease=self.lease,
+                                                           cursor=self._cur, after=after)
                             now = time.monotonic()
                             changed = self._resume.observe(after, more, asked, now - at, now)
                             if changed == "resuming":
@@ -1060,10 +1051,9 @@ class Worker:
                     self._claim_size = self._next_claim_size(limit, len(claimed))
                 elif finished and (stopping or overdue):
                     self._complete_logged(conn)
-                    completed = q.complete_many(conn, done) if done else []
-                if done and completed is not None:
-                    self._completions(done, completed)
-                    done = []
+                    if done:
+                        self._completions(done, q.complete_many(conn, done))
+                        done = []
                 if time.monotonic() - last_flush >= self.flush_interval:
                     self._flush()
                     last_flush = time.monotonic()
