@@ -145,7 +145,6 @@ BURN_S = float(os.environ.get("BARE_BURN_US", "0")) / 1e6  # experiment: ... or 
 # bare-100-apart: the worker's shape since it completes apart (console/queue/worker.py): the
 # finished batch completed by complete_many, then the claim with nothing to complete.
 COMPLETE_SQL = query("queue", "complete_many")
-APART = ("bare-100-apart",)
 LOOP_SQL = {"naive": NAIVE_SQL, "bare-prelimits": PRELIMITS_SQL, "bare-archive": ARCHIVE_SQL, "bare-delete": DELETE_SQL}
 
 
@@ -541,6 +540,23 @@ class WaitSampler:
         return [f"    waits: {n / max(self.samples, 1):5.2f} backends {key}" for key, n in top]
 
 
+class CellProbe:
+    """What --statements and --waits print for a cell: started as its window opens, read as it
+    closes (nothing at all without either option)."""
+
+    def __init__(self, dsn: str, conn, args) -> None:
+        self.conn, self.top = conn, args.statements
+        if self.top:
+            reset_statements(conn)
+        self.sampler = WaitSampler(dsn) if args.waits else None
+        if self.sampler:
+            self.sampler.start()
+
+    def stop(self, jobs: int) -> list[str]:
+        lines = statement_costs(self.conn, jobs, self.top) if self.top else []
+        return lines + (self.sampler.stop() if self.sampler else [])
+
+
 def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
     """One measurement: fill, start `workers` processes, wait until every one reports ready
     (Skiplock: its registry row; the loops and PGQueuer: connected and about to loop), let
@@ -565,17 +581,12 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 before_hist, _ = registry_histogram(conn)
                 meter.start()
-                if args.statements:
-                    reset_statements(conn)
-                sampler = WaitSampler(dsn) if args.waits else None
-                if sampler:
-                    sampler.start()
+                probe = CellProbe(dsn, conn, args)
                 t0, c0 = time.time(), completed_skiplock(conn)
                 time.sleep(window)
                 t1, c1 = time.time(), completed_skiplock(conn)
                 cpu = meter.stop()
-                statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
-                statements += sampler.stop() if sampler else []
+                statements = probe.stop(max(c1 - c0, 1))
                 time.sleep(1.1)  # one more counter flush covering the window's end
                 after_hist, _ = registry_histogram(conn)
             finally:
@@ -590,8 +601,8 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
             else:
                 sql_text = LOOP_SQL.get(contender, CLAIM_SQL)
                 target, extra = loop_worker, (sql_text, BARE_100 if contender.startswith("bare-100") else args.batch)
-            procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out, *([True] if contender in APART else [])))
-                     for _ in range(workers)]
+            apart = {"apart": True} if contender == "bare-100-apart" else {}
+            procs = [ctx.Process(target=target, args=(dsn, *extra, clock, None, out), kwargs=apart) for _ in range(workers)]
             for p in procs:
                 p.start()
             try:
@@ -600,19 +611,14 @@ def run_cell(contender: str, dsn: str, workers: int, args) -> dict:
                 meter = CpuMeter([p.pid for p in procs], args.data_dir)
                 clock.open_window(time.time(), time.time() + window)
                 meter.start()
-                if args.statements:
-                    reset_statements(conn)
-                sampler = WaitSampler(dsn) if args.waits else None
-                if sampler:
-                    sampler.start()
+                probe = CellProbe(dsn, conn, args)
                 t0 = time.time()
                 c0 = done_by(contender, conn, jobs)
                 time.sleep(window)
                 t1 = time.time()
                 c1 = done_by(contender, conn, jobs)
                 cpu = meter.stop()
-                statements = statement_costs(conn, max(c1 - c0, 1), args.statements) if args.statements else []
-                statements += sampler.stop() if sampler else []
+                statements = probe.stop(max(c1 - c0, 1))
             finally:
                 clock.stop()
             hist = [0] * len(Histogram().counts)
@@ -832,17 +838,17 @@ def print_sustained(series: dict[str, list[float]], args) -> None:
         cells = [f"{series[name][i]:,.0f}" if i < len(series[name]) else "-" for name in names]
         print(f"| {(i + 1) * args.interval:g} | " + " | ".join(cells) + " |")
     first_n = max(1, round(10 / args.interval))
-    last_n = max(1, round(60 / args.interval))
+    minute_n = max(1, round(60 / args.interval))
     print()
     for name in names:
         s = series[name]
         first = sum(s[:first_n]) / len(s[:first_n])
-        last = sum(s[-last_n:]) / len(s[-last_n:])
+        last = sum(s[-minute_n:]) / len(s[-minute_n:])
         mean = sum(s) / len(s)
         # The first 10 s are two intervals, and one interval swings by a third (a vacuum, a
         # checkpoint, the workers' once-a-second counters land in one or the next): the first
         # minute against the last is the steadier comparison, printed beside the issue's.
-        first_minute = sum(s[:last_n]) / len(s[:last_n])
+        first_minute = sum(s[:minute_n]) / len(s[:minute_n])
         print(f"{name}: first 10 s {first:,.0f} jobs/s, last minute {last:,.0f} jobs/s ({last / first:.0%} of the start), "
               f"mean {mean:,.0f}; first minute {first_minute:,.0f} jobs/s, the last {last / first_minute:.0%} of it")
 
