@@ -117,3 +117,21 @@ def test_slru_names_are_normalised_across_versions():
     assert slru_name("Xact") == "transaction"
     assert slru_name("Subtrans") == "subtransaction"
     assert slru_name("CommitTs") == "commit_timestamp"
+
+
+def test_the_wal_position_is_the_wal_generated_not_the_wal_written(dsn, conn):
+    """The WAL rate reads the insert position: with asynchronous commits (these clusters, and any
+    server with synchronous_commit = off) the write position waits for the WAL writer, and two
+    collection cycles a moment apart saw a busy server write nothing. WAL of a transaction not
+    yet committed is generated but not written: only the insert position has it at once."""
+    from console.sqlfiles import query
+
+    writer = connect(dsn, autocommit=False)
+    try:
+        writer.execute("INSERT INTO skiplock.jobs (kind) SELECT 'noop' FROM generate_series(1, 50)")
+        generated = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::float8").fetchone()[0]
+        position = conn.execute(query("collectors_database", "wal_position")).fetchone()
+        assert position[2] >= generated  # lsn_bytes
+    finally:
+        writer.rollback()
+        writer.close()
