@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from console import queue as q
 from console.collectors import Options, collector_connection
 from console.sqlfiles import query
-from tests.collector_helpers import cycle, value
+from tests.collector_helpers import cycle, value, values
 
 
 def test_depth_age_stuck_and_dead_letters_by_queue(dsn, conn):
@@ -120,3 +120,28 @@ def test_queue_queries_walk_the_partial_indexes(dsn, conn):
     assert "Seq Scan on jobs" not in plan and "Bitmap Heap Scan on jobs" not in plan, plan
     for index in ("jobs_claim_idx", "jobs_lease_idx", "jobs_failed_idx"):
         assert index in plan, plan
+
+
+def test_a_drained_queue_reports_its_zeros_once_more(dsn, conn):
+    """A queue that is not in skiplock.queues and drains is reported once more with zeros, so
+    the newest sample the pages read says empty; it was left at its last busy reading (the
+    overview showed 43 waiting, 2 min 15 s old, after the queue_age alert had resolved)."""
+    q.enqueue(conn, "noop", queue="burst")
+    conn.execute("UPDATE skiplock.jobs SET run_at = now() - interval '2 minutes'")
+    busy = cycle(dsn)
+    assert value(busy, "queue_depth", queue="burst", state="eligible") == 1
+    assert value(busy, "queue_age_seconds", queue="burst") >= 120
+
+    [job] = q.claim(conn, "w", queues=["burst"])
+    q.complete(conn, job)
+    drained = cycle(dsn)
+    assert value(drained, "queue_depth", queue="burst", state="eligible") == 0
+    assert value(drained, "queue_age_seconds", queue="burst") == 0
+    latest = {row[0]: row[1] for row in conn.execute(
+        "SELECT metric, value FROM skiplock.samples_latest WHERE labels->>'queue' = 'burst'"
+        " AND metric IN ('queue_age_seconds', 'queue_depth') AND coalesce(labels->>'state', 'eligible') = 'eligible'")}
+    assert latest == {"queue_age_seconds": 0, "queue_depth": 0}
+
+    # Once its zeros are stored, an empty queue nobody declared is no longer reported.
+    gone = cycle(dsn)
+    assert values(gone, "queue_depth", queue="burst") == []

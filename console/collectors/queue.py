@@ -17,6 +17,11 @@ failed, counted through jobs_failed_idx. It is never the difference of two sampl
 interval apart, which read 0 / 360 / 720 per hour for a steady 180 per hour with 10 s
 collections, and 360 per hour after one dead letter. A job replayed or purged within the window
 no longer counts.
+
+A queue is reported while it is in `skiplock.queues` or holds pending, running or failed jobs,
+and for one more cycle after it drains: the cycle reports its zeros, so the newest sample the
+pages read (samples_latest) says "empty" instead of keeping the last busy reading for the ten
+minutes a sample stays current. The queues that were busy last cycle are remembered for that.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ def collect(ctx: Context) -> Iterable[Sample]:
     pending, running, failed_rows = snap["pending"], snap["running"], snap["failed"]
     failed_total = snap["failed_total"]
     estimates = snap["estimates"]
-    known = snap["known"]
+    known = set(snap["known"])
 
     arrived = snap["arrived"]
     per_hour = arrival_rates(arrived, opts.rate_window, opts.failed_queue_limit)
+    drained = ctx.previous.get("busy", [])
     queues = sorted({*known, *(r["queue"] for r in pending), *(r["queue"] for r in running),
-                     *(r["queue"] for r in failed_rows), *per_hour})
+                     *(r["queue"] for r in failed_rows), *per_hour, *drained})
 
     pending_seen = sum(r["eligible"] + r["scheduled"] for r in pending)
     scale = 1.0
@@ -64,6 +70,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
     by_failed = {r["queue"]: r["failed"] for r in failed_rows}
 
     out: list[Sample] = []
+    busy: list[str] = []
     for name in queues:
         p = by_pending.get(name)
         r = by_running.get(name)
@@ -82,6 +89,10 @@ def collect(ctx: Context) -> Iterable[Sample]:
             Sample("dead_letters", q, dead),
             Sample("dead_letter_growth", q, per_hour.get(name, 0.0)),
         ]
+        if name not in known and (p or r or dead or name in per_hour):
+            busy.append(name)
+    # A known queue is reported every cycle anyway, so only the others need remembering.
+    ctx.remember({"busy": busy})
 
     out.append(Sample("queue_depth_estimated", {"system": "skiplock"}, 1.0 if estimated else 0.0))
     out.append(Sample("completed_rows_estimate", {}, estimates.get("completed", 0.0)))
