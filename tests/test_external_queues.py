@@ -154,6 +154,30 @@ def test_a_hand_rolled_queue_is_sampled_like_skiplocks_own(dsn, conn, client_as)
         assert poll in viewer.get(url).get_data(as_text=True), url
 
 
+def test_a_watched_queue_that_drains_reports_its_zeros_once_more(dsn, conn):
+    """A watched library deletes or moves its finished jobs, so a drained queue is in none of
+    the snapshot's rows: without the queues remembered from the last cycle, the pages kept its
+    last backlog as the newest reading."""
+    conn.execute(APP_JOBS)
+    conn.execute("INSERT INTO public.app_jobs (queue, created_at) VALUES ('burst', now() - interval '3 minutes')")
+    lbl = {"system": "table", "external": "app"}
+    options = Options(external=(entry(),))
+    busy = cycle(dsn, options)
+    assert value(busy, "queue_depth", queue="burst", state="eligible", **lbl) == 1
+    assert value(busy, "queue_age_seconds", queue="burst", **lbl) >= 180
+
+    conn.execute("DELETE FROM public.app_jobs")
+    drained = cycle(dsn, options)
+    assert value(drained, "queue_depth", queue="burst", state="eligible", **lbl) == 0
+    assert value(drained, "queue_age_seconds", queue="burst", **lbl) == 0
+    latest = conn.execute("SELECT value FROM skiplock.samples_latest WHERE metric = 'queue_age_seconds'"
+                          " AND labels->>'queue' = 'burst' AND labels->>'external' = 'app'").fetchall()
+    assert latest == [(0,)]
+
+    gone = cycle(dsn, options)
+    assert values(gone, "queue_depth", queue="burst", **lbl) == []
+
+
 def test_a_missing_table_is_that_sources_error_not_the_cycles(dsn, conn):
     conn.execute(APP_JOBS)
     first = cycle(dsn, Options(external=(entry(),)))

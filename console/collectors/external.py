@@ -65,7 +65,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
     opts = ctx.options
     out: list[Sample] = []
     details: dict[str, Any] = {}
-    state: dict[str, Any] = {"sources": {}, "tables": {}, "cursors": {}, "pgss": {}}
+    state: dict[str, Any] = {"sources": {}, "tables": {}, "cursors": {}, "pgss": {}, "busy": {}}
     previous_sources = ctx.previous.get("sources", {})
     for entry in opts.external:
         adapter = external.adapter_for(entry)
@@ -84,7 +84,7 @@ def collect(ctx: Context) -> Iterable[Sample]:
             out += [Sample(m, lbl, None) for m, lbl in previous_sources.get(adapter.name, [])]
             state["sources"][adapter.name] = previous_sources.get(adapter.name, [])
             out.append(Sample("external_source_errors", labels, 1.0))
-            for key in ("cursors", "pgss"):  # the next good cycle takes its deltas from the last good one
+            for key in ("cursors", "pgss", "busy"):  # the next good cycle starts from the last good one
                 if adapter.name in ctx.previous.get(key, {}):
                     state[key][adapter.name] = ctx.previous[key][adapter.name]
             if not ctx.conn.closed and ctx.conn.info.transaction_status != 0:
@@ -167,7 +167,10 @@ def _one(ctx: Context, adapter: external.Adapter, state: dict[str, Any], info: d
             external.read_only(cur, opts.statement_timeout_ms)
             adapter.check_schema(cur)
             snap = external.snapshot(cur, adapter, cap=opts.depth_exact_limit, failed_cap=opts.failed_total_limit,
-                                     window=timedelta(seconds=opts.rate_window))
+                                     window=timedelta(seconds=opts.rate_window),
+                                     drained=ctx.previous.get("busy", {}).get(adapter.name, []))
+            state["busy"][adapter.name] = [f.queue for f in snap.queues
+                                           if f.eligible or f.scheduled or f.running or f.failed or f.dead_per_hour]
             produced = _source_samples(adapter, snap)
             produced += _throughput(ctx, cur, adapter, snap, info, state)
             produced += _claim_latency(ctx, cur, adapter, info, state)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -354,9 +355,11 @@ def finished_since(cur: psycopg.Cursor, adapter: Adapter, after: int | None, *, 
 
 
 def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int,
-             window: timedelta = timedelta(minutes=15)) -> Snapshot:
+             window: timedelta = timedelta(minutes=15), drained: Iterable[str] = ()) -> Snapshot:
     """Per-queue figures of one source, bounded by the caps (estimates beyond them); dead-letter
-    growth over `window` ([scheduler] rate_window), per hour."""
+    growth over `window` ([scheduler] rate_window), per hour. A queue in `drained` (busy at the
+    previous reading) is in the snapshot with zeros when it holds nothing now, so the newest
+    readings say it emptied instead of keeping its last backlog."""
     shape = adapter.shape()
     statement = sql.SQL(query("external", "snapshot")).format(
         table=adapter.table_ident(), queue=shape.queue, pending=shape.pending, due=shape.due, since=shape.since,
@@ -394,6 +397,8 @@ def snapshot(cur: psycopg.Cursor, adapter: Adapter, *, cap: int, failed_cap: int
         f.failed = float(round(r["failed"] * failed_scale))
         if r["failed_at_known"]:
             f.dead_per_hour = r["arrived"] * failed_scale / hours
+    for name in drained:
+        by.setdefault(name, QueueFigures(name))
     if shape.failed_at is not NO_TIME:  # then a queue with no dead letter grows by none
         for f in by.values():
             if f.dead_per_hour is None:
