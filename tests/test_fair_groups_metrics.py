@@ -330,3 +330,22 @@ def test_the_walk_stops_at_its_group_limit_in_each_queue_read_together(dsn, conn
     assert found["a"]["truncated"] and not found["b"]["truncated"]
     report = cycle(dsn, only=("groups",))
     assert value(report, "queue_groups", queue="a") == 5 and value(report, "queue_groups", queue="b") == 3
+
+
+def test_a_group_that_drains_reports_its_zeros_once_more(dsn, conn):
+    """A drained group is in none of the walk's rows: without the pairs remembered from the last
+    cycle, its last backlog stayed the newest sample (for /metrics and the rules)."""
+    fair(conn)
+    add(conn, "t1", n=2, ago=600)
+    busy = cycle(dsn, only=("groups",))
+    assert group_figures(busy)["t1"]["age"] >= 600
+
+    conn.execute("UPDATE skiplock.jobs SET status = 'completed', finished_at = now() WHERE group_key = 't1'")
+    drained = cycle(dsn, only=("groups",))
+    assert group_figures(drained)["t1"] == {"eligible": 0, "running": 0, "age": 0, "dead": 0, "starving": 0}
+    latest = conn.execute("SELECT value FROM skiplock.samples_latest WHERE metric = 'group_age_seconds'"
+                          " AND labels->>'group' = 't1'").fetchall()
+    assert latest == [(0,)]
+
+    gone = cycle(dsn, only=("groups",))
+    assert "t1" not in group_figures(gone)

@@ -21,6 +21,10 @@ enqueued without a group) is `group="_none"`.
 
 Only fair queues: a group key on an ordinary queue has no index to walk it by, and nothing there
 is shared out by group.
+
+A group named last cycle that holds nothing now (drained, or `_other` once nothing is folded) is
+reported once more with zeros, so the newest sample says it emptied instead of keeping its last
+backlog for the ten minutes a sample stays current; the pairs named last cycle are remembered.
 """
 
 from __future__ import annotations
@@ -92,4 +96,11 @@ def collect(ctx: Context) -> Iterable[Sample]:
         found = limits.group_rows(ctx.conn, names[start:start + QUEUES_PER_READ], window=opts.rate_window,
                                   failed_cap=opts.failed_queue_limit)
         by_queue.update({name: shaped["groups"] for name, shaped in found.items()})
-    return fold(by_queue, opts.group_series, opts.group_series_total)
+    out = fold(by_queue, opts.group_series, opts.group_series_total)
+    named = {(s.labels["queue"], s.labels["group"]) for s in out if "group" in s.labels}
+    for queue, group in ctx.previous.get("busy", []):
+        if (queue, group) not in named:
+            out += _series(queue, group, 0.0, 0.0, 0.0, 0.0, 0.0)
+    ctx.remember({"busy": sorted({(s.labels["queue"], s.labels["group"]) for s in out
+                                  if "group" in s.labels and s.value})})
+    return out
