@@ -168,7 +168,7 @@ def settle(dsn: str, timeout: float = 15.0) -> None:
 
 def reset_skiplock(dsn: str, jobs: int) -> None:
     with connect(dsn) as conn:
-        conn.execute("TRUNCATE skiplock.jobs, skiplock.workers")
+        conn.execute("TRUNCATE skiplock.jobs, skiplock.workers, skiplock.jobs_archive")
         fill_skiplock(conn, jobs)
         conn.execute("VACUUM (ANALYZE) skiplock.jobs")
         conn.execute("CHECKPOINT")
@@ -755,6 +755,13 @@ def interval_line(state: dict[str, float], server_cpu_s: float, jobs: int) -> st
             f"live {state['live'] / 1e6:4.1f} M, dead {state['dead'] / 1e3:5.0f} k, vacuums {state['vacuums']:3d}")
 
 
+# Sustained contenders that are Skiplock's worker with a setting changed.
+SUSTAINED_VARIANTS = {
+    "skiplock-novacuum": {"SKIPLOCK_WORKER_VACUUM_INTERVAL": "0"},  # the worker's own VACUUM off
+    "skiplock-archive": {"SKIPLOCK_WORKER_COMPLETE_INTO_ARCHIVE": "true"},  # completed jobs leave the hot table as they complete
+}
+
+
 def sustained(dsn: str, args) -> None:
     n = args.sustained_workers
     print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
@@ -768,7 +775,7 @@ def sustained(dsn: str, args) -> None:
         rates: list[float] = []
         with connect(dsn) as conn:
             if contender.startswith("skiplock"):
-                env = {"SKIPLOCK_WORKER_VACUUM_INTERVAL": "0"} if contender == "skiplock-novacuum" else {}
+                env = SUSTAINED_VARIANTS.get(contender, {})
                 procs = start_skiplock_workers(dsn, n, args, env)
                 try:
                     while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < n:
@@ -903,7 +910,8 @@ def parse_args(argv=None):
     parser.add_argument("--sustained", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--sustained-mode", default="relaxed", choices=sorted(MODES))
     parser.add_argument("--sustained-contenders", default="skiplock,pgqueuer",
-                        help="skiplock, pgqueuer, and skiplock-novacuum (the worker's own VACUUM off)")
+                        help="skiplock, pgqueuer, skiplock-novacuum (the worker's own VACUUM off) and skiplock-archive "
+                             "(worker.complete_into_archive on)")
     parser.add_argument("--sustained-workers", type=int, default=4)
     parser.add_argument("--refill", action=argparse.BooleanOptionalAction, default=True,
                         help="sustained: after every interval a producer enqueues as many jobs as were completed, "

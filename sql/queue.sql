@@ -424,6 +424,33 @@ WHERE j.id = d.id
   AND j.status = d.status
 RETURNING j.id;
 
+-- name: complete_many_archive
+-- complete_many for `worker.complete_into_archive`: the completed jobs leave the hot table in
+-- the completing statement, moved into skiplock.jobs_archive as the archiver would move them,
+-- fenced the same way (a job whose claim was lost is neither deleted nor archived).
+WITH moved AS (
+    DELETE FROM skiplock.jobs AS j
+    USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status
+           FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS u (id, attempt)
+           OFFSET 0) AS d
+    WHERE j.id = d.id
+      AND j.attempts = d.attempt
+      AND j.locked_by = d.worker
+      AND j.status = d.status
+    RETURNING j.*
+)
+INSERT INTO skiplock.jobs_archive (
+    id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+    idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
+    error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, group_key
+)
+SELECT
+    m.id, m.queue, m.kind, m.payload, 'completed', m.priority, m.run_at, m.attempts, m.max_attempts,
+    m.idempotency_key, m.locked_by, m.locked_at, NULL, m.last_error, m.errors,
+    m.error_fingerprint, m.created_at, now(), m.cancel_requested_at, m.headers, m.attempt_logs, m.group_key
+FROM moved AS m
+RETURNING id;
+
 -- name: complete_logged
 -- Complete jobs whose attempt logged records, with those records, fenced like complete_many.
 -- Only these jobs pay for it: the others complete through complete_and_claim / complete_many,
@@ -445,6 +472,36 @@ WHERE j.id = d.id
   AND j.locked_by = d.worker
   AND j.status = d.status
 RETURNING j.id;
+
+-- name: complete_logged_archive
+-- complete_logged for `worker.complete_into_archive`: the jobs move into the archive with their
+-- records, fenced the same way (see complete_many_archive).
+WITH moved AS (
+    DELETE FROM skiplock.jobs AS j
+    USING (SELECT r.id, r.attempt, r.entry, %(worker)s::text AS worker, 'running'::text AS status
+           FROM jsonb_to_recordset(%(done)s::jsonb) AS r (id bigint, attempt integer, entry jsonb)
+           OFFSET 0) AS d
+    WHERE j.id = d.id
+      AND j.attempts = d.attempt
+      AND j.locked_by = d.worker
+      AND j.status = d.status
+    RETURNING j.*, d.entry
+)
+INSERT INTO skiplock.jobs_archive (
+    id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+    idempotency_key, locked_by, locked_at, lease_until, last_error, errors,
+    error_fingerprint, created_at, finished_at, cancel_requested_at, headers, attempt_logs, group_key
+)
+SELECT
+    m.id, m.queue, m.kind, m.payload, 'completed', m.priority, m.run_at, m.attempts, m.max_attempts,
+    m.idempotency_key, m.locked_by, m.locked_at, NULL, m.last_error, m.errors,
+    m.error_fingerprint, m.created_at, now(), m.cancel_requested_at, m.headers,
+    CASE WHEN jsonb_array_length(coalesce(m.attempt_logs, '[]')) >= %(history)s
+         THEN (m.attempt_logs - 0) || jsonb_build_array(m.entry)
+         ELSE coalesce(m.attempt_logs, '[]') || jsonb_build_array(m.entry) END,
+    m.group_key
+FROM moved AS m
+RETURNING id;
 
 -- name: fail
 -- Record a failed attempt, fenced like completion. Retry with backoff while attempts remain

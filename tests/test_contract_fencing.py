@@ -125,6 +125,32 @@ def test_same_worker_reclaim_complete_many_is_fenced_by_the_attempt(conn):
     assert q.complete_many(conn, [live]) == [live.id]
 
 
+def archived(conn, job_id):
+    return conn.execute("SELECT status, attempts, locked_by FROM skiplock.jobs_archive WHERE id = %s", (job_id,)).fetchall()
+
+
+def test_completing_into_the_archive_is_fenced_by_the_attempt(conn):
+    """worker.complete_into_archive: a stale completion neither deletes nor archives the job;
+    the live one moves it, once, completed."""
+    stale, live = same_worker_reclaim(conn)
+    assert q.complete_many(conn, [stale], into_archive=True) == []
+    assert_untouched(conn, live)
+    assert archived(conn, live.id) == []
+    assert q.complete_many(conn, [live], into_archive=True) == [live.id]
+    assert row(conn, live.id) is None
+    assert archived(conn, live.id) == [("completed", live.attempts, "w")]
+    assert q.complete_many(conn, [live], into_archive=True) == []  # twice is once
+    assert len(archived(conn, live.id)) == 1
+
+
+def test_completing_into_the_archive_is_fenced_by_the_owner(conn, dsn):
+    stale, live = other_owner_same_attempt(conn, dsn)
+    assert q.complete_many(conn, [stale], into_archive=True) == []
+    after = row(conn, live.id)
+    assert (after["status"], after["locked_by"], after["attempts"]) == ("running", "new-owner", 1)
+    assert archived(conn, live.id) == []
+
+
 def test_same_worker_reclaim_fail_is_fenced_by_the_attempt(conn):
     stale, live = same_worker_reclaim(conn)
     errors_before = row(conn, live.id)["errors"]

@@ -119,6 +119,7 @@ def worker_cmd(obj, task_modules: str, queues: str | None, concurrency: int | No
         backoff_cap=cfg.queue.backoff_cap,
         history=cfg.queue.error_history,
         vacuum_interval=cfg.worker.vacuum_interval,
+        complete_into_archive=cfg.worker.complete_into_archive,
         claim_resume_ms=cfg.worker.claim_resume_ms,
         # Fingerprints hide what viewers may not see (the defaults and web.redact_keys).
         secret_keys=DEFAULT_KEYS | key_set(cfg.web.redact_keys),

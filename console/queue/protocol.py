@@ -329,17 +329,19 @@ def _check_job_columns(cur: psycopg.Cursor, sql_text: str, *, skip: int) -> None
     _checked_statements.add(sql_text)
 
 
-def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:
-    """Mark jobs completed if each is still held by its claim; return the ids completed."""
+def complete_many(conn: psycopg.Connection, jobs: Sequence[Job], *, into_archive: bool = False) -> list[int]:
+    """Mark jobs completed if each is still held by its claim; return the ids completed. With
+    `into_archive` the completed jobs move to skiplock.jobs_archive in the same statement."""
     if not jobs:
         return []
     owners = {j.locked_by for j in jobs}
     completed: list[int] = []
+    statement = query("queue", "complete_many_archive" if into_archive else "complete_many")
     with (_one_statement(conn) if len(owners) == 1 else conn.transaction()), conn.cursor() as cur:
         for owner in owners:
             mine = [j for j in jobs if j.locked_by == owner]
             rows = cur.execute(
-                query("queue", "complete_many"),
+                statement,
                 {"worker": owner, "ids": [j.id for j in mine], "attempts": [j.attempts for j in mine]},
             ).fetchall()
             completed += [r[0] for r in rows]
@@ -347,16 +349,17 @@ def complete_many(conn: psycopg.Connection, jobs: Sequence[Job]) -> list[int]:
 
 
 def complete_logged(conn: psycopg.Connection, jobs: Sequence[Job], logs: Sequence[dict[str, Any]], *,
-                    history: int = DEFAULT_HISTORY) -> list[int]:
+                    history: int = DEFAULT_HISTORY, into_archive: bool = False) -> list[int]:
     """Complete `jobs` (one worker's, fenced like complete_many) and append each one's entry of
     `logs` (the attempt's log records, console.queue.joblogs) to its `attempt_logs`, in one
     statement. Returns the ids completed. The worker completes only the jobs whose handler
-    logged something this way; the others keep the one-statement complete-and-claim."""
+    logged something this way; the others keep the one-statement complete-and-claim. With
+    `into_archive` they move to skiplock.jobs_archive in the same statement."""
     if not jobs:
         return []
     with _one_statement(conn), conn.cursor() as cur:
         rows = cur.execute(
-            query("queue", "complete_logged"),
+            query("queue", "complete_logged_archive" if into_archive else "complete_logged"),
             {"worker": jobs[0].locked_by, "history": history,
              "done": Jsonb([{"id": j.id, "attempt": j.attempts, "entry": entry} for j, entry in zip(jobs, logs, strict=True)])},
             prepare=True,  # a worker whose handlers log runs it every round

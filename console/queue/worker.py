@@ -217,6 +217,7 @@ class Worker:
         backoff_cap: float = q.DEFAULT_BACKOFF_CAP,
         history: int = q.DEFAULT_HISTORY,
         vacuum_interval: float = 10.0,
+        complete_into_archive: bool = False,
         claim_resume_ms: float = 15.0,
         name: str | None = None,
         secret_keys: Iterable[str] = q.DEFAULT_KEYS,
@@ -272,6 +273,7 @@ class Worker:
         self.backoff_cap = backoff_cap
         self.history = history
         self.vacuum_interval = vacuum_interval
+        self.complete_into_archive = complete_into_archive
         # Keys whose values an error's fingerprint hides (console.fingerprint): the fingerprint
         # is shown to viewers and sent in webhooks.
         self.secret_keys = frozenset(k.lower() for k in secret_keys)
@@ -636,7 +638,8 @@ class Worker:
         if not logged:
             return
         jobs = [outcome.job for outcome in logged]
-        completed = q.complete_logged(conn, jobs, [outcome.logs or {} for outcome in logged], history=self.history)
+        completed = q.complete_logged(conn, jobs, [outcome.logs or {} for outcome in logged], history=self.history,
+                                        into_archive=self.complete_into_archive)
         self._logged = []
         self._completions(jobs, completed)
 
@@ -1013,7 +1016,7 @@ class Worker:
                     # more jobs/s at 1, 2, 4 and 16 processes (docs/benchmarks.md, "Completing
                     # apart"). First, too, frees our slots for the limited units.
                     if done:
-                        self._completions(done, q.complete_many(conn, done))
+                        self._completions(done, q.complete_many(conn, done, into_archive=self.complete_into_archive))
                         done = []
                     # A worker with both runtimes gives limited units only what both have room
                     # for: their claims take any kind.
@@ -1052,7 +1055,7 @@ class Worker:
                 elif finished and (stopping or overdue):
                     self._complete_logged(conn)
                     if done:
-                        self._completions(done, q.complete_many(conn, done))
+                        self._completions(done, q.complete_many(conn, done, into_archive=self.complete_into_archive))
                         done = []
                 if time.monotonic() - last_flush >= self.flush_interval:
                     self._flush()
@@ -1138,7 +1141,7 @@ class Worker:
             left = [job for job, _ in self._in_flight.values()]
         try:
             conn = self._connection()
-            self._completions(finished, q.complete_many(conn, finished))
+            self._completions(finished, q.complete_many(conn, finished, into_archive=self.complete_into_archive))
             self._complete_logged(conn)
             self._record_failures(conn, failures)
             if left:
