@@ -222,6 +222,27 @@ def test_old_completed_rows_in_the_hot_table_warn_then_fail(conn):
     assert re.search(r"last archival run: \d+ s ago by scheduler, ok, 5,300 rows", evidence(res)), evidence(res)
 
 
+def test_a_hot_table_that_is_mostly_recent_history_warns_and_names_complete_into_archive(conn):
+    """Archival keeps up (nothing is late) but the completed rows not yet due to move are most
+    of the table: the advisor says so and names the two ways out."""
+    config = cfg(completed_rows_warn=50)
+    q.enqueue_many(conn, [q.NewJob("email") for _ in range(100)])
+    insert_finished(conn, "completed", 400, "1 minute")  # under ten times the warning: fine
+    assert result(conn, "completed-rows", config).status == OK
+    insert_finished(conn, "completed", 200, "1 minute")
+    conn.execute("ANALYZE skiplock.jobs")
+    res = result(conn, "completed-rows", config)
+    assert res.status == WARN, res.summary
+    assert res.data["old_completed"] == 0
+    assert "within 75 min): archival keeps up, but the table is mostly history" in res.summary
+    assert "600 completed rows within the archival age" in evidence(res)
+    assert "worker.complete_into_archive = true" in res.remedy
+    # Pending work outnumbers the history: fine again.
+    q.enqueue_many(conn, [q.NewJob("email") for _ in range(1000)])
+    conn.execute("ANALYZE skiplock.jobs")
+    assert result(conn, "completed-rows", config).status == OK
+
+
 def test_the_archival_age_follows_the_maintenance_config(conn):
     insert_finished(conn, "completed", 50, "2 hours")
     week = load_config(env={}, overrides={"advisor.completed_rows_warn": 10, "maintenance.archive_after": "7d"})

@@ -83,6 +83,21 @@ def completed_rows(probe: Probe) -> Outcome:
     if late:
         return Outcome(WARN, f"{approx}{count(old, COUNT_CAP)} completed rows older than {seconds(age)} are still in the hot table",
                        evidence, remedy, data)
+    # Archival keeps up, but at a high rate the history it is not yet due to move can be most of
+    # the table: 30 k jobs/s for an hour is 100 million rows (docs/benchmarks.md, "Completing
+    # into the archive": the rate fell to 0.88 in ten minutes as the history grew).
+    recent = completed - old
+    share = recent / max(live, completed, 1)
+    data["recent_share"] = share
+    if recent >= 10 * warn_at and share > 0.5:
+        evidence.append(f"{approx}{count(recent, COUNT_CAP)} completed rows within the archival age: "
+                        f"{share:.0%} of the rows in skiplock.jobs")
+        return Outcome(WARN, f"completed history is {share:.0%} of the hot table ({approx}{count(recent, COUNT_CAP)} "
+                       f"rows within {seconds(age)}): archival keeps up, but the table is mostly history", evidence,
+                       "Every claim, vacuum and index of the hot table pays for the completed rows it keeps until "
+                       "maintenance.archive_after. Shorten maintenance.archive_after, or let the workers move each "
+                       "job into the archive as it completes (worker.complete_into_archive = true; docs/queue.md, "
+                       "\"Completing into the archive\": it frees an idempotency key at completion).", data)
     return Outcome(OK, f"{approx}{count(old, COUNT_CAP)} completed rows past the archival age ({seconds(age)})", evidence, "", data)
 
 
