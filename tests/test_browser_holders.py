@@ -76,6 +76,12 @@ def test_the_admin_reads_the_price_types_a_reason_through_the_polls_and_terminat
         page.goto(f"{live_server}/health")
         row = page.locator(f"#horizon-holders tr[data-holder='{pid}']")
         expect(row).to_contain_text("nightly-report")
+        # What to do is a row of its own across the table: as a fourth column beside the query it
+        # was squeezed to a few characters a line in the half-width panel.
+        advice = page.locator(f"#horizon-holders tr[data-holder-advice='{pid}'] td")
+        expect(advice).to_contain_text(f"pg_terminate_backend({pid})")
+        table_width = page.locator("#horizon-holders").bounding_box()["width"]
+        assert advice.bounding_box()["width"] >= 0.9 * table_width
         price = page.locator(f"#horizon-holders dl.price[data-price-pid='{pid}']")
         expect(price.locator("[data-price=dead]")).to_contain_text("40")
         expect(price.locator("[data-price=throughput]")).to_contain_text("-70 %")  # 40 jobs/s before, 12 since
