@@ -163,3 +163,31 @@ def test_an_idle_queue_stays_listed_with_idle_since(page: Page, live_server, con
     expect(row).to_contain_text("idle since 3 h ago")
     page.wait_for_timeout(700)  # after a poll or two, still there
     expect(page.locator("#queues-table tr", has_text="reports")).to_contain_text("idle since")
+
+
+def test_a_queue_whose_dead_letters_grow_past_the_rule_is_amber_on_the_queues_page(page: Page, live_server, conn, personas):
+    """The Queues page colours what the alert rules would fire on, as the overview does. The
+    dead-letter count is a link: its cell's class alone left it link-blue, so a queue whose
+    dead_letter_growth alert was pending looked like every other (seen in the demo)."""
+    q.enqueue(conn, "noop", queue="billing")
+    samples.store(conn, [Sample("dead_letter_growth", {"queue": "billing", "system": "skiplock"}, 64.0),
+                         Sample("dead_letter_growth", {"queue": "mail", "system": "skiplock"}, 0.0)])
+    q.enqueue(conn, "noop", queue="mail")
+    sign_in(page, live_server, "viewer")
+    page.goto(f"{live_server}/queues")
+    billing = page.locator("#queues-table tr[data-queue-level]", has_text="billing")
+    expect(billing).to_have_attribute("data-queue-level", "warn")
+    warn = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--warn').trim()")
+    link = billing.locator("td.warn a")
+    expect(link).to_have_css("color", hex_to_rgb(warn))
+    expect(billing.locator("td").first).to_have_css("background-color", hex_to_rgb(
+        page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--warn-bg').trim()")))
+    mail = page.locator("#queues-table tr[data-queue-level]", has_text="mail")
+    expect(mail).to_have_attribute("data-queue-level", "good")
+    expect(mail.locator("td").nth(6).locator("a")).not_to_have_css("color", hex_to_rgb(warn))
+
+
+def hex_to_rgb(value: str) -> str:
+    value = value.lstrip("#")
+    r, g, b = (int(value[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgb({r}, {g}, {b})"
