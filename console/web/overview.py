@@ -416,8 +416,12 @@ def assess(latest: Latest, judge: Judge | None = None) -> tuple[dict[str, str], 
     levels["dead_tuples"] = judge.level("table_autovacuum_behind", behind, {"table": "jobs"})
     dead = latest.jobs_table("table_dead_tuples")
     threshold = latest.jobs_table("table_autovacuum_threshold")
+    # When the last vacuum ran and removed nothing, "no vacuum is running" points at autovacuum's
+    # tuning; the cause is the xmin horizon (the Database page says the same).
+    why = ("vacuum ran but removed none of them: something holds the xmin horizon"
+           if latest.jobs_table("vacuum_removed_nothing") else "no vacuum is running")
     note(levels["dead_tuples"], f"{charts.format_value(dead, '')} dead rows in the jobs table, past its autovacuum "
-         f"threshold of {charts.format_value(threshold, '')}, and no vacuum is running", "dead_tuples",
+         f"threshold of {charts.format_value(threshold, '')}, and {why}", "dead_tuples",
          "table_autovacuum_behind")
 
     eligible = latest.total("queue_depth", state="eligible") or 0
