@@ -148,3 +148,33 @@ def test_a_column_added_to_jobs_is_checked_without_editing_this_file(conn):
     archive_completed(conn, older_than=timedelta(hours=1), batch_size=10, pause_ms=0)
     with pytest.raises(AssertionError, match="contract_probe"):
         assert_same_columns(conn, originals, rows_by_id(conn, "jobs_archive", ids))
+
+
+def test_jobs_completed_into_the_archive_arrive_column_for_column(conn):
+    """worker.complete_into_archive: the completing statement moves the running job into the
+    archive. Every column arrives as it was, but for what completing changes: status
+    'completed', finished_at set, lease_until cleared (as complete_many leaves them)."""
+    queue = "into-archive"
+    for i in range(3):
+        q.enqueue(conn, f"kind-{i}", {"i": i, "nested": {"list": [1, "two", None]}, "s": "é"}, queue=queue,
+                  priority=i - 1, idempotency_key=f"{queue}-{i}")
+    for job in q.claim(conn, "w-first", queues=[queue], limit=3):
+        q.fail(conn, job, RuntimeError(f"first attempt of {job.id} failed"), backoff_base=0.001, backoff_cap=0.001)
+    conn.execute("UPDATE skiplock.jobs SET run_at = now() WHERE queue = %s", (queue,))
+    jobs = q.claim(conn, "w-second", queues=[queue], limit=3)
+    ids = [job.id for job in jobs]
+    fill_every_column(conn, ids[0])
+    originals = rows_by_id(conn, "jobs", ids)
+    assert {r["status"] for r in originals.values()} == {"running"}
+    assert_no_null_column(conn, {**originals[ids[0]], "finished_at": "set by the completion"})
+
+    assert sorted(q.complete_many(conn, jobs, into_archive=True)) == sorted(ids)
+
+    assert rows_by_id(conn, "jobs", ids) == {}
+    archived = rows_by_id(conn, "jobs_archive", ids)
+    for job_id, copy in archived.items():
+        assert copy["finished_at"] is not None and copy["finished_at"] >= originals[job_id]["locked_at"]
+    expected = {job_id: {**row, "status": "completed", "lease_until": None, "finished_at": archived[job_id]["finished_at"]}
+                for job_id, row in originals.items()}
+    assert_same_columns(conn, expected, archived)
+    assert all(a["purged"] is False and a["archived_at"] is not None for a in archived.values())
