@@ -427,7 +427,9 @@ RETURNING j.id;
 -- name: complete_many_archive
 -- complete_many for `worker.complete_into_archive`: the completed jobs leave the hot table in
 -- the completing statement, moved into skiplock.jobs_archive as the archiver would move them,
--- fenced the same way (a job whose claim was lost is neither deleted nor archived).
+-- fenced the same way (a job whose claim was lost is neither deleted nor archived). The column
+-- list is the archiver's (maintenance.sql archive_batch); tests/test_contract_archive.py checks
+-- that every column of skiplock.jobs arrives, through this statement and complete_logged_archive.
 WITH moved AS (
     DELETE FROM skiplock.jobs AS j
     USING (SELECT u.id, u.attempt, %(worker)s::text AS worker, 'running'::text AS status

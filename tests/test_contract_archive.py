@@ -163,12 +163,19 @@ def test_jobs_completed_into_the_archive_arrive_column_for_column(conn):
     conn.execute("UPDATE skiplock.jobs SET run_at = now() WHERE queue = %s", (queue,))
     jobs = q.claim(conn, "w-second", queues=[queue], limit=3)
     ids = [job.id for job in jobs]
-    fill_every_column(conn, ids[0])
+    for filled in (ids[0], ids[2]):  # one row of each statement below
+        fill_every_column(conn, filled)
     originals = rows_by_id(conn, "jobs", ids)
     assert {r["status"] for r in originals.values()} == {"running"}
-    assert_no_null_column(conn, {**originals[ids[0]], "finished_at": "set by the completion"})
+    for filled in (ids[0], ids[2]):
+        assert_no_null_column(conn, {**originals[filled], "finished_at": "set by the completion"})
 
-    assert sorted(q.complete_many(conn, jobs, into_archive=True)) == sorted(ids)
+    # The first (every column filled) and the second through complete_many; the third logged,
+    # through complete_logged, which appends its attempt's entry to attempt_logs.
+    entry = {"attempt": 2, "worker": "w-second", "outcome": "completed", "dropped": 0,
+             "records": [{"level": "INFO", "logger": "app", "message": "done"}]}
+    assert sorted(q.complete_many(conn, jobs[:2], into_archive=True)) == sorted(ids[:2])
+    assert q.complete_logged(conn, jobs[2:], [entry], into_archive=True) == ids[2:]
 
     assert rows_by_id(conn, "jobs", ids) == {}
     archived = rows_by_id(conn, "jobs_archive", ids)
@@ -176,5 +183,6 @@ def test_jobs_completed_into_the_archive_arrive_column_for_column(conn):
         assert copy["finished_at"] is not None and copy["finished_at"] >= originals[job_id]["locked_at"]
     expected = {job_id: {**row, "status": "completed", "lease_until": None, "finished_at": archived[job_id]["finished_at"]}
                 for job_id, row in originals.items()}
+    expected[ids[2]]["attempt_logs"] = [*(originals[ids[2]]["attempt_logs"] or []), entry]
     assert_same_columns(conn, expected, archived)
     assert all(a["purged"] is False and a["archived_at"] is not None for a in archived.values())
