@@ -150,8 +150,16 @@ def _change(metric: str, selectors: list[dict[str, str]], agg: str, conn, since:
 
 def throughput_change(conn, since: datetime, now: datetime, *, window_s: float = WINDOW_S) -> dict[str, Any]:
     """Jobs finished (completed + failed) per second: the mean over `window_s` before `since`
-    against the mean since (the last `window_s` of it)."""
-    return _change("throughput", THROUGHPUT_SELECTORS, "sum", conn, since, now, window_s)
+    against the mean since (the last `window_s` of it). `kept_up` is True when the rate fell
+    while no job was waiting since (the eligible backlog under one job on average): the workers
+    finished what arrived, so the fall is the arrivals', not a cost of the holder (a burst that
+    ended as a holder began read as "-50 %" in the demo)."""
+    out = _change("throughput", THROUGHPUT_SELECTORS, "sum", conn, since, now, window_s)
+    (backlog,) = _rows(conn, "window_backlog", {"start": max(since, now - timedelta(seconds=window_s)), "end": now})
+    out["backlog_now"] = backlog["mean"] if backlog["cycles"] >= MIN_CYCLES else None
+    out["kept_up"] = bool(out["change"] is not None and out["change"] < 0
+                          and out["backlog_now"] is not None and out["backlog_now"] < 1.0)
+    return out
 
 
 def claim_latency_change(conn, since: datetime, now: datetime, *, window_s: float = WINDOW_S) -> dict[str, Any]:

@@ -68,6 +68,24 @@ WHERE s.metric = %(metric)s
   AND s.collected_at >= %(at)s - make_interval(secs => %(lookback)s)
 ORDER BY s.labels, s.collected_at DESC;
 
+-- name: window_backlog
+-- Skiplock's eligible backlog (the overview's "jobs waiting" total, skiplock.samples_totals)
+-- averaged over the collection cycles in (%(start)s, %(end)s]: whether the workers had work
+-- waiting, so a lower throughput meant less capacity, or kept up, so it followed the arrivals.
+SELECT
+    count(*)::int AS cycles,
+    avg(c.value)::float8 AS mean
+FROM (
+    SELECT t.collected_at, sum(t.value) AS value
+    FROM skiplock.samples_totals AS t
+    WHERE t.metric = 'queue_depth'
+      AND t.labels @> '{"state": "eligible"}'::jsonb
+      AND t.collected_at > %(start)s
+      AND t.collected_at <= %(end)s
+      AND t.value IS NOT NULL
+    GROUP BY t.collected_at
+) AS c;
+
 -- name: window_mean
 -- The mean over the collection cycles in (%(start)s, %(end)s] of one figure per cycle: the sum
 -- (throughput: completed + failed) or the max (claim latency) of the samples of %(metric)s

@@ -142,6 +142,53 @@ def test_throughput_and_claim_latency_since_it_started_are_computed_from_the_sam
     assert cost["held_s"] == pytest.approx(120.0)
 
 
+def test_a_fall_in_throughput_with_no_job_waiting_is_the_arrivals_not_the_holder(conn):
+    """The rate fell by 60 % since the holder began. With jobs waiting since (a backlog of 40),
+    that is lost capacity; with none (the workers finished everything that arrived) it is the
+    arrivals' fall, and the price says so instead of charging it to the holder."""
+    now = conn.execute("SELECT statement_timestamp()").fetchone()[0]
+    since = now - timedelta(seconds=120)
+    store_cycles(conn, [since - timedelta(seconds=s) for s in (250, 150, 10)], 8.0, 2.0, p95=0.010)
+    after = [since + timedelta(seconds=s) for s in (30, 60, 90)]
+    store_cycles(conn, after, 3.0, 1.0, p95=0.050)
+
+    def backlog(waiting: float, at: list[datetime]) -> None:
+        for when in at:
+            samples.store(conn, [Sample("queue_depth", {"queue": "search", "state": "eligible", "system": "skiplock"},
+                                        waiting, when),
+                                 Sample("queue_depth", {"queue": "search", "state": "scheduled", "system": "skiplock"},
+                                        500.0, when)])  # scheduled for later: not waiting
+
+    backlog(0.0, after)
+    kept_up = holders.price(conn, since, now=now)["throughput"]
+    assert kept_up["change"] == pytest.approx(-0.6) and kept_up["backlog_now"] == 0.0 and kept_up["kept_up"] is True
+
+    conn.execute("TRUNCATE skiplock.samples")  # its trigger empties samples_totals too
+    store_cycles(conn, [since - timedelta(seconds=s) for s in (250, 150, 10)], 8.0, 2.0, p95=0.010)
+    store_cycles(conn, after, 3.0, 1.0, p95=0.050)
+    backlog(40.0, after)
+    starved = holders.price(conn, since, now=now)["throughput"]
+    assert starved["backlog_now"] == pytest.approx(40.0) and starved["kept_up"] is False
+
+
+def test_the_database_page_says_when_the_workers_kept_up_since_the_holder_began(dsn, conn, client_as):
+    with snapshot_holder(dsn) as holder:
+        pid = holder.info.backend_pid
+        _, since = identity(conn, pid)
+        for offset, done, waiting in ((-200, 10.0, 3.0), (-100, 10.0, 2.0), (-5, 10.0, 0.0), (0.1, 4.0, 0.0), (0.2, 4.0, 0.0)):
+            at = since + timedelta(seconds=offset)
+            samples.store(conn, [Sample("throughput", {"outcome": "completed"}, done, at),
+                                 Sample("queue_depth", {"queue": "mail", "state": "eligible", "system": "skiplock"},
+                                        waiting, at)])
+        time.sleep(0.3)
+        horizon_rule(conn, 0.2)
+        html = client_as("viewer").get("/health").get_data(as_text=True)
+        assert f'data-price-pid="{pid}"' in html
+        throughput = html.split('data-price="throughput">', 1)[1].split("</dd>", 1)[0]
+        assert "(-60 %)" in throughput and "<strong>" not in throughput, throughput
+        assert 'data-price="kept-up"' in throughput and "the rate follows the arrivals" in throughput
+
+
 def test_not_enough_samples_is_said_when_the_history_does_not_reach_back(conn):
     now = conn.execute("SELECT statement_timestamp()").fetchone()[0]
     since = now - timedelta(seconds=100)
