@@ -13,18 +13,11 @@ import signal
 import pytest
 
 from console import queue as q
-from tests.workers import EXECUTIONS_TABLE, WorkerProcs, wait_for
+from tests.workers import EXECUTIONS_TABLE, wait_for
 
 pytestmark = pytest.mark.slow
 
 INTO_ARCHIVE = {"SKIPLOCK_WORKER_COMPLETE_INTO_ARCHIVE": "true"}
-
-
-@pytest.fixture
-def workers(subprocess_env):
-    procs = WorkerProcs(subprocess_env)
-    yield procs
-    procs.stop_all()
 
 
 def archived_count(conn, ids: list[int]) -> int:
