@@ -58,7 +58,9 @@ then with PGQueuer and prints both throughputs every 5 s side by side. A produce
 process enqueues, after every interval, as many jobs as were completed in it (one INSERT ...
 SELECT at the backlog's tail), so the backlog stays at its size for the whole run however fast
 the workers drain it (`--no-refill`: a fixed backlog, which two workers empty in under 3
-minutes on a quiet machine).
+minutes on a quiet machine). Each contender first runs `--sustained-warmup` seconds (10) the
+same way, topped up after every interval, before its first interval counts: the first
+interval is then not the only one without a top-up beside it.
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python bench/throughput.py --quick                 # a few minutes
@@ -78,6 +80,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -762,17 +765,49 @@ SUSTAINED_VARIANTS = {
 }
 
 
+def measure_intervals(conn: psycopg.Connection, args, contender: str, table: str,
+                      completed: Callable[[], int], top_up: Callable[[int], None]) -> list[float]:
+    """Jobs/s per interval for args.duration, after args.sustained_warmup seconds that run the
+    same way but do not count. After every interval (warm-up ones too) the producer enqueues as
+    many jobs as were completed since its last top-up. Every contender gets the same warm-up:
+    without it the first interval was the only one with no top-up competing for the server
+    (the refill runs between intervals) and ran up to half again as fast as any later one."""
+    rates: list[float] = []
+    last_t, last_c = time.time(), completed()
+    topped_up = 0  # the jobs completed before the first reading came out of the backlog too
+    started = last_t
+    measure_from = started + args.sustained_warmup
+    end = measure_from + args.duration
+    server = CpuMeter([], args.data_dir)  # the server's CPU per interval, the top-up's left out
+    server.start()
+    while time.time() < end - 0.1:
+        time.sleep(args.interval)
+        now, done = time.time(), completed()
+        rate = (done - last_c) / (now - last_t)
+        state = interval_line(hot_table_state(conn, table), server.stop()[1], done - last_c)
+        warming = last_t < measure_from - 0.1  # the interval began inside the warm-up
+        if not warming:
+            rates.append(rate)
+        last_t, last_c = now, done
+        if args.refill:
+            top_up(done - topped_up)
+            topped_up = done
+        server.start()
+        label = "warm-up" if warming else f"t={now - measure_from:5.0f}s"
+        print(f"    {contender} {label:>8} {rate:8.0f} jobs/s  {state}", flush=True)
+    return rates
+
+
 def sustained(dsn: str, args) -> None:
     n = args.sustained_workers
-    print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s, {n} workers each, "
-          f"{args.sustained_mode} durability; jobs/s per {args.interval:g} s"
+    print(f"\n## sustained: {args.backlog:,} job backlog, {args.duration:g} s after a {args.sustained_warmup:g} s warm-up, "
+          f"{n} workers each, {args.sustained_mode} durability; jobs/s per {args.interval:g} s"
           + ("; topped up after every interval" if args.refill else "; not topped up"), flush=True)
     series: dict[str, list[float]] = {}
     for contender in args.sustained_contenders:
         started = time.time()
         (reset_pgqueuer if contender.startswith("pgqueuer") else reset_skiplock)(dsn, args.backlog)
         print(f"  {contender}: filled {args.backlog:,} jobs in {time.time() - started:.0f} s", flush=True)
-        rates: list[float] = []
         with connect(dsn) as conn:
             if contender.startswith("skiplock"):
                 env = SUSTAINED_VARIANTS.get(contender, {})
@@ -780,23 +815,10 @@ def sustained(dsn: str, args) -> None:
                 try:
                     while conn.execute("SELECT count(*) FROM skiplock.workers").fetchone()[0] < n:
                         time.sleep(0.05)
-                    last_t, last_c = time.time(), 0
-                    end = last_t + args.duration
-                    enqueued = args.backlog
-                    server = CpuMeter([], args.data_dir)  # the server's CPU per interval, the top-up's left out
-                    server.start()
-                    while time.time() < end:
-                        time.sleep(args.interval)
-                        now = time.time()
-                        done = conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0]
-                        rates.append((done - last_c) / (now - last_t))
-                        state = interval_line(hot_table_state(conn, "skiplock.jobs"), server.stop()[1], done - last_c)
-                        last_t, last_c = now, done
-                        if args.refill:
-                            top_up_skiplock(conn, done - (enqueued - args.backlog))
-                            enqueued = args.backlog + done
-                        server.start()
-                        print(f"    {contender} t={now - end + args.duration:5.0f}s {rates[-1]:8.0f} jobs/s  {state}", flush=True)
+                    series[contender] = measure_intervals(
+                        conn, args, contender, "skiplock.jobs",
+                        lambda: conn.execute("SELECT coalesce(sum(completed), 0)::bigint FROM skiplock.workers").fetchone()[0],
+                        lambda jobs: top_up_skiplock(conn, jobs))
                 finally:
                     stop_skiplock_workers(procs)
             else:
@@ -809,30 +831,15 @@ def sustained(dsn: str, args) -> None:
                 for p in procs:
                     p.start()
                 wait_ready(clock.count_ready, n, lambda procs=procs: all(p.is_alive() for p in procs), contender)
-                start = time.time()
-                stop_at = start + args.duration
-                clock.open_window(start, stop_at)
-                last_t, last_c = time.time(), sum(c.value for c in counters)
-                topped_up = 0
-                server = CpuMeter([], args.data_dir)
-                server.start()
-                while time.time() < stop_at - 0.1:
-                    time.sleep(args.interval)
-                    now, done = time.time(), sum(c.value for c in counters)
-                    rates.append((done - last_c) / (now - last_t))
-                    state = interval_line(hot_table_state(conn, "pgqueuer"), server.stop()[1], done - last_c)
-                    last_t, last_c = now, done
-                    if args.refill:
-                        top_up_pgqueuer(conn, done - topped_up)
-                        topped_up = done
-                    server.start()
-                    print(f"    {contender} t={now - start:5.0f}s {rates[-1]:8.0f} jobs/s  {state}", flush=True)
+                clock.open_window(time.time(), float("inf"))
+                series[contender] = measure_intervals(
+                    conn, args, contender, "pgqueuer", lambda counters=counters: sum(c.value for c in counters),
+                    lambda jobs: top_up_pgqueuer(conn, jobs))
                 clock.stop()
                 for _ in procs:
                     out.get(timeout=120)
                 for p in procs:
                     p.join(timeout=30)
-        series[contender] = rates
     print_sustained(series, args)
 
 
@@ -919,6 +926,8 @@ def parse_args(argv=None):
     parser.add_argument("--backlog", type=int, default=2_000_000)
     parser.add_argument("--duration", type=float, default=300.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--sustained-warmup", type=float, default=10.0,
+                        help="sustained: seconds each contender runs (and is topped up) before its first interval counts")
     parser.add_argument("--statements", type=int, default=0, metavar="N",
                         help="print each cell's N costliest statements in its window (pg_stat_statements, reset as "
                              "the window opens): calls, execution time and rows per job completed")
