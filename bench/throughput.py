@@ -843,6 +843,19 @@ def sustained(dsn: str, args) -> None:
     print_sustained(series, args)
 
 
+def trend(rates: list[float]) -> tuple[float, float]:
+    """The least-squares line through a run's intervals: its value at the first interval and at
+    the last. A decline shows in it whatever one interval does; the ratio of two windows of a
+    run moves by a tenth or more with a single interval (a vacuum, a checkpoint, the workers'
+    once-a-second counters landing in one interval or the next)."""
+    n = len(rates)
+    if n < 2:
+        return (rates[0], rates[0]) if rates else (0.0, 0.0)
+    mean_x, mean_y = (n - 1) / 2, sum(rates) / n
+    slope = sum((i - mean_x) * (y - mean_y) for i, y in enumerate(rates)) / sum((i - mean_x) ** 2 for i in range(n))
+    return mean_y - slope * mean_x, mean_y + slope * (n - 1 - mean_x)
+
+
 def print_sustained(series: dict[str, list[float]], args) -> None:
     names = list(series)
     print(f"\n### sustained ({args.sustained_mode}): jobs/s per {args.interval:g} s\n")
@@ -863,8 +876,10 @@ def print_sustained(series: dict[str, list[float]], args) -> None:
         # checkpoint, the workers' once-a-second counters land in one or the next): the first
         # minute against the last is the steadier comparison, printed beside the issue's.
         first_minute = sum(s[:minute_n]) / len(s[:minute_n])
+        start, end = trend(s)
         print(f"{name}: first 10 s {first:,.0f} jobs/s, last minute {last:,.0f} jobs/s ({last / first:.0%} of the start), "
-              f"mean {mean:,.0f}; first minute {first_minute:,.0f} jobs/s, the last {last / first_minute:.0%} of it")
+              f"mean {mean:,.0f}; first minute {first_minute:,.0f} jobs/s, the last {last / first_minute:.0%} of it; "
+              f"the fitted line {start:,.0f} -> {end:,.0f} jobs/s ({end / start:.0%})")
 
 
 # --- main --------------------------------------------------------------------------------------

@@ -70,21 +70,35 @@ def test_a_short_claim_or_a_job_not_fast_takes_the_claim_back_to_batch_size(dsn)
     assert Worker(dsn, batch_size=10, claim_max=3).claim_max == 10  # under batch_size: no growth
 
 
-def test_a_large_claim_of_fast_jobs_goes_to_the_threads_batch_size_at_a_time(dsn):
-    """One group per thread would run a claim of 100 one-millisecond jobs on one thread while
-    the others wait; cut at batch_size, the claim spreads over them as claims of 10 did."""
-    worker = Worker(dsn, batch_size=10, claim_max=100)
-    worker._runtime[THREADED] = 0.0  # known fast
+def _dispatched_groups(worker: Worker, count: int) -> list[list[int]]:
     now = datetime.now(UTC)
     jobs = [q.Job(id=i, queue="default", kind=THREADED, payload={}, priority=0, run_at=now, attempts=1, max_attempts=5,
                   idempotency_key=None, locked_by=worker.id, locked_at=now, lease_until=now + timedelta(minutes=1),
-                  created_at=now) for i in range(25)]
+                  created_at=now) for i in range(count)]
     worker._dispatch(jobs, 0.001)
     groups = []
     while not worker._work.empty():
         groups.append([job.id for job in worker._work.get_nowait().jobs])
-    assert groups == [list(range(0, 10)), list(range(10, 20)), list(range(20, 25))]
+    return groups
+
+
+def test_a_large_claim_of_nearly_fast_jobs_goes_to_the_threads_batch_size_at_a_time(dsn):
+    """One group per thread would run a claim of 100 jobs of just under a millisecond on one
+    thread while the others wait; cut at batch_size, the claim spreads over them as claims of 10
+    did."""
+    worker = Worker(dsn, batch_size=10, claim_max=100)
+    worker._runtime[THREADED] = 0.0009  # fast, barely (FAST_JOB is 1 ms)
+    assert _dispatched_groups(worker, 25) == [list(range(0, 10)), list(range(10, 20)), list(range(20, 25))]
     assert worker._ahead  # all fast: the next claim may be prefetched
+
+
+def test_a_large_claim_of_near_instant_jobs_goes_to_two_threads(dsn):
+    """Ten threads woken for ten no-op jobs each cost more than the jobs: such a claim goes out
+    in two halves (docs/benchmarks.md, "Fewer, larger groups")."""
+    worker = Worker(dsn, batch_size=10, claim_max=100)
+    worker._runtime[THREADED] = 0.000003
+    assert _dispatched_groups(worker, 100) == [list(range(0, 50)), list(range(50, 100))]
+    assert worker._ahead
 
 
 def test_finished_jobs_complete_in_a_statement_of_their_own_not_inside_the_next_claim(conn, workers):

@@ -12,7 +12,7 @@ import pytest
 import console
 from console import queue as q
 from console.queue import tasks
-from console.queue.worker import FAST_JOB, Worker
+from console.queue.worker import FAST_JOB, Worker, fast_group_size
 from tests.workers import wait_for
 
 INLINE_KIND = "dispatch_inline"
@@ -85,6 +85,18 @@ def test_a_group_of_fast_jobs_gives_the_rest_back_when_one_runs_long(conn, runni
     assert set(by_id) == {slow, *fast}
     late = [job_id for job_id in fast if by_id[job_id]["started"] >= by_id[slow]["ended"]]
     assert not late, f"jobs {late} waited behind the slow job of their group instead of going back to the pool"
+
+
+@pytest.mark.parametrize(("count", "batch_size", "slowest", "expected"), [
+    (100, 10, 0.000002, 50),  # near-instant jobs: two groups of half the claim, not ten of ten
+    (101, 10, 0.000002, 51),  # half rounded up: still two groups
+    (100, 10, 0.0001, 20),  # 0.1 ms each: what runs in 2 ms, five groups
+    (100, 10, 0.0005, 10),  # 0.5 ms each: the budget says 4, never under batch_size
+    (5, 5, 0.000002, 5),  # a claim of batch_size stays one group
+    (100, 10, 0.0, 50),  # no runtime measured: half the claim
+])
+def test_fast_jobs_go_to_threads_in_groups_sized_by_their_runtime(count, batch_size, slowest, expected):
+    assert fast_group_size(count, batch_size, slowest) == expected
 
 
 def test_inline_must_be_a_boolean():

@@ -109,6 +109,19 @@ FAST_JOB = 0.001
 RUNTIME_WEIGHT = 0.2
 # When one job of a group has run this long, the group's remaining jobs go back to the pool.
 SPLIT_AFTER = 0.005
+# A group of fast jobs holds as many as should run in about this long by their kinds' measured
+# runtimes, at least batch_size and at most half the claim: a claim of 100 near-instant jobs goes
+# to two threads, where ten threads woken for ten jobs each cost more than the jobs (at 16
+# processes 9-17 % more jobs/s and half the claim p99: docs/benchmarks.md, "Fewer, larger groups").
+GROUP_BUDGET = 0.002
+
+
+def fast_group_size(count: int, batch_size: int, slowest: float) -> int:
+    """How many of a claim's `count` fast jobs one handler thread gets in one hand-off: what runs
+    in GROUP_BUDGET at the slowest of their kinds' measured runtimes (`slowest`, seconds), at
+    least batch_size, at most half the claim (rounded up)."""
+    by_budget = int(GROUP_BUDGET / slowest) if slowest > 0 else count
+    return max(batch_size, min(by_budget, -(-count // 2)))
 
 
 class Group:
@@ -697,13 +710,17 @@ class Worker:
         slow = False
         modes: dict[str, int] = {}  # kind -> _INLINE / _FAST / _SLOW / _ASYNC / _BATCH, decided once per batch
         batch_kinds = self._batch_kinds
+        runtime = self._runtime
+        slowest_fast = 0.0  # the longest measured runtime among this claim's fast kinds
         for job in jobs:
             kind = job.kind
             mode = modes.get(kind)
             if mode is None:
                 mode = modes[kind] = _BATCH if batch_kinds and kind in batch_kinds else \
                     _INLINE if tasks.is_inline(kind) else _ASYNC if tasks.is_async(kind) else \
-                    _FAST if self._runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
+                    _FAST if runtime.get(kind, FAST_JOB) < FAST_JOB else _SLOW
+                if mode is _FAST:
+                    slowest_fast = max(slowest_fast, runtime[kind])
             if mode is _FAST:
                 fast.append(job)
             elif mode is _INLINE:
@@ -723,10 +740,13 @@ class Worker:
             slow = True  # no prefetch: an awaited job may wait on I/O for a good part of its lease
             assert self._async is not None  # an async kind is registered, so run() started it
             self._async.submit(awaited)
-        # Fast jobs go to threads batch_size at a time: one hand-off each way per group, and a
-        # large (adaptive) claim still spreads over the threads.
-        for start in range(0, len(fast), self.batch_size):
-            group = Group(fast[start:start + self.batch_size])
+        # Fast jobs go to threads a group at a time: one hand-off each way per group. A group
+        # holds what should run in GROUP_BUDGET (at least batch_size, at most half the claim: one
+        # group would leave the next claim waiting on one thread), so a large (adaptive) claim of
+        # slower fast jobs still spreads over the threads.
+        per_group = fast_group_size(len(fast), self.batch_size, slowest_fast)
+        for start in range(0, len(fast), per_group):
+            group = Group(fast[start:start + per_group])
             if len(group.jobs) > 1:
                 self._groups.append(group)
             self._work.put(group)
