@@ -102,6 +102,20 @@ def test_workers_page_highlights_stale_workers(client_as, conn, busy):
     assert b'class="stale"' in page and b"stale-1" in page
 
 
+def test_jobs_in_flight_names_what_gone_workers_still_hold(client_as, conn):
+    """The figure counts the live workers' jobs; the running jobs below also list those a
+    killed worker still holds until the reaper runs, so the figure says how many beside it."""
+    conn.execute("""INSERT INTO skiplock.workers (id, host, pid, concurrency, last_seen, in_flight)
+                    VALUES ('fresh-1', 'h', 1, 4, now(), 1), ('gone-1', 'h', 2, 4, now() - interval '5 minutes', 2)""")
+    conn.execute("""INSERT INTO skiplock.jobs (kind, status, locked_by, locked_at, lease_until, attempts)
+                    SELECT 'k', 'running', w, now(), now() + interval '1 minute', 1
+                    FROM unnest(ARRAY['fresh-1', 'gone-1', 'gone-1']) AS w""")
+    data = client_as("viewer").get("/api/v1/workers").get_json()
+    assert (data["in_flight"], data["held_by_gone"], len(data["running"])) == (1, 2, 3)
+    page = client_as("viewer").get("/workers/_table").data.decode()
+    assert 'data-held-by-gone="2"' in page and "+ 2 held by gone workers" in page
+
+
 def test_audit_page_filters_and_pages(client_as, conn, web_settings):
     from console import audit
 

@@ -44,6 +44,8 @@ def workers_data() -> dict[str, Any]:
         "live": len(live),
         "stale": len(stale),
         "in_flight": sum(w["in_flight"] for w in live),
+        # beside it, or the figure and the running jobs below it disagree until the reaper runs
+        "held_by_gone": sum(w["held"] for w in rows if w["stale"] or w["stopped"]),
         "stale_after": stale_after,
         "tab_state": f"{len(stale)} stale" if stale else ("no workers" if listing.ok and not live else ""),
     }
@@ -64,8 +66,10 @@ def table():
 @bp.get("/api/v1/workers")
 @requires("viewer")
 @api_doc("Workers (live and stopped within the hour) with counters, throughput, claim latency, stale flag, the "
-         "Skiplock `version` and application `release` each runs (null when not reported); running jobs",
+         "Skiplock `version` and application `release` each runs (null when not reported); running jobs; `in_flight` "
+         "counts the live workers' jobs, `held_by_gone` the running jobs stale or stopped workers still hold",
          response=obj({"workers": arr(OBJ), "workers_error": opt(STR), "running": arr(obj({"id": INT, "queue": STR})),
-                       "running_error": opt(STR), "live": INT, "stale": INT, "in_flight": INT, "stale_after": NUM}))
+                       "running_error": opt(STR), "live": INT, "stale": INT, "in_flight": INT, "held_by_gone": INT,
+                       "stale_after": NUM}))
 def api_index():
     return jsonify(workers_data())
