@@ -95,7 +95,9 @@ def test_workers_page_highlights_stale_workers(client_as, conn, busy):
     by_id = {w["id"]: w for w in data["workers"]}
     assert by_id["stale-1"]["stale"] is True and by_id["fresh-1"]["stale"] is False
     assert by_id["fresh-1"]["claim_p50"] is not None
-    assert (data["live"], data["stale"], data["in_flight"]) == (1, 1, 2)
+    # fresh-1's registry row says 2 in flight; the jobs table holds none of its jobs (the one
+    # running job is w-1's, a worker with no row): the table wins
+    assert (data["live"], data["stale"], data["in_flight"]) == (1, 1, 0)
     assert data["tab_state"] == "1 stale"
     assert len(data["running"]) == 1
     page = client_as("viewer").get("/workers").data
@@ -104,16 +106,24 @@ def test_workers_page_highlights_stale_workers(client_as, conn, busy):
 
 def test_jobs_in_flight_names_what_gone_workers_still_hold(client_as, conn):
     """The figure counts the live workers' jobs; the running jobs below also list those a
-    killed worker still holds until the reaper runs, so the figure says how many beside it."""
+    killed worker still holds until the reaper runs, so the figure says how many beside it. A
+    live worker's in flight is read from the jobs table, as the list is: its registry row
+    (written once per flush) still says 0 just after a claim."""
     conn.execute("""INSERT INTO skiplock.workers (id, host, pid, concurrency, last_seen, in_flight)
-                    VALUES ('fresh-1', 'h', 1, 4, now(), 1), ('gone-1', 'h', 2, 4, now() - interval '5 minutes', 2)""")
+                    VALUES ('fresh-1', 'h', 1, 4, now(), 0), ('gone-1', 'h', 2, 4, now() - interval '5 minutes', 2)""")
+    # a broker worker's jobs are in its stream, never in the table: its own count stands
+    conn.execute("""INSERT INTO skiplock.workers (id, host, pid, concurrency, last_seen, in_flight, backend)
+                    VALUES ('broker-1', 'h', 3, 4, now(), 3, 'nats')""")
     conn.execute("""INSERT INTO skiplock.jobs (kind, status, locked_by, locked_at, lease_until, attempts)
                     SELECT 'k', 'running', w, now(), now() + interval '1 minute', 1
                     FROM unnest(ARRAY['fresh-1', 'gone-1', 'gone-1']) AS w""")
     data = client_as("viewer").get("/api/v1/workers").get_json()
-    assert (data["in_flight"], data["held_by_gone"], len(data["running"])) == (1, 2, 3)
+    assert (data["in_flight"], data["held_by_gone"], len(data["running"])) == (1 + 3, 2, 3)
+    in_flight = {w["id"]: w["in_flight"] for w in data["workers"]}
+    assert (in_flight["fresh-1"], in_flight["broker-1"]) == (1, 3)
     page = client_as("viewer").get("/workers/_table").data.decode()
     assert 'data-held-by-gone="2"' in page and "+ 2 held by gone workers" in page
+    assert "<dd>4 <span" in page  # the figure: fresh-1's one and broker-1's three
 
 
 def test_audit_page_filters_and_pages(client_as, conn, web_settings):

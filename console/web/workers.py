@@ -34,8 +34,15 @@ def workers_data() -> dict[str, Any]:
     held: dict[str, int] = {}
     for job in running.data if running.ok else []:
         held[job["locked_by"]] = held.get(job["locked_by"], 0) + 1
+    # The running jobs come from the jobs table, the registry's in_flight from a row each worker
+    # writes once per flush: a worker that just claimed showed 0 in flight beside the jobs it
+    # held. When the list is whole, a live worker's in flight is what it holds in the table (a
+    # broker worker's jobs are in its stream, not the table: its own count stands).
+    whole = running.ok and len(running.data) < RUNNING_SHOWN
     for w in rows:
         w["held"] = held.get(w["id"], 0)
+        if whole and not w["stale"] and not w["stopped"] and w.get("backend", "postgres") == "postgres":
+            w["in_flight"] = w["held"]
     return {
         "workers": rows,
         "workers_error": listing.error,
@@ -49,6 +56,10 @@ def workers_data() -> dict[str, Any]:
         "stale_after": stale_after,
         "tab_state": f"{len(stale)} stale" if stale else ("no workers" if listing.ok and not live else ""),
     }
+
+
+# The running jobs the page lists at most (running_jobs_of in sql/browse.sql).
+RUNNING_SHOWN = 500
 
 
 @bp.get("/workers")
