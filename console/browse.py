@@ -919,13 +919,18 @@ def workers(conn: psycopg.Connection, *, stale_after: float = 30.0) -> list[dict
     return rows
 
 
+# The running jobs a listing holds at most: a page that counts them knows the list is whole
+# when it holds fewer.
+RUNNING_SHOWN = 500
+
+
 def running_jobs(conn: psycopg.Connection) -> list[dict[str, Any]]:
     with conn.cursor(row_factory=dict_row) as cur:
-        return cur.execute(query("browse", "running_jobs_of")).fetchall()
+        return cur.execute(query("browse", "running_jobs_of"), {"limit": RUNNING_SHOWN}).fetchall()
 
 
 __all__ = [
     "ACTIONS", "Count", "Drain", "InvalidFilter", "JobFilter", "JobNotFound", "JobStateConflict", "Page",
-    "act_on_job", "allowed_actions", "backlog_points", "count_jobs", "drain_estimate", "export_jobs",
+    "RUNNING_SHOWN", "act_on_job", "allowed_actions", "backlog_points", "count_jobs", "drain_estimate", "export_jobs",
     "get_job", "job_actions_audit", "list_jobs", "queue_figures", "running_jobs", "timeline", "workers",
 ]

@@ -177,7 +177,7 @@ SELECT j.id, j.kind, j.queue, j.locked_by, j.locked_at, j.lease_until
 FROM skiplock.jobs AS j
 WHERE j.status = 'running'
 ORDER BY j.lease_until
-LIMIT 500;
+LIMIT %(limit)s;
 
 -- name: run_now
 -- A pending job waiting for its backoff (or scheduled later) becomes eligible now.

@@ -91,3 +91,34 @@ def test_the_cell_diagnostics_see_the_statements_and_the_waits(dsn, conn):
         holder.rollback()
         holder.close()
     assert any("idle in transaction" in line and " 1.00 backends" in line for line in waits), waits
+
+
+def test_the_sustained_warm_up_is_topped_up_but_not_counted(conn):
+    """Every contender's first intervals run as the rest do, topped up after each, and are
+    dropped: the first counted interval is not the only one with no top-up beside it."""
+    from types import SimpleNamespace
+
+    bench = load_bench()
+    done = [0]
+    top_ups: list[int] = []
+
+    def completed() -> int:
+        done[0] += 100
+        return done[0]
+
+    args = SimpleNamespace(sustained_warmup=0.2, duration=0.2, interval=0.05, refill=True, data_dir=None)
+    rates = bench.measure_intervals(conn, args, "fake", "skiplock.jobs", completed, top_ups.append)
+    assert rates, "no interval counted"
+    assert len(top_ups) > len(rates), "the warm-up's intervals were counted, or not topped up"
+    assert sum(top_ups) == done[0]  # every job completed, warm-up's too, was put back
+
+
+def test_the_fitted_line_shows_a_decline_that_one_interval_does_not():
+    bench = load_bench()
+    assert bench.trend([30.0] * 20) == pytest.approx((30.0, 30.0))
+    start, end = bench.trend([40.0 - i for i in range(20)])
+    assert (start, end) == pytest.approx((40.0, 21.0))
+    # five minutes of 6-s intervals, the first at 1.4x the rest: the last minute against the
+    # first 10 s says 0.82, the line 0.95
+    start, end = bench.trend([50.0] + [35.0] * 47)
+    assert end / start == pytest.approx(0.95, abs=0.01)

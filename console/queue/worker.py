@@ -740,10 +740,8 @@ class Worker:
             slow = True  # no prefetch: an awaited job may wait on I/O for a good part of its lease
             assert self._async is not None  # an async kind is registered, so run() started it
             self._async.submit(awaited)
-        # Fast jobs go to threads a group at a time: one hand-off each way per group. A group
-        # holds what should run in GROUP_BUDGET (at least batch_size, at most half the claim: one
-        # group would leave the next claim waiting on one thread), so a large (adaptive) claim of
-        # slower fast jobs still spreads over the threads.
+        # Fast jobs go to threads a group at a time, one hand-off each way per group. At most half
+        # the claim a group: one group for all of it left the next claim waiting on one thread.
         per_group = fast_group_size(len(fast), self.batch_size, slowest_fast)
         for start in range(0, len(fast), per_group):
             group = Group(fast[start:start + per_group])

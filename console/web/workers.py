@@ -38,10 +38,10 @@ def workers_data() -> dict[str, Any]:
     # writes once per flush: a worker that just claimed showed 0 in flight beside the jobs it
     # held. When the list is whole, a live worker's in flight is what it holds in the table (a
     # broker worker's jobs are in its stream, not the table: its own count stands).
-    whole = running.ok and len(running.data) < RUNNING_SHOWN
+    whole = running.ok and len(running.data) < browse.RUNNING_SHOWN
     for w in rows:
         w["held"] = held.get(w["id"], 0)
-        if whole and not w["stale"] and not w["stopped"] and w.get("backend", "postgres") == "postgres":
+        if whole and not w["stale"] and not w["stopped"] and w["backend"] == "postgres":
             w["in_flight"] = w["held"]
     return {
         "workers": rows,
@@ -51,15 +51,11 @@ def workers_data() -> dict[str, Any]:
         "live": len(live),
         "stale": len(stale),
         "in_flight": sum(w["in_flight"] for w in live),
-        # beside it, or the figure and the running jobs below it disagree until the reaper runs
+        # said beside in_flight: the running jobs below list them too until the reaper runs
         "held_by_gone": sum(w["held"] for w in rows if w["stale"] or w["stopped"]),
         "stale_after": stale_after,
         "tab_state": f"{len(stale)} stale" if stale else ("no workers" if listing.ok and not live else ""),
     }
-
-
-# The running jobs the page lists at most (running_jobs_of in sql/browse.sql).
-RUNNING_SHOWN = 500
 
 
 @bp.get("/workers")
